@@ -1,0 +1,69 @@
+"""Errors a user can cause, each carrying what the API layer needs to answer it.
+
+The engine and the loaders raise these; the HTTP layers turn them into their own
+error envelopes (OpenAI-style JSON, Workers AI envelope) with `status`.
+"""
+
+from __future__ import annotations
+
+
+class TandemError(Exception):
+    """Base class: a problem the caller can fix, with an HTTP status to report it."""
+
+    status: int = 400
+    error_type: str = "invalid_request_error"
+    code: str | None = None
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(TandemError):
+    """A parameter has the wrong type or an out-of-range value (400)."""
+
+
+class PromptTooLong(TandemError):
+    """The prompt cannot fit the model's context or the whole KV cache (413)."""
+
+    status = 413
+    code = "context_length_exceeded"
+
+
+class ModelNotFound(TandemError):
+    """The request names a model this server does not serve (404)."""
+
+    status = 404
+    error_type = "not_found_error"
+    code = "model_not_found"
+
+
+class CapacityExceeded(TandemError):
+    """Every worker is saturated; try again later (429)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+    code = "capacity_exceeded"
+
+
+class NoHealthyWorker(TandemError):
+    """No worker can serve the request right now (503)."""
+
+    status = 503
+    error_type = "service_unavailable"
+    code = "no_healthy_worker"
+
+
+class Unauthorized(TandemError):
+    status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
+
+
+class ModelLoadError(Exception):
+    """A checkpoint cannot be loaded: missing file, unsupported architecture, bad shapes."""
+
+
+class KVLayoutMismatch(Exception):
+    """Two workers disagree on the KV layout (model, dtype, block size, heads, layers)."""

@@ -1,0 +1,56 @@
+"""The physical layout of a worker's KV cache, and the one tensor that holds it.
+
+Layout: one tensor of shape [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
+(2 = key, value). A block is therefore one contiguous run of `block_nbytes` bytes, so a
+transfer or a store moves a block with a single (pointer, size) pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from tandem.errors import KVLayoutMismatch
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    model: str          # the model's identity (architecture and shape), not its path
+    dtype: str          # torch dtype name, e.g. "bfloat16"
+    block_size: int
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return (self.num_layers, 2, self.block_size, self.num_kv_heads, self.head_dim)
+
+    @property
+    def block_nbytes(self) -> int:
+        n = 1
+        for d in self.block_shape:
+            n *= d
+        return n * torch.empty((), dtype=self.torch_dtype).element_size()
+
+    def allocate(self, num_blocks: int, device: str | torch.device = "cpu") -> torch.Tensor:
+        return torch.zeros((num_blocks, *self.block_shape), dtype=self.torch_dtype, device=device)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KVLayout":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+
+    def check_compatible(self, other: "KVLayout") -> None:
+        """Raise KVLayoutMismatch naming every field that differs."""
+        diffs = [f"{k}: {getattr(self, k)!r} here vs {getattr(other, k)!r} there"
+                 for k in self.__dataclass_fields__ if getattr(self, k) != getattr(other, k)]
+        if diffs:
+            raise KVLayoutMismatch("KV layouts differ, refusing to transfer: " + "; ".join(diffs))

@@ -1,0 +1,180 @@
+"""Plain data passed between layers: requests, sampling parameters, outputs. No torch here."""
+
+from __future__ import annotations
+
+import enum
+import math
+import time
+from dataclasses import dataclass, field
+
+from tandem.errors import InvalidRequest
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick tokens and when to stop. Defaults follow the OpenAI API."""
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token plus the top k
+    include_stop_str_in_output: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def needs_penalties(self) -> bool:
+        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+                or self.repetition_penalty != 1.0)
+
+    def validate(self) -> None:
+        """Raise InvalidRequest naming the first bad parameter."""
+        def bad(param: str, why: str) -> InvalidRequest:
+            return InvalidRequest(f"'{param}' {why}", param=param)
+
+        if self.max_tokens < 1:
+            raise bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if not (math.isfinite(self.temperature) and 0.0 <= self.temperature <= 2.0):
+            raise bad("temperature", f"must be between 0 and 2, got {self.temperature}")
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
+            raise bad("top_p", f"must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise bad("top_k", f"must be 0 (off) or positive, got {self.top_k}")
+        if not (math.isfinite(self.min_p) and 0.0 <= self.min_p <= 1.0):
+            raise bad("min_p", f"must be in [0, 1], got {self.min_p}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and -2.0 <= value <= 2.0):
+                raise bad(name, f"must be between -2 and 2, got {value}")
+        if not (math.isfinite(self.repetition_penalty) and 0.0 < self.repetition_penalty <= 10.0):
+            raise bad("repetition_penalty", f"must be in (0, 10], got {self.repetition_penalty}")
+        if len(self.stop) > 16:
+            raise bad("stop", "accepts at most 16 sequences")
+        if any(not s for s in self.stop):
+            raise bad("stop", "must not contain empty strings")
+        if self.logprobs is not None and not (0 <= self.logprobs <= 20):
+            raise bad("top_logprobs", f"must be between 0 and 20, got {self.logprobs}")
+        if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
+            raise bad("min_tokens", "must be between 0 and max_tokens")
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"          # EOS, a stop token id or a stop string
+    LENGTH = "length"      # max_tokens or the model's context
+    ABORT = "abort"        # the client went away or the request was cancelled
+    ERROR = "error"        # the engine failed this request (message in RequestDelta.error)
+
+
+@dataclass(frozen=True)
+class KVHandle:
+    """Where a prefill worker keeps a request's KV blocks for a decode worker to pull.
+
+    The prefill side holds `block_ids` pinned until the decode side confirms the pull
+    (or a timeout passes). `block_hashes` lets the decode side skip blocks it already has.
+    """
+
+    worker: str                  # transport address of the prefill worker's KV (opaque to the gateway)
+    request_id: str              # id of the request on the prefill worker
+    block_ids: tuple[int, ...]   # blocks on the prefill worker, in sequence order
+    num_tokens: int              # tokens whose KV is in those blocks (the prompt)
+    layout: dict                 # KVLayout.to_dict() of the prefill worker (checked by the puller)
+    block_hashes: tuple[int, ...] = ()  # chained hashes of the full blocks, same order
+    transport: str = "tcp"
+
+    def to_dict(self) -> dict:
+        return {"worker": self.worker, "request_id": self.request_id,
+                "block_ids": list(self.block_ids), "num_tokens": self.num_tokens,
+                "layout": self.layout, "block_hashes": [str(h) for h in self.block_hashes],
+                "transport": self.transport}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KVHandle":
+        try:
+            return cls(worker=str(d["worker"]), request_id=str(d["request_id"]),
+                       block_ids=tuple(int(b) for b in d["block_ids"]),
+                       num_tokens=int(d["num_tokens"]), layout=dict(d["layout"]),
+                       block_hashes=tuple(int(h) for h in d.get("block_hashes", ())),
+                       transport=str(d.get("transport", "tcp")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidRequest(f"malformed kv_handle: {exc}", param="kv_handle") from exc
+
+
+@dataclass
+class EngineRequest:
+    """One generation request as the engine sees it: token ids in, deltas out."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: SamplingParams
+    cache_salt: str | None = None           # tenant isolation: part of every block hash
+    arrival_time: float = field(default_factory=time.monotonic)
+    prefill_only: bool = False               # prefill role: stop after the first token, keep blocks
+    kv_handle: KVHandle | None = None        # decode role: pull these blocks before decoding
+    # Tokens already generated elsewhere (prefill's first token, or a migrated stream's
+    # sent tokens). They are part of the context, count toward max_tokens, and are not
+    # emitted again.
+    resume_output_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), best first
+
+
+@dataclass(frozen=True)
+class RequestTimings:
+    arrival: float
+    first_scheduled: float | None
+    first_token: float | None
+    finished: float | None
+
+
+@dataclass(frozen=True)
+class RequestDelta:
+    """What one engine step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    logprobs: list[TokenLogprob] | None = None
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_output_tokens: int = 0
+    kv_handle: KVHandle | None = None   # prefill role: set on the final delta
+    timings: RequestTimings | None = None  # set on the final delta
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's load and cache, for /metrics and the gateway."""
+
+    num_running: int
+    num_waiting: int
+    num_blocks_total: int
+    num_blocks_free: int          # free now, including evictable cached blocks
+    num_blocks_cached: int        # holding a reusable prefix
+    kv_cache_usage: float         # fraction of blocks referenced by live requests
+    prefix_cache_queries: int     # tokens looked up, cumulative
+    prefix_cache_hits: int        # tokens found, cumulative
+    prompt_tokens: int            # cumulative
+    generation_tokens: int        # cumulative
+    num_preemptions: int          # cumulative
+    waiting_prefill_tokens: int   # prompt tokens not yet computed, over all requests
+    running_context_tokens: int   # tokens in the contexts of running requests
