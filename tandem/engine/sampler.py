@@ -1,0 +1,242 @@
+"""Pick the next token of every running request from its logits.
+
+One `Sampler.sample` call per engine step turns logits [N, vocab] (float32, one row per
+request) into N token ids, applying each request's own SamplingParams. Order, as in vLLM:
+
+  raw logits --(logprobs are read here)--> repetition / frequency / presence penalties
+  --> min_tokens mask (EOS and stop_token_ids banned) --> greedy rows: argmax
+  --> random rows: / temperature --> min_p --> top_k --> top_p --> sample
+
+Logprobs are "raw": log_softmax of the model's logits before any penalty, temperature or
+truncation (OpenAI's and vLLM's default). The sampled token's logprob is therefore finite
+even when top_k/top_p would have excluded nothing else.
+
+Reproducibility: a row with a generator draws exactly `vocab` Exp(1) variates from it per
+step, and every other operation is row-wise, so a seeded request samples the same tokens
+whatever else shares its batch. Sampling uses the exponential race: argmax(p_i / E_i) with
+E_i ~ Exp(1) picks token i with probability p_i.
+
+Device-agnostic: everything stays on `logits.device`; generators must live on that device
+(`make_generator(seed, device)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tandem.types import SamplingParams, TokenLogprob
+
+# Temperatures below this are treated as greedy (dividing by them overflows float32).
+MIN_TEMPERATURE = 1e-5
+
+
+@dataclass(frozen=True, eq=False)
+class SamplingRow:
+    """What the sampler needs to know about one request in this step."""
+
+    params: SamplingParams
+    output_token_ids: Sequence[int] = ()   # generated so far (penalties, min_tokens)
+    prompt_token_ids: Sequence[int] = ()   # repetition penalty covers prompt + output
+    generator: torch.Generator | None = None  # per-request RNG; None = torch's global RNG
+    eos_token_ids: tuple[int, ...] = ()    # banned with stop_token_ids until min_tokens
+
+
+@dataclass(frozen=True)
+class SamplerOutput:
+    token_ids: list[int]                    # [N]
+    logprobs: list[TokenLogprob | None]     # [N]; None where params.logprobs is None
+
+
+def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator | None:
+    """The per-request RNG for `seed` (None: no generator, use the global RNG).
+
+    Create it once per request and pass it in every step: its state advances as it samples.
+    """
+    if seed is None:
+        return None
+    gen = torch.Generator(device=torch.device(device))
+    gen.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)
+    return gen
+
+
+def _is_greedy(p: SamplingParams) -> bool:
+    return p.greedy or p.temperature < MIN_TEMPERATURE
+
+
+class Sampler:
+    """Stateless: all per-request state arrives in the SamplingRows."""
+
+    def sample(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> SamplerOutput:
+        # logits: [N, V] float32; never modified in place.
+        n, vocab = logits.shape
+        if len(rows) != n:
+            raise ValueError(f"{n} logits rows but {len(rows)} sampling rows")
+        device = logits.device
+
+        lp_idx = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+        raw_logprobs = (torch.log_softmax(logits[lp_idx], dim=-1) if lp_idx else None)  # [L, V]
+
+        work = logits
+        pen_idx = [i for i, r in enumerate(rows) if r.params.needs_penalties]
+        ban = _min_tokens_bans(rows, vocab)
+        if pen_idx or ban is not None:
+            work = logits.clone()
+            if pen_idx:
+                idx = torch.tensor(pen_idx, device=device)
+                work[idx] = apply_penalties(work[idx], [rows[i] for i in pen_idx])
+            if ban is not None:
+                work[ban[0].to(device), ban[1].to(device)] = float("-inf")
+
+        tokens = torch.empty(n, dtype=torch.long, device=device)  # [N]
+        greedy_idx = [i for i, r in enumerate(rows) if _is_greedy(r.params)]
+        random_idx = [i for i, r in enumerate(rows) if not _is_greedy(r.params)]
+        if greedy_idx:
+            idx = torch.tensor(greedy_idx, device=device)
+            tokens[idx] = work[idx].argmax(dim=-1)
+        if random_idx:
+            idx = torch.tensor(random_idx, device=device)
+            tokens[idx] = _sample_random(work[idx], [rows[i] for i in random_idx])
+
+        token_list = tokens.tolist()
+        logprobs: list[TokenLogprob | None] = [None] * n
+        if raw_logprobs is not None:
+            for i, entry in zip(lp_idx, _gather_logprobs(raw_logprobs, tokens[lp_idx],
+                                                         [rows[i].params.logprobs for i in lp_idx])):
+                logprobs[i] = entry
+        return SamplerOutput(token_ids=token_list, logprobs=logprobs)
+
+
+def _min_tokens_bans(rows: Sequence[SamplingRow], vocab: int
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(row index, token id) pairs to set to -inf: stop tokens of rows below min_tokens.
+
+    EOS is banned only when it would stop the request (not ignore_eos); stop_token_ids always.
+    """
+    row_ids: list[int] = []
+    tok_ids: list[int] = []
+    for i, r in enumerate(rows):
+        p = r.params
+        if len(r.output_token_ids) >= p.min_tokens:
+            continue
+        banned = set(p.stop_token_ids)
+        if not p.ignore_eos:
+            banned.update(r.eos_token_ids)
+        for t in banned:
+            if 0 <= t < vocab:
+                row_ids.append(i)
+                tok_ids.append(t)
+    if not row_ids:
+        return None
+    return torch.tensor(row_ids), torch.tensor(tok_ids)
+
+
+def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+    """Penalties for M rows, vectorized over the vocabulary.
+
+    logits: [M, V]. Repetition (HF): over tokens seen in prompt or output, positive logits
+    are divided by the penalty and negative ones multiplied. Then OpenAI's
+    logit -= frequency * count_in_output + presence * (count_in_output > 0).
+    """
+    m, vocab = logits.shape
+    device = logits.device
+    counts = torch.zeros(m, vocab, dtype=logits.dtype, device=device)  # [M, V] output counts
+    row_of = [i for i, r in enumerate(rows) for _ in r.output_token_ids]
+    if row_of:
+        out_ids = [t for r in rows for t in r.output_token_ids]
+        counts.index_put_((torch.tensor(row_of, device=device), torch.tensor(out_ids, device=device)),
+                          torch.ones(len(out_ids), dtype=logits.dtype, device=device),
+                          accumulate=True)
+    seen_in_output = counts > 0  # [M, V]
+
+    rep = torch.tensor([r.params.repetition_penalty for r in rows],
+                       dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
+    rep_rows = [i for i, r in enumerate(rows) if r.params.repetition_penalty != 1.0]
+    if rep_rows:
+        seen = seen_in_output.clone()
+        prompt_row_of = [i for i in rep_rows for _ in rows[i].prompt_token_ids]
+        if prompt_row_of:
+            prompt_ids = [t for i in rep_rows for t in rows[i].prompt_token_ids]
+            seen[torch.tensor(prompt_row_of, device=device),
+                 torch.tensor(prompt_ids, device=device)] = True
+        penalized = torch.where(logits > 0, logits / rep, logits * rep)
+        logits = torch.where(seen, penalized, logits)
+
+    freq = torch.tensor([r.params.frequency_penalty for r in rows],
+                        dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
+    pres = torch.tensor([r.params.presence_penalty for r in rows],
+                        dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
+    return logits - freq * counts - pres * seen_in_output.to(logits.dtype)
+
+
+def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+    """logits: [R, V] (a copy, free to modify) -> sampled token ids [R]."""
+    r_count, vocab = logits.shape
+    device = logits.device
+    temp = torch.tensor([r.params.temperature for r in rows], dtype=logits.dtype, device=device)
+    logits = logits / temp.unsqueeze(1)
+
+    # min_p: drop tokens whose probability is below min_p * (the top token's probability).
+    if any(r.params.min_p > 0.0 for r in rows):
+        min_p = torch.tensor([r.params.min_p for r in rows], dtype=logits.dtype, device=device)
+        probs = torch.softmax(logits, dim=-1)  # [R, V]
+        threshold = min_p.unsqueeze(1) * probs.amax(dim=-1, keepdim=True)  # [R, 1]
+        logits = logits.masked_fill(probs < threshold, float("-inf"))
+
+    trunc = [i for i, r in enumerate(rows) if r.params.top_k > 0 or r.params.top_p < 1.0]
+    if trunc:
+        idx = torch.tensor(trunc, device=device)
+        logits[idx] = _top_k_top_p(
+            logits[idx],
+            torch.tensor([rows[i].params.top_k for i in trunc], device=device),
+            torch.tensor([rows[i].params.top_p for i in trunc], dtype=logits.dtype, device=device))
+
+    probs = torch.softmax(logits, dim=-1)  # [R, V], exactly 0 where masked
+    race = torch.empty_like(probs)  # [R, V] Exp(1) variates
+    unseeded = [i for i, r in enumerate(rows) if r.generator is None]
+    if unseeded:
+        race[torch.tensor(unseeded, device=device)] = torch.empty(
+            len(unseeded), vocab, dtype=probs.dtype, device=device).exponential_()
+    for i, r in enumerate(rows):
+        if r.generator is not None:
+            race[i].exponential_(generator=r.generator)
+    # exponential_ may return exactly 0; keep the quotient finite (masked tokens stay at 0).
+    race.clamp_(min=torch.finfo(probs.dtype).tiny)
+    return (probs / race).argmax(dim=-1)
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Per-row top-k (0 = off) then top-p over one descending sort.
+
+    logits: [T, V]; top_k: [T] long; top_p: [T] in (0, 1]. Returns [T, V] with dropped
+    tokens at -inf. top-p keeps the smallest prefix whose probability mass reaches top_p
+    (the top token is always kept); top_p == 1 keeps everything.
+    """
+    vocab = logits.shape[1]
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # [T, V]
+    pos = torch.arange(vocab, device=logits.device).unsqueeze(0)  # [1, V]
+    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab).unsqueeze(1)  # [T, 1]
+    drop = pos >= k
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(sorted_logits, dim=-1)
+    mass_before = probs.cumsum(dim=-1) - probs  # [T, V] mass of strictly better tokens
+    drop |= (mass_before >= top_p.unsqueeze(1)) & (top_p < 1.0).unsqueeze(1)
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
+                     top_counts: Sequence[int]) -> list[TokenLogprob]:
+    """raw_logprobs: [L, V] log_softmax of raw logits; tokens: [L] sampled ids."""
+    sampled = raw_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()  # [L]
+    max_k = max(top_counts)
+    top_vals: list[list[float]] = [[] for _ in top_counts]
+    top_ids: list[list[int]] = [[] for _ in top_counts]
+    if max_k > 0:
+        vals, ids = raw_logprobs.topk(min(max_k, raw_logprobs.shape[1]), dim=-1)  # [L, k], sorted
+        top_vals, top_ids = vals.tolist(), ids.tolist()
+    return [TokenLogprob(token_id=int(t), logprob=lp, top=tuple(zip(ids_row[:k], vals_row[:k])))
+            for t, lp, ids_row, vals_row, k in zip(tokens.tolist(), sampled, top_ids, top_vals,
+                                                   top_counts)]
