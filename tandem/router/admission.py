@@ -1,0 +1,35 @@
+"""Admission: before a policy runs, decide 503 (no healthy worker) or 429 (all saturated).
+
+Saturation is per worker, from limits on what the gateway sees; a saturated worker stays
+healthy but takes no new request until its load drops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tandem.errors import CapacityExceeded, NoHealthyWorker
+from tandem.router.snapshot import Snapshot, WorkerLoad
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    max_in_flight: int = 256          # requests the gateway keeps open on one worker
+    max_waiting: int = 128            # requests a worker reports waiting
+    max_prefill_tokens: int = 262144  # estimated pending prefill tokens on one worker
+
+
+def is_saturated(w: WorkerLoad, limits: AdmissionLimits) -> bool:
+    return (w.in_flight >= limits.max_in_flight or w.waiting >= limits.max_waiting
+            or w.prefill_tokens >= limits.max_prefill_tokens)
+
+
+def admit(snap: Snapshot, limits: AdmissionLimits, pool: str) -> Snapshot:
+    """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded."""
+    workers = tuple(replace(w, saturated=is_saturated(w, limits)) for w in snap.workers)
+    live = [w for w in workers if w.healthy and not w.draining]
+    if not live:
+        raise NoHealthyWorker(f"no healthy {pool} worker is registered; retry later")
+    if all(w.saturated for w in live):
+        raise CapacityExceeded(f"all {len(live)} {pool} workers are at capacity; retry later")
+    return replace(snap, workers=workers)
