@@ -1,0 +1,92 @@
+"""Estimated token load per worker, tracked through each request's life and corrected by reports.
+
+Per (request, worker) the gateway records:
+- on dispatch: `pending` = uncached prompt tokens the worker must still compute (prefill load);
+- on the first token back (prefill done): `pending` -> 0, `context` = prompt + outputs so far;
+  a decode worker that starts from a KV handle is dispatched directly with its context;
+- on every further token: `context` += n (decode load);
+- on finish/abort/failure: the entry is dropped.
+
+Correction: a worker's /internal/stats report (`waiting_prefill_tokens`, `running_context_tokens`)
+includes traffic the gateway cannot see (other gateways, direct clients) and cache hits it could
+not predict. On each report the tracker stores `offset = reported - tracked` per worker and the
+estimate becomes `max(0, tracked + offset)`: exact at report time, then following the gateway's
+own changes until the next report replaces the offset. A report older than `max_offset_age_s`
+no longer applies.
+
+Not thread-safe: the gateway uses it from its event loop only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass
+class _Entry:
+    worker: str
+    pending: int      # prefill tokens not yet computed
+    context: int      # tokens in the active context (0 until prefill is done)
+
+
+@dataclass(frozen=True)
+class TokenLoad:
+    prefill_tokens: int
+    decode_tokens: int
+    in_flight: int
+
+
+@dataclass
+class _Offset:
+    prefill: int
+    decode: int
+    at: float
+
+
+class LoadTracker:
+    def __init__(self, max_offset_age_s: float = 5.0, clock=time.monotonic) -> None:
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self._offsets: dict[str, _Offset] = {}
+        self._max_age = max_offset_age_s
+        self._clock = clock
+
+    def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0) -> None:
+        self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context))
+
+    def prefill_done(self, request_id: str, worker: str, context: int) -> None:
+        e = self._entries.get((request_id, worker))
+        if e is not None:
+            e.pending, e.context = 0, context
+
+    def tokens(self, request_id: str, worker: str, n: int = 1) -> None:
+        e = self._entries.get((request_id, worker))
+        if e is not None:
+            e.context += n
+
+    def finish(self, request_id: str, worker: str) -> None:
+        self._entries.pop((request_id, worker), None)
+
+    def _tracked(self, worker: str) -> TokenLoad:
+        p = d = n = 0
+        for e in self._entries.values():
+            if e.worker == worker:
+                p, d, n = p + e.pending, d + e.context, n + 1
+        return TokenLoad(p, d, n)
+
+    def report(self, worker: str, prefill_tokens: int, decode_tokens: int) -> None:
+        t = self._tracked(worker)
+        self._offsets[worker] = _Offset(prefill_tokens - t.prefill_tokens,
+                                        decode_tokens - t.decode_tokens, self._clock())
+
+    def forget(self, worker: str) -> None:
+        """Drop a worker's correction (it left or restarted); its requests end on their own."""
+        self._offsets.pop(worker, None)
+
+    def load(self, worker: str) -> TokenLoad:
+        t = self._tracked(worker)
+        off = self._offsets.get(worker)
+        if off is None or self._clock() - off.at > self._max_age:
+            return t
+        return TokenLoad(max(0, t.prefill_tokens + off.prefill),
+                         max(0, t.decode_tokens + off.decode), t.in_flight)

@@ -1,0 +1,50 @@
+from tandem.router.load_tracker import LoadTracker, TokenLoad
+
+
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_lifecycle_moves_tokens_from_prefill_to_decode_and_out():
+    lt = LoadTracker()
+    lt.dispatch("r1", "a", pending=300)
+    lt.dispatch("r2", "a", pending=50)
+    assert lt.load("a") == TokenLoad(350, 0, 2)
+    lt.prefill_done("r1", "a", context=301)
+    lt.tokens("r1", "a", 4)
+    assert lt.load("a") == TokenLoad(50, 305, 2)
+    lt.finish("r1", "a")
+    lt.finish("r2", "a")
+    lt.finish("r2", "a")  # idempotent
+    assert lt.load("a") == TokenLoad(0, 0, 0)
+
+
+def test_disaggregated_entries_are_per_worker():
+    lt = LoadTracker()
+    lt.dispatch("r", "p", pending=200)
+    lt.finish("r", "p")
+    lt.dispatch("r", "d", pending=0, context=201)
+    assert lt.load("p") == TokenLoad(0, 0, 0)
+    assert lt.load("d") == TokenLoad(0, 201, 1)
+
+
+def test_report_corrects_then_follows_own_changes_then_expires():
+    clock = Clock()
+    lt = LoadTracker(max_offset_age_s=5.0, clock=clock)
+    lt.dispatch("r1", "a", pending=1000)
+    # the worker had 900 of it cached and also serves 2000 context tokens for someone else
+    lt.report("a", prefill_tokens=100, decode_tokens=2000)
+    assert lt.load("a") == TokenLoad(100, 2000, 1)
+    lt.dispatch("r2", "a", pending=500)
+    assert lt.load("a") == TokenLoad(600, 2000, 2)
+    lt.prefill_done("r1", "a", context=1001)  # transient under-estimate clamps at 0
+    assert lt.load("a") == TokenLoad(0, 3001, 2)
+    clock.t += 6
+    assert lt.load("a") == TokenLoad(500, 1001, 2)
+    lt.report("a", 0, 0)
+    lt.forget("a")
+    assert lt.load("a") == TokenLoad(500, 1001, 2)
