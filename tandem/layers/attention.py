@@ -1,0 +1,84 @@
+"""Paged attention over the KV cache tensor [num_blocks, num_layers, 2, block_size, kv_heads, D].
+
+Per layer and step: write the new tokens' K/V at their slots, then attend.
+- decode group (one new token per sequence): gather each sequence's blocks into a padded
+  [B, kv_heads, S, D] and run one SDPA call with a key-padding mask; the query heads that share
+  a KV head are laid out as that head's query rows ([B, kv_heads, group, D]), so K/V are never
+  repeated per query head.
+- prefill chunk without cached context: causal SDPA straight on this step's K/V (no gather).
+- prefill chunk with cached context: gather its blocks, SDPA with the chunk's causal mask.
+Device-agnostic: only indexing and torch SDPA, shapes fixed by AttentionBatch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from tandem.runner.attn_metadata import AttentionBatch, DecodeGroup, PrefillChunk
+
+
+def write_kv(kv_cache: torch.Tensor, layer: int, k: torch.Tensor, v: torch.Tensor,
+             batch: AttentionBatch) -> None:
+    # k, v [T, KVH, D] -> kv_cache[slot_block, layer, 0|1, slot_offset] = [KVH, D]
+    kv_cache[batch.slot_block_ids, layer, 0, batch.slot_offsets] = k
+    kv_cache[batch.slot_block_ids, layer, 1, batch.slot_offsets] = v
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
+                    layer: int, batch: AttentionBatch, scale: float) -> torch.Tensor:
+    """q [T, H, D], k/v [T, KVH, D] (this step's tokens) -> [T, H, D]."""
+    write_kv(kv_cache, layer, k, v, batch)
+    if batch.decode is not None and not batch.prefills and batch.decode.token_range is not None:
+        return _decode(q, kv_cache, layer, batch.decode, scale)  # pure decode step: no copy
+    out = torch.empty_like(q)
+    if batch.decode is not None:
+        g = batch.decode
+        if g.token_range is not None:
+            s, e = g.token_range
+            out[s:e] = _decode(q[s:e], kv_cache, layer, g, scale)
+        else:
+            out.index_copy_(0, g.token_index,
+                            _decode(q.index_select(0, g.token_index), kv_cache, layer, g, scale))
+    for chunk in batch.prefills:
+        s, e = chunk.token_start, chunk.token_end
+        out[s:e] = _prefill(q[s:e], k[s:e], v[s:e], kv_cache, layer, chunk, scale)
+    return out
+
+
+def _gather(kv_cache: torch.Tensor, layer: int, which: int, block_ids: torch.Tensor) -> torch.Tensor:
+    # block_ids LongTensor[...] -> [..., block_size, KVH, D] (contiguous copy of those blocks)
+    return kv_cache[:, layer, which][block_ids]
+
+
+def _decode(q: torch.Tensor, kv_cache: torch.Tensor, layer: int, g: DecodeGroup,
+            scale: float) -> torch.Tensor:
+    # q [B, H, D] -> [B, H, D]
+    B, H, D = q.shape
+    kvh = kv_cache.shape[4]
+    nb = g.block_table.shape[1]
+    bs = kv_cache.shape[3]
+    # [B, nb, bs, KVH, D] -> [B, S=max_ctx, KVH, D] -> [B, KVH, S, D]
+    k = _gather(kv_cache, layer, 0, g.block_table).view(B, nb * bs, kvh, D)[:, :g.max_ctx].transpose(1, 2)
+    v = _gather(kv_cache, layer, 1, g.block_table).view(B, nb * bs, kvh, D)[:, :g.max_ctx].transpose(1, 2)
+    qg = q.view(B, kvh, H // kvh, D)                                    # [B, KVH, group, D]
+    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.key_mask, scale=scale)  # [B, KVH, group, D]
+    return o.reshape(B, H, D)
+
+
+def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, layer: int,
+             chunk: PrefillChunk, scale: float) -> torch.Tensor:
+    # q [n, H, D], k/v [n, KVH, D] -> [n, H, D]
+    n, H, D = q.shape
+    kvh = k.shape[1]
+    qt = q.transpose(0, 1)                                              # [H, n, D]
+    if chunk.mask is None:
+        o = F.scaled_dot_product_attention(qt, k.transpose(0, 1), v.transpose(0, 1), is_causal=True,
+                                           scale=scale, enable_gqa=kvh != H)
+    else:
+        ctx = chunk.mask.shape[1]
+        kc = _gather(kv_cache, layer, 0, chunk.block_ids).view(-1, kvh, D)[:ctx].transpose(0, 1)  # [KVH, ctx, D]
+        vc = _gather(kv_cache, layer, 1, chunk.block_ids).view(-1, kvh, D)[:ctx].transpose(0, 1)
+        o = F.scaled_dot_product_attention(qt, kc, vc, attn_mask=chunk.mask, scale=scale,
+                                           enable_gqa=kvh != H)
+    return o.transpose(0, 1)                                            # [n, H, D]

@@ -1,0 +1,51 @@
+"""Rotary position embedding (RoPE), half-split layout, with default / linear / llama3 scaling.
+
+cos/sin are computed once per step from the step's positions and shared by all layers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tandem.models.arch import RopeSpec
+
+
+def inv_frequencies(head_dim: int, rope: RopeSpec, max_position_embeddings: int) -> torch.Tensor:
+    """FloatTensor[head_dim // 2] of angular frequencies after scaling (on the CPU, even under a
+    meta default device)."""
+    inv = 1.0 / (rope.theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim))
+    if rope.rope_type == "linear":
+        return inv / rope.factor
+    if rope.rope_type == "llama3":
+        old_len = rope.original_max_position_embeddings or max_position_embeddings
+        low_wavelen = old_len / rope.low_freq_factor
+        high_wavelen = old_len / rope.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        # long wavelengths are divided by factor, short ones kept, the middle band interpolated
+        scaled = torch.where(wavelen > low_wavelen, inv / rope.factor, inv)
+        smooth = (old_len / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+        smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return torch.where(medium, smoothed, scaled)
+    return inv
+
+
+class RotaryEmbedding:
+    """Holds the frequencies; `cos_sin(positions)` gives the step's tables."""
+
+    def __init__(self, head_dim: int, rope: RopeSpec, max_position_embeddings: int,
+                 device: torch.device | str) -> None:
+        self.inv_freq = inv_frequencies(head_dim, rope, max_position_embeddings).to(device)  # [D/2]
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        # positions LongTensor[T] -> cos, sin [T, 1, D/2] in `dtype` (broadcast over heads)
+        freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, D/2] float32
+        return freqs.cos().to(dtype).unsqueeze(1), freqs.sin().to(dtype).unsqueeze(1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [T, heads, D]; cos/sin [T, 1, D/2]. Same rounding as x*cos + rotate_half(x)*sin.
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -1,0 +1,120 @@
+"""The Llama-family decoder (one implementation) and its Llama / Mistral entry points.
+
+Module and parameter names mirror Hugging Face's, so checkpoint names map one to one
+(`model.layers.3.self_attn.q_proj.weight`). Family differences are `DecoderOptions`:
+Qwen2 adds a q/k/v bias, Qwen3 an RMSNorm on each query/key head.
+
+Forward contract (see docs/dev/contracts.md, "Model"):
+  forward(input_ids [T], positions [T], batch, kv_cache) -> hidden [T, hidden]
+  compute_logits(hidden [N, hidden]) -> [N, vocab] float32
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tandem.layers.attention import paged_attention
+from tandem.layers.mlp import GatedMLP
+from tandem.layers.norm import RMSNorm
+from tandem.layers.rotary import RotaryEmbedding, apply_rotary
+from tandem.models.arch import ModelArch
+from tandem.runner.attn_metadata import AttentionBatch
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    qkv_bias: bool = False    # bias on q/k/v projections
+    o_bias: bool = False      # bias on the output projection
+    qk_norm: bool = False     # RMSNorm over head_dim on each query and key head, before RoPE
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self, arch: ModelArch, opts: DecoderOptions, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        self.scale = arch.head_dim ** -0.5
+        h, d = arch.hidden_size, arch.head_dim
+        self.q_proj = nn.Linear(h, arch.num_heads * d, bias=opts.qkv_bias)
+        self.k_proj = nn.Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
+        self.v_proj = nn.Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
+        self.o_proj = nn.Linear(arch.num_heads * d, h, bias=opts.o_bias)
+        self.q_norm = RMSNorm(d, arch.rms_norm_eps) if opts.qk_norm else None
+        self.k_norm = RMSNorm(d, arch.rms_norm_eps) if opts.qk_norm else None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
+                kv_cache: torch.Tensor) -> torch.Tensor:
+        # x [T, hidden] -> [T, hidden]
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
+        k = self.k_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        o = paged_attention(q, k, v, kv_cache, self.layer_idx, batch, self.scale)  # [T, H, D]
+        return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, arch: ModelArch, opts: DecoderOptions, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = DecoderAttention(arch, opts, layer_idx)
+        self.mlp = GatedMLP(arch.hidden_size, arch.intermediate_size, bias=arch.mlp_bias)
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
+                kv_cache: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch, kv_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, arch: ModelArch, opts: DecoderOptions) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(arch, opts, i) for i in range(arch.num_layers))
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+
+
+class DecoderForCausalLM(nn.Module):
+    """Base of every Llama-family model; subclasses only choose `options(arch)`."""
+
+    def __init__(self, arch: ModelArch, device: torch.device | str = "cpu") -> None:
+        super().__init__()
+        self.arch = arch
+        self.model = DecoderModel(arch, self.options(arch))
+        self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        # explicit device: the module may be built under torch.device("meta") before loading
+        self.rotary = RotaryEmbedding(arch.head_dim, arch.rope, arch.max_position_embeddings, device)
+
+    @classmethod
+    def options(cls, arch: ModelArch) -> DecoderOptions:
+        return DecoderOptions(qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
+                kv_cache: torch.Tensor) -> torch.Tensor:
+        # input_ids, positions LongTensor[T] -> hidden [T, hidden] (after the final norm)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, batch, kv_cache)
+        return self.model.norm(x)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # hidden [N, hidden] -> logits [N, vocab] float32
+        return self.lm_head(hidden).float()
+
+
+class LlamaForCausalLM(DecoderForCausalLM):
+    pass
+
+
+class MistralForCausalLM(DecoderForCausalLM):
+    """Mistral = Llama layers; a configured sliding window is not applied (see loader)."""

@@ -1,0 +1,150 @@
+"""Load a Hugging Face model directory into a tandem model.
+
+Weights come straight from the memory-mapped safetensors files: when the checkpoint dtype
+equals the target dtype and the device is the CPU, the mmapped tensors become the
+parameters as they are (no copy; pages load on first use). Otherwise each tensor is
+converted / moved once.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from tqdm import tqdm
+
+from tandem.config import ModelConfig
+from tandem.errors import ModelLoadError
+from tandem.models.arch import ModelArch
+from tandem.models.llama import DecoderForCausalLM
+from tandem.models.registry import model_class
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# checkpoint entries that are derived state, not weights
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+@dataclass
+class LoadedModel:
+    model: DecoderForCausalLM          # eval mode, on cfg.device, in `dtype`
+    arch: ModelArch
+    dtype: torch.dtype
+    eos_token_ids: tuple[int, ...]     # generation_config.json, else config.json
+    generation_defaults: dict = field(default_factory=dict)  # generation_config.json as is
+    name: str = ""                     # served name
+    path: str = ""
+    max_model_len: int = 0             # cfg.max_model_len or the config's max_position_embeddings
+
+
+def load_model(cfg: ModelConfig) -> LoadedModel:
+    path = Path(cfg.path)
+    if not path.is_dir():
+        raise ModelLoadError(f"model directory not found: {path}")
+    arch = ModelArch.from_dir(path)
+    cls = model_class(arch.architecture)
+    dtype = resolve_dtype(cfg.dtype, arch)
+    device = torch.device(cfg.device)
+    files = safetensors_files(path)
+    with torch.device("meta"):
+        model = cls(arch, device=device)
+    load_weights(model, files, dtype, device, cfg.show_progress)
+    model.eval()
+    gen = read_generation_config(path)
+    eos = _as_ids(gen.get("eos_token_id")) or arch.eos_token_ids
+    return LoadedModel(
+        model=model,
+        arch=arch,
+        dtype=dtype,
+        eos_token_ids=eos,
+        generation_defaults=gen,
+        name=cfg.served_name or path.resolve().name,
+        path=str(path),
+        max_model_len=cfg.max_model_len or arch.max_position_embeddings,
+    )
+
+
+def resolve_dtype(name: str, arch: ModelArch) -> torch.dtype:
+    """'auto' keeps the checkpoint's dtype (float32 when the config names none)."""
+    if name == "auto":
+        name = arch.torch_dtype or "float32"
+    name = name.removeprefix("torch.")
+    if name not in _DTYPES:
+        raise ModelLoadError(f"unsupported dtype {name!r}; supported: auto, " + ", ".join(_DTYPES))
+    return _DTYPES[name]
+
+
+def safetensors_files(path: Path) -> list[Path]:
+    """The checkpoint's shards: from model.safetensors.index.json, else every *.safetensors."""
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text()).get("weight_map", {})
+        files = [path / name for name in sorted(set(weight_map.values()))]
+        for f in files:
+            if not f.is_file():
+                raise ModelLoadError(f"missing file {f} (listed in {index.name})")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"missing file {path / 'model.safetensors'}: no *.safetensors in {path}")
+    return files
+
+
+def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtype,
+                 device: torch.device, show_progress: bool) -> None:
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    tied = model.arch.tie_word_embeddings
+    handles = [safe_open(str(f), framework="pt", device="cpu") for f in files]
+    total = sum(len(h.keys()) for h in handles)
+    with tqdm(total=total, desc="loading weights", unit="tensor", file=sys.stderr,
+              disable=not show_progress) as bar:
+        for f, h in zip(files, handles):
+            for name in h.keys():
+                bar.update(1)
+                if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
+                    continue
+                if name not in params:
+                    raise ModelLoadError(f"unexpected weight {name!r} in {f.name} for "
+                                         f"{model.arch.architecture}")
+                tensor = h.get_tensor(name)
+                expected = params[name].shape
+                if tensor.shape != expected:
+                    raise ModelLoadError(f"weight {name!r} in {f.name} has shape {tuple(tensor.shape)}, "
+                                         f"config implies {tuple(expected)}")
+                # .to() returns the mmapped tensor itself when dtype and device already match
+                _set_param(model, name, tensor.to(device=device, dtype=dtype))
+                loaded.add(name)
+    if tied:
+        model.lm_head.weight = model.model.embed_tokens.weight
+        loaded.add("lm_head.weight")
+    missing = sorted(set(params) - loaded)
+    if missing:
+        raise ModelLoadError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:5]}")
+
+
+def _set_param(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
+    owner_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(owner_name)
+    setattr(owner, attr, torch.nn.Parameter(tensor, requires_grad=False))
+
+
+def read_generation_config(path: Path) -> dict:
+    gen_path = path / "generation_config.json"
+    if not gen_path.is_file():
+        return {}
+    try:
+        return json.loads(gen_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{gen_path} is not valid JSON: {e}") from e
+
+
+def _as_ids(value) -> tuple[int, ...]:
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(int(v) for v in value)
+    return ()

@@ -1,0 +1,130 @@
+"""AttentionBatch: everything paged attention needs for one step, built once on the CPU.
+
+A step's flat input holds the new tokens of each sequence, in order. Sequence i has
+`num_computed` tokens already in its KV blocks and `num_new` tokens in this step; its new
+tokens sit at positions [num_computed, num_computed + num_new) and attend causally over
+[0, num_computed + num_new).
+
+Two kinds of groups, each one SDPA call per layer:
+- decode group: every sequence with exactly one new token, padded to the longest context
+  and batched with a key-padding mask;
+- prefill chunks: one per sequence with more than one new token.
+All indices and masks are tensors on the target device, shared by every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class SeqSlice:
+    block_ids: list[int]   # the sequence's KV blocks, in position order
+    num_computed: int      # tokens already in the cache (context read from blocks)
+    num_new: int           # tokens of this step (>= 1)
+
+
+@dataclass(frozen=True)
+class DecodeGroup:
+    """Sequences with one new token each, attended in one padded call."""
+    token_range: tuple[int, int] | None  # (start, end) when the rows are contiguous in the flat input
+    token_index: torch.Tensor            # LongTensor[B]: rows of the flat input
+    block_table: torch.Tensor            # LongTensor[B, max_blocks]; padding entries point at block 0
+    key_mask: torch.Tensor               # BoolTensor[B, 1, 1, max_ctx]; True = attend
+    max_ctx: int                         # longest context in the group (keys per row before masking)
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """One sequence with several new tokens: rows [token_start, token_end) of the flat input."""
+    token_start: int
+    token_end: int
+    num_computed: int
+    block_ids: torch.Tensor              # LongTensor[nb]: blocks covering [0, num_computed + num_new)
+    mask: torch.Tensor | None            # BoolTensor[num_new, num_computed + num_new]; None = no cached
+                                         # context, attend over this step's K/V with a causal mask
+
+
+@dataclass(frozen=True)
+class AttentionBatch:
+    num_tokens: int
+    block_size: int
+    slot_block_ids: torch.Tensor         # LongTensor[T]: block receiving each new token's K/V
+    slot_offsets: torch.Tensor           # LongTensor[T]: offset inside that block
+    decode: DecodeGroup | None
+    prefills: tuple[PrefillChunk, ...]
+
+    @classmethod
+    def build(cls, seqs: Sequence[SeqSlice], block_size: int,
+              device: torch.device | str = "cpu") -> "AttentionBatch":
+        device = torch.device(device)
+        slot_blocks: list[int] = []
+        slot_offsets: list[int] = []
+        decode_rows: list[int] = []
+        decode_seqs: list[SeqSlice] = []
+        prefills: list[PrefillChunk] = []
+        start = 0
+        for s in seqs:
+            end_pos = s.num_computed + s.num_new
+            if s.num_new < 1 or s.num_computed < 0:
+                raise ValueError(f"bad SeqSlice: num_computed={s.num_computed}, num_new={s.num_new}")
+            nb = -(-end_pos // block_size)
+            if len(s.block_ids) < nb:
+                raise ValueError(f"SeqSlice needs {nb} blocks for {end_pos} tokens at block size "
+                                 f"{block_size}, got {len(s.block_ids)}")
+            for p in range(s.num_computed, end_pos):
+                slot_blocks.append(s.block_ids[p // block_size])
+                slot_offsets.append(p % block_size)
+            if s.num_new == 1:
+                decode_rows.append(start)
+                decode_seqs.append(s)
+            else:
+                prefills.append(_prefill_chunk(s, start, nb, device))
+            start += s.num_new
+        return cls(
+            num_tokens=start,
+            block_size=block_size,
+            slot_block_ids=torch.tensor(slot_blocks, dtype=torch.long).to(device),
+            slot_offsets=torch.tensor(slot_offsets, dtype=torch.long).to(device),
+            decode=_decode_group(decode_seqs, decode_rows, block_size, device) if decode_seqs else None,
+            prefills=tuple(prefills),
+        )
+
+
+def _prefill_chunk(s: SeqSlice, start: int, nb: int, device: torch.device) -> PrefillChunk:
+    mask = None
+    if s.num_computed > 0:
+        ctx = s.num_computed + s.num_new
+        # query i sits at position num_computed + i and sees keys j <= num_computed + i
+        q_pos = torch.arange(s.num_computed, ctx).unsqueeze(1)   # [n, 1]
+        mask = (torch.arange(ctx).unsqueeze(0) <= q_pos).to(device)  # [n, ctx]
+    return PrefillChunk(
+        token_start=start,
+        token_end=start + s.num_new,
+        num_computed=s.num_computed,
+        block_ids=torch.tensor(s.block_ids[:nb], dtype=torch.long).to(device),
+        mask=mask,
+    )
+
+
+def _decode_group(seqs: list[SeqSlice], rows: list[int], block_size: int,
+                  device: torch.device) -> DecodeGroup:
+    ctx = [s.num_computed + 1 for s in seqs]
+    max_ctx = max(ctx)
+    max_nb = -(-max_ctx // block_size)
+    table = torch.zeros((len(seqs), max_nb), dtype=torch.long)
+    for i, (s, c) in enumerate(zip(seqs, ctx)):
+        nb = -(-c // block_size)
+        table[i, :nb] = torch.tensor(s.block_ids[:nb], dtype=torch.long)
+    key_mask = torch.arange(max_ctx).unsqueeze(0) < torch.tensor(ctx).unsqueeze(1)  # [B, max_ctx]
+    contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
+    return DecodeGroup(
+        token_range=(rows[0], rows[0] + len(rows)) if contiguous else None,
+        token_index=torch.tensor(rows, dtype=torch.long).to(device),
+        block_table=table.to(device),
+        key_mask=key_mask.view(len(seqs), 1, 1, max_ctx).to(device),
+        max_ctx=max_ctx,
+    )
