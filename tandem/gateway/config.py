@@ -1,0 +1,37 @@
+"""Frozen settings of the gateway. Built by tandem.gateway.cli; nothing below reads flags or env."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tandem.router.admission import AdmissionLimits
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    poll_interval_s: float = 0.5      # /internal/stats and /internal/kv_events per worker
+    request_timeout_s: float = 2.0    # one health or event poll
+    unhealthy_after: int = 3          # consecutive failed polls before a worker is unhealthy
+    heartbeat_ttl_s: float = 10.0     # a self-registered worker with no heartbeat this long is dropped
+    heartbeat_interval_s: float = 2.0  # what registering workers are told to use
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    workers: tuple[str, ...] = ()     # --worker: role read from the worker's /internal/stats
+    prefill: tuple[str, ...] = ()     # --prefill
+    decode: tuple[str, ...] = ()      # --decode
+    policy: str = "default"           # routing policy for every pool
+    prefill_policy: str | None = None  # overrides `policy` for the prefill pool
+    decode_policy: str | None = None   # ... for the decode pool
+    model_path: str | None = None     # tokenizer and chat template (needed to hash prefixes)
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_keys: tuple[str, ...] = ()
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
+    max_migrations: int = 3           # a stream moves at most this many times
+    retry_after_s: int = 1            # Retry-After on 503 and 429
+    connect_timeout_s: float = 2.0

@@ -1,0 +1,153 @@
+"""The gateway's workers: who they are, whether they are healthy, what they last reported.
+
+Pure bookkeeping with an explicit clock (`now` arguments); the polling I/O lives in
+`tandem.gateway.monitor`. Workers come from flags (kept forever) or from self-registration
+(`POST /internal/register`, repeated as heartbeats; dropped after `heartbeat_ttl_s` of silence).
+
+Health: a worker starts unhealthy and becomes healthy on its first successful stats poll;
+`unhealthy_after` consecutive failures make it unhealthy again. Draining workers take no new
+requests but finish theirs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tandem.gateway.config import RegistryConfig
+from tandem.router.snapshot import ROLES
+
+
+def normalize_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+@dataclass
+class Worker:
+    url: str                         # also its id
+    role: str | None                 # None until its stats say (a --worker flag)
+    static: bool                     # from a flag: never expires
+    healthy: bool = False
+    draining: bool = False
+    failures: int = 0                # consecutive failed polls
+    last_ok: float | None = None
+    last_heartbeat: float | None = None
+    stats: dict = field(default_factory=dict)   # last /internal/stats reply
+    kv_since: int = 0                # next `since` for /internal/kv_events
+    epoch: int = 0                   # bumped each time it turns unhealthy (index must resync)
+
+    @property
+    def block_size(self) -> int | None:
+        layout = self.stats.get("kv_layout") or {}
+        return layout.get("block_size")
+
+    @property
+    def hash_seed(self) -> int:
+        return int(self.stats.get("hash_seed", 0))
+
+
+class Registry:
+    def __init__(self, config: RegistryConfig) -> None:
+        self.config = config
+        self._workers: dict[str, Worker] = {}
+
+    # --- membership ---------------------------------------------------------------------
+    def add_static(self, url: str, role: str | None) -> Worker:
+        url = normalize_url(url)
+        _check_role(role)
+        w = self._workers.get(url)
+        if w is None:
+            w = self._workers[url] = Worker(url, role, static=True)
+        w.static = True
+        if role is not None:
+            w.role = role
+        return w
+
+    def heartbeat(self, url: str, role: str, now: float, draining: bool = False) -> Worker:
+        """A registration or a heartbeat (same message): adds the worker or refreshes it."""
+        url = normalize_url(url)
+        _check_role(role)
+        w = self._workers.get(url)
+        if w is None:
+            w = self._workers[url] = Worker(url, role, static=False)
+        w.role = role
+        w.last_heartbeat = now
+        w.draining = draining
+        return w
+
+    def remove(self, url: str) -> Worker | None:
+        return self._workers.pop(normalize_url(url), None)
+
+    def drain(self, url: str) -> bool:
+        w = self._workers.get(normalize_url(url))
+        if w is None:
+            return False
+        w.draining = True
+        return True
+
+    def expire(self, now: float) -> list[Worker]:
+        """Drop self-registered workers whose heartbeats stopped; returns them."""
+        gone = [w for w in self._workers.values() if not w.static and w.last_heartbeat is not None
+                and now - w.last_heartbeat > self.config.heartbeat_ttl_s]
+        for w in gone:
+            del self._workers[w.url]
+        return gone
+
+    # --- health --------------------------------------------------------------------------
+    def poll_ok(self, url: str, stats: dict, now: float) -> Worker | None:
+        w = self._workers.get(url)
+        if w is None:
+            return None
+        w.stats = stats
+        role = stats.get("role")
+        if role in ROLES:
+            w.role = role
+        w.failures = 0
+        w.last_ok = now
+        w.healthy = w.role is not None
+        return w
+
+    def poll_failed(self, url: str) -> bool:
+        """Count a failed poll (or a failed request); True if this made the worker unhealthy."""
+        w = self._workers.get(url)
+        if w is None:
+            return False
+        w.failures += 1
+        if w.healthy and w.failures >= self.config.unhealthy_after:
+            w.healthy = False
+            w.epoch += 1
+            w.kv_since = 0
+            return True
+        return False
+
+    def mark_dead(self, url: str) -> bool:
+        """A request saw the worker fail hard (connection refused/reset): unhealthy at once."""
+        w = self._workers.get(url)
+        if w is None or not w.healthy:
+            return False
+        w.failures = max(w.failures, self.config.unhealthy_after)
+        w.healthy = False
+        w.epoch += 1
+        w.kv_since = 0
+        return True
+
+    # --- queries ---------------------------------------------------------------------------
+    def get(self, url: str) -> Worker | None:
+        return self._workers.get(normalize_url(url))
+
+    def all(self) -> list[Worker]:
+        return list(self._workers.values())
+
+    def pool(self, role: str) -> list[Worker]:
+        """Workers of one role, registration order, healthy or not."""
+        return [w for w in self._workers.values() if w.role == role]
+
+    def has_live(self, role: str) -> bool:
+        return any(w.healthy and not w.draining for w in self.pool(role))
+
+
+def _check_role(role: str | None) -> None:
+    if role is not None and role not in ROLES:
+        raise ValueError(f"unknown worker role {role!r}; expected one of {', '.join(ROLES)}")
