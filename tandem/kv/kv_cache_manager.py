@@ -60,10 +60,10 @@ class KVCacheManager:
             hits.append(block)
         return PrefixHit(tuple(hits), len(hits) * self.block_size)
 
-    def record_lookup(self, num_tokens: int, hit: PrefixHit) -> None:
+    def record_lookup(self, num_tokens: int, hit_tokens: int) -> None:
         """Count one admitted lookup (failed admission attempts are retried, not counted)."""
         self.prefix_queries += num_tokens
-        self.prefix_hits += hit.num_tokens
+        self.prefix_hits += hit_tokens
 
     def can_allocate(self, request_id: str, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
         return self._num_needed(request_id, num_tokens, hit) <= self.pool.num_free

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine).
+set -euo pipefail
+want=(libibverbs1)
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "installing Debian packages: ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null

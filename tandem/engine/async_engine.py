@@ -1,0 +1,181 @@
+"""The async front: submit, stream, abort, with the engine loop on its own thread.
+
+The HTTP event loop never runs model code. Commands (add, abort) cross to the engine thread
+through a queue; each step's deltas cross back in one `call_soon_threadsafe` call, which
+fans them out to the requests' asyncio queues.
+
+Invariants: every accepted request gets exactly one final delta (finished=True) unless its
+stream was abandoned, in which case the request is aborted and its blocks freed within a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import traceback
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+
+from tandem.config import EngineConfig
+from tandem.engine.engine import Engine
+from tandem.kv.events import EventBatch
+from tandem.types import EngineRequest, EngineStats, RequestDelta
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.05   # engine thread: how long to block on the command queue when idle
+_PULL_WAIT_S = 0.002  # ... when only KV pulls are in flight
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig, transport_factory: Callable | None = None,
+                 engine: Engine | None = None) -> None:
+        self.config = config
+        self._transport_factory = transport_factory
+        self._engine = engine
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+        self._stats: EngineStats | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._engine is None:
+            self._engine = await asyncio.to_thread(Engine.from_config, self.config, self._transport_factory)
+        self._stats = self._engine.stats()
+        self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
+        self._thread.start()
+
+    async def shutdown(self) -> None:
+        self._stopping.set()
+        self._commands.put(None)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 30)
+        if self._engine is not None:
+            self._engine.shutdown()
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    @property
+    def model_name(self) -> str:
+        return self._engine.loaded.name
+
+    @property
+    def max_model_len(self) -> int:
+        return self._engine.max_model_len
+
+    @property
+    def tokenizer(self):
+        return self._engine.tokenizer
+
+    @property
+    def kv_layout(self):
+        return self._engine.layout
+
+    @property
+    def role(self) -> str:
+        return self.config.role
+
+    @property
+    def transport_address(self) -> str | None:
+        t = self._engine.transport
+        return None if t is None else t.address
+
+    # --- requests ----------------------------------------------------------------------------
+    async def generate(self, req: EngineRequest, info=None) -> AsyncIterator[RequestDelta]:
+        """Stream the request's deltas; raises TandemError before the first one for bad input."""
+        stream: asyncio.Queue = asyncio.Queue()
+        accepted: Future = Future()
+        self._streams[req.request_id] = stream
+        self._commands.put(("add", req, accepted))
+        try:
+            await asyncio.wrap_future(accepted)
+        except BaseException:
+            self._streams.pop(req.request_id, None)
+            raise
+        finished = False
+        try:
+            while True:
+                delta = await stream.get()
+                finished = delta.finished
+                yield delta
+                if finished:
+                    return
+        finally:
+            self._streams.pop(req.request_id, None)
+            if not finished:
+                self.abort(req.request_id)
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id, None))
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def kv_events(self, since: int) -> EventBatch:
+        return self._engine.events.since(since, self._cached_hashes)
+
+    def _cached_hashes(self) -> tuple[int, ...]:
+        for _ in range(100):  # the engine thread may resize the dict while we copy it
+            try:
+                return self._engine.kv.pool.cached_hashes()
+            except RuntimeError:
+                continue
+        return ()
+
+    # --- the engine thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        engine = self._engine
+        while not self._stopping.is_set():
+            busy = engine.has_runnable()
+            wait = 0.0 if busy else (_PULL_WAIT_S if engine.pulls_in_flight() else _IDLE_WAIT_S)
+            deltas = self._drain_commands(wait)
+            if self._stopping.is_set():
+                break
+            if engine.has_work():
+                try:
+                    deltas += engine.step()
+                except Exception:  # a bug or a device fault: fail what is in flight, keep serving
+                    log.error("engine step failed:\n%s", traceback.format_exc())
+                    deltas += engine.fail_all("internal engine error")
+            self._stats = engine.stats()
+            if deltas:
+                self._loop.call_soon_threadsafe(self._dispatch, deltas)
+
+    def _drain_commands(self, wait: float) -> list[RequestDelta]:
+        deltas: list[RequestDelta] = []
+        block = wait > 0
+        while True:
+            try:
+                cmd = self._commands.get(block=block, timeout=wait if block else None)
+            except queue.Empty:
+                return deltas
+            block = False
+            if cmd is None:
+                return deltas
+            kind, arg, accepted = cmd
+            if kind == "add":
+                try:
+                    self._engine.add_request(arg)
+                except BaseException as exc:  # noqa: BLE001 - handed to the submitting coroutine
+                    accepted.set_exception(exc)
+                else:
+                    accepted.set_result(None)
+            elif kind == "abort":
+                delta = self._engine.abort(arg)
+                if delta is not None:
+                    deltas.append(delta)
+
+    def _dispatch(self, deltas: list[RequestDelta]) -> None:
+        for delta in deltas:
+            stream = self._streams.get(delta.request_id)
+            if stream is not None:
+                stream.put_nowait(delta)
+

@@ -1,0 +1,182 @@
+"""The scheduler: who runs this step and with how many tokens (policy only).
+
+Each step has a token budget. Running requests go first, in admission order (decodes take
+one token, an unfinished prefill takes a chunk); then waiting requests are admitted in
+arrival order, each with its prefix-cache hit, while budget, sequence slots and blocks last.
+When a running request cannot get a block, the most recently admitted running request is
+preempted (its blocks freed, its tokens recomputed later). Requests carrying a KV handle
+are admitted with blocks for their prompt and wait for the pull before they run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from tandem.config import SchedulerConfig
+from tandem.engine.request import Request, RequestStatus
+from tandem.kv.kv_cache_manager import KVCacheManager, PrefixHit
+from tandem.types import FinishReason
+
+
+@dataclass(frozen=True)
+class ScheduledSeq:
+    request: Request
+    num_new_tokens: int
+    sample: bool  # this step reaches the end of the request's tokens: sample the next one
+
+
+@dataclass(frozen=True)
+class KVPull:
+    """Copy a prompt's KV from a prefill worker: remote block i -> local block i."""
+
+    request: Request
+    src_block_ids: list[int]
+    dst_block_ids: list[int]
+
+
+@dataclass(frozen=True)
+class SchedulerOutput:
+    seqs: list[ScheduledSeq]
+    pulls: list[KVPull]
+    preempted: list[Request]
+    capacity_finished: list[Request]  # could not grow even alone in the cache: finished (length)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.seqs)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.pulling: dict[str, Request] = {}
+        self.num_preemptions = 0
+
+    # --- bookkeeping ----------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def remove(self, request: Request) -> None:
+        """Take a request out of every queue. Its blocks are the caller's to free."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request.request_id in self.pulling:
+            del self.pulling[request.request_id]
+        else:
+            try:
+                self.waiting.remove(request)
+            except ValueError:
+                pass
+
+    def pull_done(self, request: Request) -> None:
+        """The prompt's KV arrived: the request runs from the next step."""
+        del self.pulling[request.request_id]
+        request.num_computed_tokens = request.kv_handle.num_tokens
+        self.kv.cache_computed(request.request_id, request.all_token_ids,
+                               request.num_computed_tokens, request.cache_salt)
+        request.status = RequestStatus.RUNNING
+        self.running.append(request)
+
+    # --- the step ---------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        budget = self.config.max_num_batched_tokens
+        seqs: list[ScheduledSeq] = []
+        preempted: list[Request] = []
+        capacity_finished: list[Request] = []
+
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
+                victim = self.running.pop()
+                if victim is req:
+                    if not self.running and not seqs:
+                        capacity_finished.append(req)  # alone and still no room
+                    else:
+                        self._preempt(req)
+                        preempted.append(req)
+                    break
+                self._preempt(victim)
+                preempted.append(victim)
+            else:
+                seqs.append(self._scheduled(req, num_new))
+                budget -= num_new
+                i += 1
+                continue
+            break  # req was preempted or finished: everything after it already was
+
+        pulls: list[KVPull] = []
+        if not preempted:
+            budget = self._admit(seqs, pulls, budget)
+        for req in capacity_finished:
+            req.finish_reason = FinishReason.LENGTH
+        return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
+
+    def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> int:
+        while self.waiting and budget > 0 and \
+                len(self.running) + len(self.pulling) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            hit = self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
+            if req.kv_handle is not None and req.num_preemptions == 0:
+                if not self._admit_pull(req, hit, pulls):
+                    break
+                continue
+            num_new = req.num_tokens - hit.num_tokens
+            if num_new > budget and not self.config.enable_chunked_prefill and seqs:
+                break
+            num_new = min(num_new, budget)
+            if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
+                break
+            self.waiting.popleft()
+            self._on_admitted(req, hit.num_tokens)
+            req.num_computed_tokens = hit.num_tokens
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            seqs.append(self._scheduled(req, num_new))
+            budget -= num_new
+        return budget
+
+    def _admit_pull(self, req: Request, hit: PrefixHit, pulls: list[KVPull]) -> bool:
+        handle = req.kv_handle
+        # Keep local hits short of the handle's last block, so that at least one block is
+        # pulled: the pull is what tells the prefill worker to release its blocks.
+        keep = min(len(hit.blocks), (handle.num_tokens - 1) // self.kv.block_size)
+        local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
+        new_ids = self.kv.allocate(req.request_id, handle.num_tokens, local)
+        if new_ids is None:
+            return False
+        self.waiting.popleft()
+        self._on_admitted(req, local.num_tokens)
+        first_missing = len(local.blocks)
+        pulls.append(KVPull(req, list(handle.block_ids[first_missing:first_missing + len(new_ids)]), new_ids))
+        req.status = RequestStatus.WAITING_FOR_KV
+        self.pulling[req.request_id] = req
+        return True
+
+    def _on_admitted(self, req: Request, hit_tokens: int) -> None:
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = time.monotonic()
+            req.num_cached_tokens = hit_tokens
+            self.kv.record_lookup(req.num_prompt_tokens, hit_tokens)
+
+    def _scheduled(self, req: Request, num_new: int) -> ScheduledSeq:
+        end = req.num_computed_tokens + num_new
+        self.kv.cache_computed(req.request_id, req.all_token_ids, end, req.cache_salt)
+        return ScheduledSeq(req, num_new, sample=end == req.num_tokens)
+
+    def _preempt(self, req: Request) -> None:
+        self.kv.free(req.request_id)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.WAITING
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)

@@ -1,0 +1,85 @@
+"""The model runner: a scheduler step in, sampled tokens out (mechanism only).
+
+It owns the model, the KV cache tensor and the sampler; it knows nothing of queues or
+policies. Inputs are built on the CPU once per step and moved to the device together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tandem.engine.request import Request
+from tandem.engine.sampler import Sampler, SamplerOutput, SamplingRow, make_generator
+from tandem.engine.scheduler import ScheduledSeq
+from tandem.kv.layout import KVLayout
+from tandem.models.loader import LoadedModel
+from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+
+# A request's seeded generator is re-derived at every output position, so that seeded
+# sampling gives the same tokens whatever worker, topology or batch produces them.
+_POSITION_STRIDE = 1_000_003
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    input_ids: torch.Tensor      # LongTensor[T]
+    positions: torch.Tensor      # LongTensor[T]
+    batch: AttentionBatch
+    logits_rows: torch.Tensor    # LongTensor[S]: flat rows whose hidden state is sampled
+    sampled: list[Request]       # S requests, in the order of logits_rows
+
+
+class ModelRunner:
+    def __init__(self, loaded: LoadedModel, layout: KVLayout, kv_cache: torch.Tensor,
+                 device: torch.device) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.layout = layout
+        self.kv_cache = kv_cache  # [num_blocks, num_layers, 2, block_size, kv_heads, head_dim]
+        self.device = device
+        self.sampler = Sampler()
+
+    def prepare(self, seqs: Sequence[ScheduledSeq], block_tables: Sequence[list[int]]) -> StepInputs:
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slices: list[SeqSlice] = []
+        logits_rows: list[int] = []
+        sampled: list[Request] = []
+        for seq, blocks in zip(seqs, block_tables):
+            req = seq.request
+            start, end = req.num_computed_tokens, req.num_computed_tokens + seq.num_new_tokens
+            input_ids.extend(req.all_token_ids[start:end])
+            positions.extend(range(start, end))
+            slices.append(SeqSlice(blocks, start, seq.num_new_tokens))
+            if seq.sample:
+                logits_rows.append(len(input_ids) - 1)
+                sampled.append(req)
+        dev = self.device
+        return StepInputs(
+            input_ids=torch.tensor(input_ids, dtype=torch.long).to(dev, non_blocking=True),
+            positions=torch.tensor(positions, dtype=torch.long).to(dev, non_blocking=True),
+            batch=AttentionBatch.build(slices, self.layout.block_size, dev),
+            logits_rows=torch.tensor(logits_rows, dtype=torch.long).to(dev, non_blocking=True),
+            sampled=sampled)
+
+    @torch.inference_mode()
+    def execute(self, inputs: StepInputs) -> SamplerOutput:
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
+        if not inputs.sampled:
+            return SamplerOutput(token_ids=[], logprobs=[])
+        logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_rows))  # [S, V]
+        rows = [self._sampling_row(req) for req in inputs.sampled]
+        return self.sampler.sample(logits, rows)
+
+    def _sampling_row(self, req: Request) -> SamplingRow:
+        params = req.sampling
+        generator = None
+        if params.seed is not None and not params.greedy:
+            seed = (params.seed * _POSITION_STRIDE + len(req.output_token_ids)) % (2**63)
+            generator = make_generator(seed, self.device)
+        return SamplingRow(params=params, output_token_ids=req.output_token_ids,
+                           prompt_token_ids=req.prompt_token_ids, generator=generator,
+                           eos_token_ids=self.loaded.eos_token_ids)

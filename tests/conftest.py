@@ -1,0 +1,60 @@
+"""Shared fixtures: small HF-format models written once per session, and engines whose
+blocks are checked to be free again when the test ends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.testing.tiny_model import write_test_model
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory):
+    return write_test_model(tmp_path_factory.mktemp("llama"), "LlamaForCausalLM", seed=1)
+
+
+@pytest.fixture(scope="session")
+def qwen3_dir(tmp_path_factory):
+    return write_test_model(tmp_path_factory.mktemp("qwen3"), "Qwen3ForCausalLM", seed=2)
+
+
+def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,
+                  max_num_seqs=32, prefix_caching=True, role="both", dtype="float32") -> EngineConfig:
+    return EngineConfig(
+        model=ModelConfig(path=str(model_dir), dtype=dtype, show_progress=False),
+        cache=CacheConfig(block_size=block_size, num_blocks=num_blocks,
+                          enable_prefix_caching=prefix_caching),
+        scheduler=SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
+                                  max_num_seqs=max_num_seqs),
+        role=role)
+
+
+def assert_all_blocks_free(engine) -> None:
+    """Idle invariant: no request holds a block; every block is free (cached ones evictable)."""
+    assert not engine.requests, f"requests still in the engine: {list(engine.requests)}"
+    assert engine.kv.num_held() == 0, "a finished request still holds blocks"
+    assert engine.kv.pool.num_free == engine.num_blocks
+    assert all(b.ref_count == 0 for b in engine.kv.pool.blocks)
+
+
+@pytest.fixture
+def make_engine():
+    """Build engines with `make_engine(model_dir, **engine_config kwargs)`; checks every block is
+    free again after the test."""
+    from tandem.engine.engine import Engine
+
+    engines = []
+
+    def make(model_dir, **kwargs):
+        engine = Engine.from_config(engine_config(model_dir, **kwargs))
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        assert_all_blocks_free(engine)
+        engine.shutdown()

@@ -1,0 +1,70 @@
+"""Drive a synchronous Engine to completion, and a reference greedy decoder in transformers."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from tandem.types import EngineRequest, SamplingParams
+
+_ids = itertools.count()
+
+
+def request(prompt, max_tokens=8, **sampling) -> EngineRequest:
+    sampling.setdefault("temperature", 0.0)
+    sampling.setdefault("ignore_eos", True)
+    return EngineRequest(request_id=f"r{next(_ids)}", prompt_token_ids=list(prompt),
+                         sampling=SamplingParams(max_tokens=max_tokens, **sampling))
+
+
+def run(engine, requests, max_steps=10_000):
+    """Add all requests, step until done; returns {request_id: [deltas]}."""
+    for r in requests:
+        engine.add_request(r)
+    out = {r.request_id: [] for r in requests}
+    for _ in range(max_steps):
+        if not engine.has_work():
+            return out
+        for d in engine.step():
+            out[d.request_id].append(d)
+    raise AssertionError("engine did not finish within the step bound")
+
+
+def tokens(deltas) -> list[int]:
+    return [t for d in deltas for t in d.new_token_ids]
+
+
+def prompts(n, vocab=512, seed=0, min_len=3, max_len=60):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(min_len, max_len + 1, (1,), generator=g))
+        out.append(torch.randint(10, vocab, (length,), generator=g).tolist())
+    return out
+
+
+def hf_greedy(model_dir, prompt, max_tokens) -> list[int]:
+    from transformers import AutoModelForCausalLM
+
+    model = _hf_model(model_dir)
+    ids = torch.tensor([prompt])
+    out = []
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            nxt = int(model(ids).logits[0, -1].argmax())
+            out.append(nxt)
+            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+    return out
+
+
+_HF_CACHE: dict = {}
+
+
+def _hf_model(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    key = str(model_dir)
+    if key not in _HF_CACHE:
+        _HF_CACHE[key] = AutoModelForCausalLM.from_pretrained(key, dtype=torch.float32).eval()
+    return _HF_CACHE[key]
