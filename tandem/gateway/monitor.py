@@ -1,0 +1,93 @@
+"""Polls every worker: health and load from /internal/stats, cache contents from /internal/kv_events.
+
+One round polls all workers concurrently; rounds repeat every `poll_interval_s`. A worker that
+turns unhealthy, restarts (its stats' `instance_id` changes) or expires loses its prefix-index
+entries and load correction, and its event stream restarts from `since=0` (the worker answers
+with a full resync).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import httpx
+
+from tandem.gateway.registry import Registry, Worker
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.prefix_index import PrefixIndex
+
+log = logging.getLogger(__name__)
+
+
+class Monitor:
+    def __init__(self, registry: Registry, index: PrefixIndex, tracker: LoadTracker,
+                 client: httpx.AsyncClient, clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
+        self.index = index
+        self.tracker = tracker
+        self.client = client
+        self.clock = clock
+
+    async def run(self, stop: asyncio.Event) -> None:
+        interval = self.registry.config.poll_interval_s
+        while not stop.is_set():
+            try:
+                await self.poll_once()
+            except Exception:  # noqa: BLE001 - a bug here must not stop health checking
+                log.exception("worker poll round failed")
+            try:
+                await asyncio.wait_for(stop.wait(), interval)
+            except asyncio.TimeoutError:
+                pass
+
+    async def poll_once(self) -> None:
+        for w in self.registry.expire(self.clock()):
+            log.warning("worker %s stopped sending heartbeats; removed", w.url)
+            self.forget(w.url)
+        await asyncio.gather(*(self.poll_worker(w) for w in self.registry.all()))
+
+    def forget(self, url: str) -> None:
+        self.index.clear(url)
+        self.tracker.forget(url)
+
+    async def poll_worker(self, w: Worker) -> None:
+        timeout = self.registry.config.request_timeout_s
+        try:
+            r = await self.client.get(f"{w.url}/internal/stats", timeout=timeout)
+            r.raise_for_status()
+            stats = r.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            if self.registry.poll_failed(w.url):
+                log.warning("worker %s is unhealthy after %d failed polls: %s",
+                            w.url, w.failures, exc)
+                self.forget(w.url)
+            return
+        was_healthy = w.healthy
+        old_instance = w.stats.get("instance_id")
+        if old_instance is not None and stats.get("instance_id") != old_instance:
+            self.forget(w.url)   # restarted between two polls: its cache is new
+            w.kv_since = 0
+        self.registry.poll_ok(w.url, stats, self.clock())
+        if not was_healthy and w.healthy:
+            log.info("worker %s (%s) is healthy", w.url, w.role)
+        self.tracker.report(w.url, int(stats.get("waiting_prefill_tokens", 0)),
+                            int(stats.get("running_context_tokens", 0)))
+        await self.poll_events(w)
+
+    async def poll_events(self, w: Worker) -> None:
+        epoch = w.epoch
+        try:
+            r = await self.client.get(f"{w.url}/internal/kv_events", params={"since": w.kv_since},
+                                      timeout=self.registry.config.request_timeout_s)
+            if r.status_code == 404:
+                return  # a worker without prefix caching events: prefix routing sees nothing there
+            r.raise_for_status()
+            reply = r.json()
+        except (httpx.HTTPError, ValueError):
+            return  # the stats poll judges health; events are retried next round
+        if w.epoch != epoch or self.registry.get(w.url) is not w:
+            return  # it went unhealthy or left while we waited: this reply is stale
+        w.kv_since = self.index.apply(w.url, reply)

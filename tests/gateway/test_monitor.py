@@ -1,0 +1,87 @@
+import asyncio
+
+import httpx
+
+from tandem.gateway.config import RegistryConfig
+from tandem.gateway.monitor import Monitor
+from tandem.gateway.registry import Registry
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.prefix_index import PrefixIndex
+
+
+class FakeWorkers:
+    """httpx MockTransport handler: per host, stats and an event log; `down` hosts refuse."""
+
+    def __init__(self):
+        self.down: set[str] = set()
+        self.stats: dict[str, dict] = {}
+        self.events: dict[str, list[dict]] = {}
+        self.since_seen: list[tuple[str, int]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        host = f"http://{request.url.host}:{request.url.port}"
+        if host in self.down:
+            raise httpx.ConnectError("refused", request=request)
+        if request.url.path == "/internal/stats":
+            return httpx.Response(200, json=self.stats[host])
+        if request.url.path == "/internal/kv_events":
+            since = int(request.url.params["since"])
+            self.since_seen.append((host, since))
+            evs = self.events.get(host, [])
+            newer = [e for e in evs if e["seq"] > since]
+            return httpx.Response(200, json={"seq": evs[-1]["seq"] if evs else 0, "reset": False,
+                                             "events": newer})
+        return httpx.Response(404)
+
+
+def setup(unhealthy_after=2):
+    fake = FakeWorkers()
+    reg = Registry(RegistryConfig(unhealthy_after=unhealthy_after))
+    index, tracker = PrefixIndex(), LoadTracker()
+    client = httpx.AsyncClient(transport=httpx.MockTransport(fake))
+    return fake, reg, index, tracker, Monitor(reg, index, tracker, client, clock=lambda: 0.0)
+
+
+def test_poll_marks_healthy_feeds_index_and_load():
+    fake, reg, index, tracker, mon = setup()
+    a = reg.add_static("http://127.0.0.1:9001", None)
+    fake.stats[a.url] = {"role": "prefill", "waiting_prefill_tokens": 70, "running_context_tokens": 5,
+                         "kv_layout": {"block_size": 16}}
+    fake.events[a.url] = [{"seq": 1, "type": "stored", "block_hashes": ["1", "2"]},
+                          {"seq": 2, "type": "stored", "block_hashes": ["3"]}]
+    asyncio.run(mon.poll_once())
+    assert a.healthy and a.role == "prefill" and a.kv_since == 2
+    assert index.match([1, 2, 3]) == {a.url: 3}
+    assert tracker.load(a.url).prefill_tokens == 70 and tracker.load(a.url).decode_tokens == 5
+    fake.events[a.url].append({"seq": 3, "type": "removed", "block_hashes": ["2"]})
+    asyncio.run(mon.poll_once())
+    assert fake.since_seen[-1] == (a.url, 2) and index.match([1, 2, 3]) == {a.url: 1}
+
+
+def test_failures_make_unhealthy_and_forget_index_then_resync():
+    fake, reg, index, tracker, mon = setup(unhealthy_after=2)
+    a = reg.add_static("http://127.0.0.1:9002", "both")
+    fake.stats[a.url] = {"role": "both"}
+    fake.events[a.url] = [{"seq": 5, "type": "stored", "block_hashes": ["9"]}]
+    asyncio.run(mon.poll_once())
+    assert index.match([9]) == {a.url: 1}
+    fake.down.add(a.url)
+    asyncio.run(mon.poll_once())
+    assert a.healthy and index.match([9]) == {a.url: 1}
+    asyncio.run(mon.poll_once())
+    assert not a.healthy and index.match([9]) == {} and a.kv_since == 0
+    fake.down.clear()
+    asyncio.run(mon.poll_once())
+    assert a.healthy and fake.since_seen[-1] == (a.url, 0) and index.match([9]) == {a.url: 1}
+
+
+def test_restart_detected_by_instance_id():
+    fake, reg, index, tracker, mon = setup()
+    a = reg.add_static("http://127.0.0.1:9003", "both")
+    fake.stats[a.url] = {"role": "both", "instance_id": "one"}
+    fake.events[a.url] = [{"seq": 1, "type": "stored", "block_hashes": ["4"]}]
+    asyncio.run(mon.poll_once())
+    fake.stats[a.url] = {"role": "both", "instance_id": "two"}
+    fake.events[a.url] = []
+    asyncio.run(mon.poll_once())
+    assert index.match([4]) == {} and fake.since_seen[-1] == (a.url, 0)
