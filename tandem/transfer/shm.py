@@ -1,0 +1,153 @@
+""""shm" data plane for workers on one host: the source's KV tensor lives in a file under /dev/shm.
+
+The source's read reply names the file and the byte offset of block 0; the sink maps the file once
+(cached) and copies the selected blocks with one tensor copy per run of consecutive blocks.
+
+File lifetime: created by `allocate_shm_kv` as `tandem-kv-<pid>-<token>`; removed when the source closes
+or the process exits; files left by a killed process are removed by the next allocation on the host.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import secrets
+import socket
+import threading
+from collections import OrderedDict
+
+import torch
+
+from tandem.kv.layout import KVLayout
+from tandem.transfer.base import TransferError, TransferSizeMismatch
+from tandem.transfer.blocks import paired_runs
+
+PREFIX = "tandem-kv-"
+MAX_MAPPED_SOURCES = 16   # sink: shm files kept mapped at once (one per prefill worker)
+
+
+def allocate_shm_kv(layout: KVLayout, num_blocks: int, shm_dir: str = "/dev/shm") -> torch.Tensor:
+    """A zeroed KV tensor [num_blocks, *layout.block_shape] backed by a new shared file."""
+    remove_stale_files(shm_dir)
+    path = os.path.join(shm_dir, f"{PREFIX}{os.getpid()}-{secrets.token_hex(6)}")
+    nbytes = num_blocks * layout.block_nbytes
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, nbytes)     # sparse: pages are zero and allocated on first touch
+    finally:
+        os.close(fd)
+    atexit.register(_unlink_quietly, path)
+    raw = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    return raw.view(layout.torch_dtype).view(num_blocks, *layout.block_shape)
+
+
+def find_shm_file(kv: torch.Tensor, shm_dir: str = "/dev/shm") -> tuple[str, int] | None:
+    """(path, byte offset of kv[0] in it) if kv's memory is a mapped file under shm_dir, else None."""
+    if kv.device.type != "cpu":
+        return None
+    ptr = kv.data_ptr()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6:
+                continue
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            path = parts[5].strip()
+            if lo <= ptr < hi and os.path.dirname(path) == shm_dir.rstrip("/"):
+                return path, ptr - lo + int(parts[2], 16)
+    return None
+
+
+def remove_stale_files(shm_dir: str) -> None:
+    """Remove KV files whose creating process is gone (a killed worker cannot clean up)."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(PREFIX):
+            continue
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            _unlink_quietly(os.path.join(shm_dir, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class ShmSourcePlane:
+    kind = "shm"
+
+    def __init__(self, path: str, offset: int, layout: KVLayout) -> None:
+        self._path, self._offset, self._nb = path, offset, layout.block_nbytes
+
+    def start(self) -> None:
+        pass
+
+    def describe(self, block_ids: list[int]) -> dict:
+        return {"shm_path": self._path, "shm_offset": self._offset, "block_nbytes": self._nb}
+
+    def stream(self, sock: socket.socket, block_ids: list[int]) -> None:
+        pass    # the sink reads the shared file itself, while this read keeps the blocks pinned
+
+    def close(self) -> None:
+        _unlink_quietly(self._path)   # mapped memory stays valid for this process and current sinks
+
+
+class ShmSinkPlane:
+    kind = "shm"
+
+    def __init__(self, kv: torch.Tensor, layout: KVLayout) -> None:
+        self._dst = kv.view(-1).view(torch.uint8)      # [num_blocks * block_nbytes] bytes, maybe on GPU
+        self._nb = layout.block_nbytes
+        self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()   # path -> uint8 view of the file
+        self._lock = threading.Lock()     # pulls run on several threads
+
+    def receive(self, sock: socket.socket, reply: dict, src_ids: list[int], dst_ids: list[int]) -> None:
+        path, offset = str(reply["shm_path"]), int(reply["shm_offset"])
+        if int(reply["block_nbytes"]) != self._nb:
+            raise TransferSizeMismatch(f"source blocks are {reply['block_nbytes']} bytes, here {self._nb}")
+        src = self._map(path)
+        need = offset + (max(src_ids, default=-1) + 1) * self._nb
+        if need > src.numel():
+            raise TransferSizeMismatch(f"shm file {path} has {src.numel()} bytes, blocks need {need}")
+        nb = self._nb
+        for s, d, c in paired_runs(src_ids, dst_ids):
+            self._dst[d * nb:(d + c) * nb].copy_(src[offset + s * nb:offset + (s + c) * nb])
+
+    def _map(self, path: str) -> torch.Tensor:
+        with self._lock:
+            return self._map_locked(path)
+
+    def _map_locked(self, path: str) -> torch.Tensor:
+        if path in self._maps:
+            self._maps.move_to_end(path)
+            return self._maps[path]
+        if not os.path.basename(path).startswith(PREFIX):
+            raise TransferError(f"refusing to map {path!r}: not a tandem KV file")
+        try:
+            size = os.path.getsize(path)
+        except OSError as exc:
+            raise TransferError(f"cannot open the source's shm file {path} ({exc}); the shm transport "
+                                "works only between processes of one host, use tcp across hosts") from exc
+        self._maps[path] = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+        while len(self._maps) > MAX_MAPPED_SOURCES:
+            self._maps.popitem(last=False)
+        return self._maps[path]
+
+    def close(self) -> None:
+        self._maps.clear()
