@@ -1,0 +1,65 @@
+"""Chat templates: Jinja2 in an immutable sandbox, with the globals Hub templates expect.
+
+Same environment settings as transformers' apply_chat_template (trim_blocks, lstrip_blocks,
+loop controls), so a template renders the same text here and there. Templates are untrusted
+code: the sandbox forbids attribute tricks and mutation of the inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from tandem.errors import InvalidRequest
+
+
+class ChatTemplateError(InvalidRequest):
+    """The template rejected the conversation (raise_exception) or failed to render (400, param messages)."""
+
+    def __init__(self, message: str, param: str | None = "messages") -> None:
+        super().__init__(message, param)
+
+
+def _raise_exception(message: str):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value, ensure_ascii: bool = False, indent=None, separators=None, sort_keys: bool = False) -> str:
+    # Jinja's own tojson escapes HTML characters; templates expect plain json.dumps
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _SafeNamespace(jinja2.utils.Namespace):
+    """namespace() without underscore-prefixed attributes (no route to CPython internals)."""
+
+    def __setitem__(self, name, value):
+        if isinstance(name, str) and name.startswith("_"):
+            raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} is not allowed")
+        super().__setitem__(name, value)
+
+
+def compile_template(source: str) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
+                       namespace=_SafeNamespace, dict=dict)
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"chat template does not parse (line {e.lineno}): {e.message}") from e
+
+
+def render(template: jinja2.Template, **variables) -> str:
+    try:
+        return template.render(**variables)
+    except jinja2.TemplateError as e:
+        raise ChatTemplateError(f"chat template error: {e}") from e

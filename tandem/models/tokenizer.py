@@ -1,0 +1,130 @@
+"""Tokenizer: a `tokenizers.Tokenizer` plus the special tokens and chat template of a model directory.
+
+Reads tokenizer.json, tokenizer_config.json (special tokens, added_tokens_decoder, chat_template),
+chat_template.jinja (transformers 5) or chat_template.json, and generation_config.json (extra
+eos ids).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as Backend
+
+from tandem.errors import ModelLoadError
+from tandem.models.chat_template import ChatTemplateError, compile_template, render
+
+_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+class Tokenizer:
+    def __init__(self, backend: Backend, config: dict, chat_template: str | None,
+                 extra_eos_ids: Sequence[int] = ()) -> None:
+        self.backend = backend
+        self.config = config
+        self.special_tokens: dict[str, str | None] = {k: _token_text(config.get(k)) for k in _SPECIAL_KEYS}
+        self._add_declared_tokens(config.get("added_tokens_decoder") or {})
+        self.bos_token_id = self._id_of(self.special_tokens["bos_token"])
+        eos_id = self._id_of(self.special_tokens["eos_token"])
+        ids = ([eos_id] if eos_id is not None else []) + list(extra_eos_ids)
+        self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))  # eos_token first, no repeats
+        self.chat_template = chat_template
+        self._template = compile_template(chat_template) if chat_template else None
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        tok_file = path / "tokenizer.json"
+        if not tok_file.is_file():
+            raise ModelLoadError(f"missing file {tok_file}: tandem needs a fast tokenizer (tokenizer.json)")
+        backend = Backend.from_file(str(tok_file))
+        config = _read_json(path / "tokenizer_config.json")
+        gen = _read_json(path / "generation_config.json")
+        eos = gen.get("eos_token_id")
+        extra = eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
+        return cls(backend, config, _find_chat_template(path, config), extra)
+
+    # -- text <-> ids -------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str | None]:
+        return [self.backend.id_to_token(i) for i in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    # -- chat -----------------------------------------------------------------------------------
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            add_generation_prompt: bool = True, **kwargs) -> str:
+        """Render the conversation as the model's prompt text (special tokens included as text).
+
+        Raises ChatTemplateError when the model has no template or the template rejects the input.
+        """
+        if self._template is None:
+            raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
+        variables = {k: v for k, v in self.special_tokens.items()}
+        variables.update(kwargs)
+        return render(self._template, messages=messages, tools=tools,
+                      add_generation_prompt=add_generation_prompt, **variables)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _add_declared_tokens(self, decoder: dict) -> None:
+        """Make sure every token tokenizer_config.json declares exists in the backend, as declared."""
+        specials, normal = [], []
+        for _, spec in sorted(decoder.items(), key=lambda kv: int(kv[0])):
+            content = spec.get("content") if isinstance(spec, dict) else None
+            if not content or self.backend.token_to_id(content) is not None:
+                continue
+            token = AddedToken(content, single_word=spec.get("single_word", False),
+                               lstrip=spec.get("lstrip", False), rstrip=spec.get("rstrip", False),
+                               normalized=spec.get("normalized", False), special=spec.get("special", False))
+            (specials if spec.get("special") else normal).append(token)
+        if specials:
+            self.backend.add_special_tokens(specials)
+        if normal:
+            self.backend.add_tokens(normal)
+
+    def _id_of(self, token: str | None) -> int | None:
+        return None if token is None else self.backend.token_to_id(token)
+
+
+def _token_text(value) -> str | None:
+    # tokenizer_config writes special tokens either as strings or as AddedToken dicts
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelLoadError(f"{path} is not valid JSON: {e}") from e
+
+
+def _find_chat_template(path: Path, config: dict) -> str | None:
+    """chat_template.jinja, else chat_template.json, else tokenizer_config.json's chat_template."""
+    jinja_file = path / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text()
+    template = _read_json(path / "chat_template.json").get("chat_template") or config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or next(iter(named.values()), None)
+    return template
+
+
+__all__ = ["Tokenizer", "ChatTemplateError"]

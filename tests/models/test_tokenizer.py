@@ -1,0 +1,112 @@
+"""Tokenizer and chat template agree with transformers' AutoTokenizer on the same directory."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.errors import ModelLoadError
+from tandem.models.chat_template import ChatTemplateError
+from tandem.models.tokenizer import Tokenizer
+from tandem.testing.tiny_model import write_test_model
+
+transformers = pytest.importorskip("transformers")
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather for a city, ünïcode & <tags>",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}},
+]
+CONVERSATIONS = [
+    [{"role": "user", "content": "Hello there!"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is 2 + 2?"},
+     {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3 + 3?"}],
+    [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "Weather in Paris?"},
+     {"role": "assistant", "content": None, "tool_calls": [
+         {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+         {"id": "c2", "type": "function", "function": {"name": "add", "arguments": '{"a": 1}'}}]},
+     {"role": "tool", "tool_call_id": "c1", "content": "sunny, 21 C"},
+     {"role": "tool", "tool_call_id": "c2", "content": "1"},
+     {"role": "assistant", "content": "It is sunny."},
+     {"role": "user", "content": [{"type": "text", "text": "Thanks"}, {"type": "text", "text": "!"}]}],
+]
+TEXTS = ["Hello world", "  spaces   and\ttabs\n", "ünïcödé ✓ 日本", "<|im_start|>user\nhi<|im_end|>",
+         "<tool_call>\n{\"name\": \"x\"}\n</tool_call>", ""]
+
+
+@pytest.fixture(scope="module", params=["LlamaForCausalLM", "Qwen3ForCausalLM"])
+def model_dir(request, tmp_path_factory):
+    return write_test_model(tmp_path_factory.mktemp(request.param), request.param)
+
+
+@pytest.fixture(scope="module")
+def pair(model_dir):
+    return Tokenizer.from_dir(model_dir), transformers.AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("special", [True, False])
+def test_encode_decode_match(pair, text, special):
+    ours, hf = pair
+    ids = ours.encode(text, add_special_tokens=special)
+    assert ids == hf.encode(text, add_special_tokens=special)
+    assert ours.decode(ids) == hf.decode(ids, skip_special_tokens=True)
+    assert ours.decode(ids, skip_special_tokens=False) == hf.decode(ids, skip_special_tokens=False)
+    assert ours.convert_ids_to_tokens(ids) == hf.convert_ids_to_tokens(ids)
+
+
+def test_special_tokens(pair):
+    ours, hf = pair
+    assert ours.bos_token_id == hf.bos_token_id
+    assert ours.eos_token_ids[0] == hf.eos_token_id
+    assert ours.token_to_id("<|im_end|>") in ours.eos_token_ids
+    assert ours.vocab_size == len(hf)
+
+
+@pytest.mark.parametrize("conv", range(len(CONVERSATIONS)))
+@pytest.mark.parametrize("tools", [None, TOOLS])
+@pytest.mark.parametrize("gen_prompt", [True, False])
+def test_chat_template_matches(pair, conv, tools, gen_prompt):
+    ours, hf = pair
+    messages = CONVERSATIONS[conv]
+    text = ours.apply_chat_template(messages, tools=tools, add_generation_prompt=gen_prompt)
+    assert text == hf.apply_chat_template(messages, tools=tools, add_generation_prompt=gen_prompt, tokenize=False)
+    assert ("<tools>" in text) == bool(tools)
+    if conv == 2:
+        assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+
+
+def test_template_raise_exception(pair):
+    ours, _ = pair
+    with pytest.raises(ChatTemplateError, match="only the first message may have role system") as e:
+        ours.apply_chat_template([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}])
+    assert e.value.status == 400 and e.value.param == "messages"
+
+
+def test_template_in_tokenizer_config(tmp_path):
+    path = write_test_model(tmp_path, "Qwen2ForCausalLM", chat_template_in_config=True)
+    assert not (path / "chat_template.jinja").exists()
+    assert "chat_template" in json.loads((path / "tokenizer_config.json").read_text())
+    ours, hf = Tokenizer.from_dir(path), transformers.AutoTokenizer.from_pretrained(str(path))
+    for messages in CONVERSATIONS:
+        assert ours.apply_chat_template(messages, tools=TOOLS) == hf.apply_chat_template(
+            messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
+
+
+def test_sandbox_blocks_escapes(tmp_path):
+    path = write_test_model(tmp_path)
+    (path / "chat_template.jinja").write_text("{{ messages.__class__.__mro__ }}")
+    with pytest.raises(ChatTemplateError):
+        Tokenizer.from_dir(path).apply_chat_template([{"role": "user", "content": "x"}])
+    (path / "chat_template.jinja").write_text("{% set _ = messages.append(1) %}{{ messages | length }}")
+    with pytest.raises(ChatTemplateError):
+        Tokenizer.from_dir(path).apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def test_missing_tokenizer_json(tmp_path):
+    path = write_test_model(tmp_path)
+    (path / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="tokenizer.json"):
+        Tokenizer.from_dir(path)
