@@ -1,0 +1,126 @@
+"""Engine behaviour: prefix cache, limits, abort, sampling, stop conditions."""
+
+import pytest
+
+from tandem.errors import InvalidRequest, PromptTooLong
+from tandem.types import FinishReason
+from tests.engine.helpers import prompts, request, run, tokens
+
+
+def test_shared_prefix_hits_cache_and_keeps_output(llama_dir, make_engine):
+    shared = prompts(1, seed=7, min_len=40, max_len=40)[0]
+    first, second = shared + [11, 12, 13], shared + [21, 22]
+    cached = make_engine(llama_dir)
+    run(cached, [request(first)])
+    out = run(cached, [r := request(second, max_tokens=10)])[r.request_id]
+    # 40 shared tokens = 10 full blocks of 4
+    assert out[-1].num_cached_tokens == 40
+    plain = make_engine(llama_dir, prefix_caching=False)
+    ref = run(plain, [p := request(second, max_tokens=10)])[p.request_id]
+    assert ref[-1].num_cached_tokens == 0
+    assert tokens(out) == tokens(ref)
+    stats = cached.stats()
+    assert stats.prefix_cache_queries == len(first) + len(second)
+    assert stats.prefix_cache_hits == 40
+
+
+def test_salted_requests_do_not_share(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    p = prompts(1, seed=8, min_len=30, max_len=30)[0]
+    run(engine, [_salted(p, "a")])
+    out = run(engine, [r := _salted(p, "b")])[r.request_id]
+    assert out[-1].num_cached_tokens == 0
+    out = run(engine, [r := _salted(p, "a")])[r.request_id]
+    assert out[-1].num_cached_tokens == 28
+
+
+def _salted(prompt, salt):
+    r = request(prompt, max_tokens=2)
+    r.cache_salt = salt
+    return r
+
+
+def test_too_long_prompts_are_refused(llama_dir, make_engine):
+    engine = make_engine(llama_dir, num_blocks=8)
+    with pytest.raises(PromptTooLong) as exc:
+        engine.add_request(request([5] * 40))  # 8 blocks of 4 hold 32 tokens
+    assert "KV cache" in exc.value.message and exc.value.status == 413
+    big = make_engine(llama_dir)
+    with pytest.raises(PromptTooLong, match="context"):
+        big.add_request(request([5] * 2048))
+    with pytest.raises(InvalidRequest) as exc:
+        big.add_request(request([]))
+    assert exc.value.param == "prompt"
+    with pytest.raises(InvalidRequest):
+        big.add_request(request([100_000]))
+
+
+def test_abort_frees_blocks_within_a_step(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    reqs = [request(p, max_tokens=50) for p in prompts(3, seed=9)]
+    for r in reqs:
+        engine.add_request(r)
+    engine.step()
+    engine.step()
+    delta = engine.abort(reqs[1].request_id)
+    assert delta.finished and delta.finish_reason is FinishReason.ABORT
+    assert reqs[1].request_id not in engine.kv._blocks
+    while engine.has_work():
+        engine.step()
+
+
+def test_max_tokens_stop_token_and_min_tokens(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    p = prompts(1, seed=10)[0]
+    free = tokens(run(engine, [r := request(p, max_tokens=8)])[r.request_id])
+    assert len(free) == 8
+    stop_at = free[3]
+    out = run(engine, [r := request(p, max_tokens=8, stop_token_ids=(stop_at,))])[r.request_id]
+    first = free.index(stop_at)
+    assert tokens(out) == free[:first + 1] and out[-1].finish_reason is FinishReason.STOP
+    out = run(engine, [r := request(p, max_tokens=8, stop_token_ids=(stop_at,), min_tokens=first + 2)])
+    assert len(tokens(out[r.request_id])) > first + 1
+
+
+def test_stop_string_truncates_text(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    p = prompts(1, seed=11)[0]
+    full = run(engine, [r := request(p, max_tokens=12)])[r.request_id]
+    text = "".join(d.new_text for d in full)
+    assert len(text) > 6
+    stop = text[3:6]
+    out = run(engine, [r := request(p, max_tokens=12, stop=(stop,))])[r.request_id]
+    got = "".join(d.new_text for d in out)
+    assert got == text[:text.index(stop)] and out[-1].finish_reason is FinishReason.STOP
+
+
+def test_seeded_sampling_is_reproducible_in_any_batch(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    p = prompts(1, seed=12)[0]
+    params = dict(max_tokens=10, temperature=1.0, seed=1234, ignore_eos=True)
+    alone = tokens(run(engine, [r := request(p, **params)])[r.request_id])
+    others = [request(q, max_tokens=10, temperature=1.0, ignore_eos=True) for q in prompts(4, seed=13)]
+    batch = run(engine, others + [r := request(p, **params)])
+    assert tokens(batch[r.request_id]) == alone
+    unseeded = [tokens(run(engine, [u := request(p, max_tokens=10, temperature=1.0)])[u.request_id])
+                for _ in range(3)]
+    assert any(u != alone for u in unseeded)
+
+
+def test_logprobs_reported_per_token(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    out = run(engine, [r := request(prompts(1, seed=14)[0], max_tokens=4, logprobs=3)])[r.request_id]
+    lps = [lp for d in out for lp in (d.logprobs or [])]
+    assert len(lps) == 4
+    for lp, tok in zip(lps, tokens(out)):
+        assert lp.token_id == tok and lp.logprob <= 0 and len(lp.top) == 3
+        assert lp.top[0][1] >= lp.logprob - 1e-6  # greedy: the sampled token is the best
+
+
+def test_stats_count_tokens_and_usage(llama_dir, make_engine):
+    engine = make_engine(llama_dir)
+    ps = prompts(2, seed=15)
+    run(engine, [request(p, max_tokens=5) for p in ps])
+    s = engine.stats()
+    assert s.prompt_tokens == sum(map(len, ps)) and s.generation_tokens == 10
+    assert s.num_running == 0 and s.num_waiting == 0 and s.kv_cache_usage == 0.0
