@@ -1,0 +1,113 @@
+"""From the registry's live state to one routing decision: snapshot, admission, policy, bookkeeping.
+
+The policy stays pure; this module does everything around it: reads the registry, the load
+tracker and the prefix index, hashes the prompt like the workers do, and counts the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tandem.errors import NoHealthyWorker
+from tandem.gateway.registry import Registry, Worker
+from tandem.kv.block_hash import hash_request_blocks
+from tandem.router.admission import AdmissionLimits, admit
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies.base import Policy
+from tandem.router.prefix_index import PrefixIndex
+from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
+
+DEFAULT_BLOCK_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Route:
+    worker: Worker
+    decision: Decision
+    cached_blocks: int    # leading blocks of the tokens the chosen worker holds (index view)
+    uncached_tokens: int  # tokens it is expected to compute
+
+
+@dataclass
+class HashMemo:
+    """Block hashes of one token sequence, per (block size, seed), computed once per request."""
+
+    token_ids: Sequence[int]
+    cache_salt: str | None
+    _memo: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+
+    def get(self, block_size: int, seed: int) -> list[int]:
+        key = (block_size, seed)
+        if key not in self._memo:
+            self._memo[key] = hash_request_blocks(self.token_ids, block_size, self.cache_salt, seed)
+        return self._memo[key]
+
+
+class Router:
+    def __init__(self, registry: Registry, index: PrefixIndex, tracker: LoadTracker,
+                 policies: dict[str, Policy], limits: AdmissionLimits, on_decision=None) -> None:
+        self.registry = registry
+        self.index = index
+        self.tracker = tracker
+        self.policies = policies          # pool (role) -> policy
+        self.limits = limits
+        self.on_decision = on_decision    # callback(pool, Decision), for metrics
+        self._seq: dict[str, int] = {}
+
+    def mode(self) -> str:
+        """"pd" when a prefill and a decode worker can take work, else "colocated"."""
+        if self.registry.has_live("prefill") and self.registry.has_live("decode"):
+            return "pd"
+        if self.registry.has_live("both"):
+            return "colocated"
+        if self.registry.pool("prefill") or self.registry.pool("decode"):
+            missing = "prefill" if not self.registry.has_live("prefill") else "decode"
+            raise NoHealthyWorker(f"no healthy {missing} worker; retry later")
+        raise NoHealthyWorker("no healthy worker is registered with the gateway; retry later")
+
+    def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
+               exclude: frozenset[str] = frozenset()) -> Route:
+        """Pick a worker of role `pool`; raises NoHealthyWorker (503) or CapacityExceeded (429).
+
+        `exclude` lists workers that just failed this request: avoided while another is live.
+        """
+        workers = self.registry.pool(pool)
+        live = [w for w in workers if w.healthy and not w.draining]
+        if exclude and any(w.url not in exclude for w in live):
+            workers = [w for w in workers if w.url not in exclude]
+        ref = next((w for w in live if w.block_size), None)
+        block_size = ref.block_size if ref else DEFAULT_BLOCK_SIZE
+        hashes = tokens.get(block_size, ref.hash_seed if ref else 0)
+        matches = self.index.match(hashes)
+        seq = self._seq.get(pool, 0)
+        self._seq[pool] = seq + 1
+        snap = Snapshot(
+            workers=tuple(self._load(w, matches.get(w.url, 0)) for w in workers),
+            request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
+                                block_size=block_size, session_id=session_id, seq=seq))
+        snap = admit(snap, self.limits, pool)
+        decision = self.policies[pool].choose(snap)
+        if self.on_decision is not None:
+            self.on_decision(pool, decision)
+        chosen = snap.by_id(decision.worker_id)
+        worker = next(w for w in workers if w.url == decision.worker_id)
+        uncached = max(0, len(tokens.token_ids) - chosen.cached_blocks * block_size)
+        return Route(worker, decision, chosen.cached_blocks, uncached)
+
+    def _load(self, w: Worker, cached_blocks: int) -> WorkerLoad:
+        load = self.tracker.load(w.url)
+        s = w.stats
+        return WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
+                          draining=w.draining, prefill_tokens=load.prefill_tokens,
+                          decode_tokens=load.decode_tokens, running=int(s.get("num_running", 0)),
+                          waiting=int(s.get("num_waiting", 0)), in_flight=load.in_flight,
+                          kv_usage=float(s.get("kv_cache_usage", 0.0)), cached_blocks=cached_blocks)
+
+
+def pools_policies(default: Policy, prefill: Policy | None = None, decode: Policy | None = None
+                   ) -> dict[str, Policy]:
+    return {"both": default, "prefill": prefill or default, "decode": decode or default}
+
+
+__all__ = ["HashMemo", "Route", "Router", "pools_policies"]

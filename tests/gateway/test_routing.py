@@ -1,0 +1,70 @@
+import pytest
+
+from tandem.errors import CapacityExceeded, NoHealthyWorker
+from tandem.gateway.config import RegistryConfig
+from tandem.gateway.registry import Registry
+from tandem.gateway.routing import HashMemo, Router, pools_policies
+from tandem.kv.block_hash import hash_request_blocks
+from tandem.router.admission import AdmissionLimits
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies import make_policy
+from tandem.router.prefix_index import PrefixIndex
+
+
+def cluster(roles, policy="default", limits=AdmissionLimits()):
+    reg = Registry(RegistryConfig())
+    for i, role in enumerate(roles):
+        w = reg.add_static(f"http://127.0.0.1:{9000 + i}", role)
+        reg.poll_ok(w.url, {"role": role, "kv_layout": {"block_size": 4}}, 0.0)
+    index, tracker = PrefixIndex(), LoadTracker()
+    decisions = []
+    router = Router(reg, index, tracker, pools_policies(make_policy(policy)), limits,
+                    on_decision=lambda pool, d: decisions.append((pool, d.reason)))
+    return reg, index, tracker, router, decisions
+
+
+def test_prefix_holder_chosen_and_uncached_estimated():
+    reg, index, tracker, router, decisions = cluster(["both", "both"])
+    toks = list(range(40))
+    index.stored("http://127.0.0.1:9001", hash_request_blocks(toks[:24], 4, None, 0))
+    r = router.choose("both", HashMemo(toks, None), None)
+    assert r.worker.url == "http://127.0.0.1:9001"
+    assert (r.cached_blocks, r.uncached_tokens) == (6, 16)
+    assert decisions == [("both", "prefix")]
+    # another tenant's salt shares nothing
+    r = router.choose("both", HashMemo(toks, "other"), None)
+    assert r.cached_blocks == 0
+
+
+def test_tracker_load_steers_token_aware():
+    reg, index, tracker, router, _ = cluster(["prefill", "prefill"], policy="token_aware")
+    tracker.dispatch("x", "http://127.0.0.1:9000", pending=500)
+    assert router.choose("prefill", HashMemo([1] * 10, None), None).worker.url == "http://127.0.0.1:9001"
+
+
+def test_exclude_is_a_preference():
+    reg, index, tracker, router, _ = cluster(["decode", "decode"], policy="round_robin")
+    ex = frozenset({"http://127.0.0.1:9000"})
+    assert {router.choose("decode", HashMemo([1], None), None, ex).worker.url for _ in range(4)} \
+        == {"http://127.0.0.1:9001"}
+    reg.mark_dead("http://127.0.0.1:9001")
+    assert router.choose("decode", HashMemo([1], None), None, ex).worker.url == "http://127.0.0.1:9000"
+
+
+def test_mode_and_errors():
+    reg, index, tracker, router, _ = cluster(["prefill", "decode", "both"])
+    assert router.mode() == "pd"
+    reg.mark_dead("http://127.0.0.1:9001")
+    assert router.mode() == "colocated"
+    reg.mark_dead("http://127.0.0.1:9002")
+    with pytest.raises(NoHealthyWorker, match="decode"):
+        router.mode()
+    with pytest.raises(NoHealthyWorker):
+        Router(Registry(RegistryConfig()), PrefixIndex(), LoadTracker(), {}, AdmissionLimits()).mode()
+
+
+def test_saturated_pool_is_429():
+    reg, index, tracker, router, _ = cluster(["both"], limits=AdmissionLimits(max_in_flight=1))
+    tracker.dispatch("x", "http://127.0.0.1:9000", pending=1)
+    with pytest.raises(CapacityExceeded):
+        router.choose("both", HashMemo([1], None), None)
