@@ -1,0 +1,113 @@
+"""build_app(backend, config): the worker's HTTP app; the gateway builds its own over its Backend.
+
+Routes: OpenAI (/v1/...), Workers AI (/client/v4/...), internal (/internal/...), /health,
+/metrics. Bearer authentication, when keys are configured, guards everything but /health
+and /metrics. Middleware is plain ASGI: Starlette's BaseHTTPMiddleware would sit between
+the stream and the disconnect and delay cancellation.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tandem.errors import InvalidRequest, TandemError, Unauthorized
+from tandem.server.backend import Backend
+from tandem.server.config import ServerConfig
+from tandem.server.context import ServerContext
+from tandem.server.errors import openai_error_response, workers_ai_error_response
+from tandem.server.internal_api import internal_routes
+from tandem.server.openai_api import openai_routes
+from tandem.server.responses import json_response
+from tandem.server.workers_ai_api import workers_ai_routes
+
+Hook = Callable[[], Awaitable[None]]
+_OPEN_PATHS = ("/health", "/metrics")
+
+
+def _error_for_path(path: str, err: TandemError) -> Response:
+    return workers_ai_error_response(err) if path.startswith("/client/") else openai_error_response(err)
+
+
+class BearerAuth:
+    """401 unless `Authorization: Bearer <one of keys>`; /health and /metrics stay open."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys]
+
+    def allowed(self, scope: Scope) -> bool:
+        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
+            return True
+        value = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, token = value.partition(b" ")
+        if scheme.lower() != b"bearer":
+            return False
+        token = token.strip()
+        # Compare with every key (no early exit) so timing reveals nothing.
+        return sum(hmac.compare_digest(token, k) for k in self.keys) > 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        err = Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+        await _error_for_path(scope["path"], err)(scope, receive, send)
+
+
+def _health_routes(ctx: ServerContext) -> list[Route]:
+    async def health(request: Request) -> Response:
+        if ctx.ready:
+            return json_response({"status": "ok"})
+        return json_response({"status": "starting"}, status=503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return [Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"])]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    err = InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}")
+    err.status = exc.status_code
+    err.error_type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return _error_for_path(request.url.path, err)
+
+
+def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = None,
+              shutdown: Hook | None = None, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+    """The HTTP app over `backend`. `startup`/`shutdown` run in the lifespan (a worker passes
+    AsyncEngine.start/shutdown); /health answers 200 only between them."""
+    ctx = ServerContext.create(backend, config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        if startup is not None:
+            await startup()
+        ctx.ready = True
+        try:
+            yield
+        finally:
+            ctx.ready = False
+            if shutdown is not None:
+                await shutdown()
+
+    routes = [*openai_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
+              *_health_routes(ctx), *extra_routes]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error})
+    if config.api_keys:
+        app.add_middleware(BearerAuth, keys=config.api_keys)
+    app.state.ctx = ctx
+    return app

@@ -1,0 +1,131 @@
+"""Chat messages and tools -> prompt token ids, through the model's chat template.
+
+Shared by the OpenAI and Workers AI routes, and by the gateway (which must tokenize exactly
+like a worker to hash prefixes): the same messages always render to the same ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tandem.errors import InvalidRequest
+from tandem.server.errors import NotSupportedYet
+from tandem.server.fields import bad
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Keys of chat_template_kwargs that would clash with the template call itself.
+_RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "tokenize",
+                                       "add_generation_prompt"})
+
+
+def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
+    """OpenAI messages -> what HF chat templates expect.
+
+    Text parts are joined into one string; "developer" becomes "system"; tool call
+    arguments given as a JSON string become an object (templates render them with tojson).
+    """
+    if not isinstance(raw, list) or not raw:
+        raise bad(param, "must be a non-empty array of messages")
+    out = []
+    for i, msg in enumerate(raw):
+        p = f"{param}[{i}]"
+        if not isinstance(msg, dict):
+            raise bad(p, "must be an object with 'role' and 'content'")
+        role = msg.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise bad(f"{p}.role", f"must be one of {sorted(_ROLES)}, got {role!r}")
+        norm = dict(msg)
+        norm["role"] = "system" if role == "developer" else role
+        norm["content"] = _content_text(msg.get("content"), role, msg, f"{p}.content")
+        if msg.get("tool_calls") is not None:
+            norm["tool_calls"] = _tool_calls(msg["tool_calls"], f"{p}.tool_calls")
+        out.append(norm)
+    return out
+
+
+def _content_text(content: Any, role: str, msg: dict, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        if role == "assistant" and msg.get("tool_calls"):
+            return ""
+        raise bad(param, "is required")
+    if isinstance(content, list):
+        texts = []
+        for k, part in enumerate(content):
+            if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                raise bad(f"{param}[{k}]", "must be an object with a 'type'")
+            if part["type"] != "text":
+                raise NotSupportedYet(f"{param}[{k}]", f"of type {part['type']!r}")
+            if not isinstance(part.get("text"), str):
+                raise bad(f"{param}[{k}].text", "must be a string")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise bad(param, "must be a string or an array of content parts")
+
+
+def _tool_calls(calls: Any, param: str) -> list[dict]:
+    if not isinstance(calls, list):
+        raise bad(param, "must be an array")
+    out = []
+    for k, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad(f"{param}[{k}].function", "must be an object with a 'name'")
+        args = fn.get("arguments")
+        if isinstance(args, str):
+            try:
+                parsed = orjson.loads(args) if args.strip() else {}
+            except orjson.JSONDecodeError:
+                parsed = None  # keep the string: the template gets what the client sent
+            if isinstance(parsed, dict):
+                fn = {**fn, "arguments": parsed}
+        out.append({**call, "function": fn})
+    return out
+
+
+def validate_tools(raw: Any, tool_choice: Any, param: str = "tools") -> list[dict] | None:
+    """The tools list for the chat template, or None. Only tool_choice auto/none for now."""
+    if tool_choice is not None and tool_choice not in ("auto", "none"):
+        what = f"value {tool_choice!r}" if isinstance(tool_choice, str) else "naming a function"
+        raise NotSupportedYet("tool_choice", what)
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise bad(param, "must be an array of tools")
+    for k, tool in enumerate(raw):
+        p = f"{param}[{k}]"
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise bad(p, "must be an object of type 'function'")
+        fn = tool.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise bad(f"{p}.function", "must be an object with a non-empty 'name'")
+        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+            raise bad(f"{p}.function.parameters", "must be a JSON schema object")
+    return raw or None
+
+
+def template_kwargs(raw: Any) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise bad("chat_template_kwargs", "must be an object")
+    clash = sorted(_RESERVED_TEMPLATE_KWARGS & raw.keys())
+    if clash:
+        raise bad("chat_template_kwargs", f"must not set {clash}")
+    return raw
+
+
+def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
+                kwargs: dict, param: str = "messages") -> list[int]:
+    """Prompt token ids of a conversation, ready for the assistant's turn."""
+    try:
+        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                             **kwargs)
+    except Exception as exc:  # a template's raise_exception() or a malformed message
+        raise InvalidRequest(f"the chat template rejected the messages: {exc}", param=param) \
+            from None
+    # The template writes the special tokens (BOS, role markers) itself.
+    return list(tokenizer.encode(text, add_special_tokens=False))

@@ -1,0 +1,19 @@
+"""Settings of the HTTP layer (worker or gateway). Built by the CLI; nothing here reads the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    served_model_name: str | None = None  # name clients must send; None: the backend's model_name
+    api_keys: tuple[str, ...] = ()        # Bearer keys; empty: no authentication
+    max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
+    max_n: int = 16                       # largest `n` (choices per prompt)
+    max_prompts: int = 64                 # largest list of prompts in one completions request
+    host: str = "127.0.0.1"
+    port: int = 8000
+    gateway_url: str | None = None        # --gateway: the gateway this worker registers with
+    log_level: str = "info"
+    access_log: bool = False

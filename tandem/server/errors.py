@@ -1,0 +1,91 @@
+"""Turning errors into the two error envelopes the HTTP layer speaks.
+
+OpenAI routes (and the internal API): {"error": {"message", "type", "param", "code"}}.
+Workers AI routes: {"result": null, "success": false, "errors": [{"code", "message"}], "messages": []}.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.responses import Response
+
+from tandem.errors import (CapacityExceeded, InvalidRequest, ModelNotFound, NoHealthyWorker,
+                           PromptTooLong, TandemError, Unauthorized)
+from tandem.server.responses import json_response
+
+log = logging.getLogger(__name__)
+
+
+class BodyTooLarge(TandemError):
+    """The request body exceeds ServerConfig.max_body_bytes (413)."""
+
+    status = 413
+    code = "request_too_large"
+
+
+class NotSupportedYet(InvalidRequest):
+    """A valid OpenAI / Workers AI parameter that tandem does not implement yet (400)."""
+
+    code = "not_supported"
+
+    def __init__(self, param: str, what: str | None = None) -> None:
+        super().__init__(f"'{param}'{' ' + what if what else ''} is not supported yet", param=param)
+
+
+class BackendFailure(TandemError):
+    """The engine failed a request for a reason the caller cannot fix (500)."""
+
+    status = 500
+    error_type = "server_error"
+    code = "internal_error"
+
+
+def as_tandem_error(exc: BaseException) -> TandemError:
+    """A TandemError as is; anything else becomes a 500 whose details stay in the log."""
+    if isinstance(exc, TandemError):
+        return exc
+    log.error("request failed", exc_info=exc)
+    return BackendFailure("internal error while generating; see the server log")
+
+
+def openai_error_body(exc: TandemError) -> dict:
+    return {"error": {"message": exc.message, "type": exc.error_type,
+                      "param": exc.param, "code": exc.code}}
+
+
+def openai_error_response(exc: BaseException) -> Response:
+    err = as_tandem_error(exc)
+    return json_response(openai_error_body(err), status=err.status)
+
+
+# Workers AI's numeric error codes for the failures tandem can report.
+_WORKERS_AI_CODES: tuple[tuple[type[TandemError], int], ...] = (
+    (Unauthorized, 10000),
+    (ModelNotFound, 5007),
+    (PromptTooLong, 5021),
+    (BodyTooLarge, 5021),
+    (CapacityExceeded, 3040),
+    (NoHealthyWorker, 3043),
+    (BackendFailure, 3043),
+    (InvalidRequest, 5006),
+)
+
+
+def workers_ai_error_code(err: TandemError) -> int:
+    for cls, code in _WORKERS_AI_CODES:
+        if isinstance(err, cls):
+            return code
+    return 5006 if err.status < 500 else 3043
+
+
+def workers_ai_error_body(err: TandemError) -> dict:
+    message = err.message if err.param is None or err.param in err.message \
+        else f"{err.message} (param: {err.param})"
+    return {"result": None, "success": False,
+            "errors": [{"code": workers_ai_error_code(err), "message": message}], "messages": []}
+
+
+def workers_ai_error_response(exc: BaseException) -> Response:
+    err = as_tandem_error(exc)
+    return json_response(workers_ai_error_body(err), status=err.status)

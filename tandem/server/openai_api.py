@@ -1,0 +1,104 @@
+"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models.
+
+Flow of a request: parse (400/404/413 before any engine work) -> GenerationRun.start()
+(engine errors before the first token still get their status; backend headers known) ->
+either collect into one JSON object or stream SSE events ending with `data: [DONE]`.
+A client that disconnects cancels the run, which aborts its engine requests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.server.context import ServerContext
+from tandem.server.disconnect import ClientGone, until_disconnect
+from tandem.server.errors import BackendFailure, as_tandem_error, openai_error_body, openai_error_response
+from tandem.server.openai_format import OpenAIFormatter, make_id
+from tandem.server.openai_protocol import ParsedRequest, parse_chat, parse_completion
+from tandem.server.request_body import read_json_object
+from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
+from tandem.server.run import GenerationRun
+from tandem.types import FinishReason, RequestDelta
+
+
+def check_delta(d: RequestDelta) -> RequestDelta:
+    """A delta the engine failed (finish_reason error) becomes a 500 for the client."""
+    if d.finish_reason is FinishReason.ERROR:
+        raise BackendFailure(f"generation failed: {d.error or 'unknown engine error'}")
+    return d
+
+
+async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:
+    """Run a parsed OpenAI request and answer it (streaming or not)."""
+    rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
+    run = ctx.run(parsed.engine_requests(rid))
+    fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
+    if not parsed.stream:
+        body = await until_disconnect(request, lambda: _collect(run, fmt))
+        return json_response(body, headers=run.info.headers)
+    try:
+        await until_disconnect(request, run.start)
+    except BaseException:
+        await run.aclose()
+        raise
+    return sse_response(_stream(run, fmt), headers=run.info.headers)
+
+
+async def _collect(run: GenerationRun, fmt: OpenAIFormatter) -> dict:
+    try:
+        await run.start()
+        async for i, d in run.deltas():
+            fmt.add(i, check_delta(d))
+    finally:
+        await run.aclose()
+    return fmt.response()
+
+
+async def _stream(run: GenerationRun, fmt: OpenAIFormatter) -> AsyncIterator[bytes]:
+    """SSE body. An error after the first byte can only be reported in-band: one
+    `data: {"error": ...}` event, then [DONE]."""
+    try:
+        start = fmt.stream_start()
+        if start:
+            yield start
+        async for i, d in run.deltas():
+            chunk = fmt.stream_delta(i, check_delta(d))
+            if chunk:
+                yield chunk
+        yield fmt.stream_end() + SSE_DONE
+    except Exception as exc:
+        yield sse_event(openai_error_body(as_tandem_error(exc))) + SSE_DONE
+    finally:
+        await run.aclose()
+
+
+def openai_routes(ctx: ServerContext) -> list[Route]:
+    async def handle(request: Request, parse) -> Response:
+        try:
+            body = await read_json_object(request, ctx.config.max_body_bytes)
+            parsed = parse(body, ctx.parse_context())
+            return await serve_parsed(request, ctx, parsed)
+        except (ClientGone, ClientDisconnect):
+            return Response(status_code=499)  # nobody is listening; nginx's "client closed"
+        except Exception as exc:
+            return openai_error_response(exc)
+
+    async def chat(request: Request) -> Response:
+        return await handle(request, parse_chat)
+
+    async def completions(request: Request) -> Response:
+        return await handle(request, parse_completion)
+
+    async def models(request: Request) -> Response:
+        return json_response({"object": "list", "data": [{
+            "id": ctx.served_name, "object": "model", "created": int(time.time()),
+            "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len}]})
+
+    return [Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"])]

@@ -1,0 +1,201 @@
+"""Engine deltas -> OpenAI response bodies and stream chunks (chat and completions).
+
+`OpenAIFormatter` turns the merged (choice index, delta) stream of one HTTP request into
+either SSE events or, collected, one response object. Shapes follow OpenAI's API exactly:
+chat chunks open with the role and close with an empty delta carrying finish_reason;
+with stream_options.include_usage every chunk has "usage": null and one last chunk has
+empty choices and the usage.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+
+from tandem.server.openai_protocol import ParsedRequest
+from tandem.server.responses import sse_event
+from tandem.types import RequestDelta, TokenLogprob
+
+_MIN_LOGPROB = -9999.0  # JSON has no -inf; OpenAI clients expect a number
+
+
+def make_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def system_fingerprint(model_name: str) -> str:
+    return f"fp_{zlib.crc32(f'tandem/{model_name}'.encode()):08x}"
+
+
+class TokenTexts:
+    """Display text of single tokens (for logprobs), cached; bounded to `capacity` entries."""
+
+    def __init__(self, tokenizer, capacity: int = 65536) -> None:
+        self._tok = tokenizer
+        self._cache: dict[int, str] = {}
+        self._capacity = capacity
+
+    def __call__(self, token_id: int) -> str:
+        text = self._cache.get(token_id)
+        if text is None:
+            if len(self._cache) >= self._capacity:
+                self._cache.clear()
+            text = self._tok.decode([token_id], skip_special_tokens=False)
+            self._cache[token_id] = text
+        return text
+
+
+def _lp(value: float) -> float:
+    return value if value > _MIN_LOGPROB else _MIN_LOGPROB
+
+
+def chat_logprobs(lps: list[TokenLogprob], texts: TokenTexts) -> list[dict]:
+    """Chat shape: [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]."""
+    out = []
+    for lp in lps:
+        tok = texts(lp.token_id)
+        out.append({"token": tok, "logprob": _lp(lp.logprob), "bytes": list(tok.encode()),
+                    "top_logprobs": [{"token": (t := texts(tid)), "logprob": _lp(v),
+                                      "bytes": list(t.encode())} for tid, v in lp.top]})
+    return out
+
+
+def completion_logprobs(lps: list[TokenLogprob], texts: TokenTexts, offset: int) -> tuple[dict, int]:
+    """Completions shape {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; returns
+    it and the text offset after these tokens."""
+    tokens, values, tops, offsets = [], [], [], []
+    for lp in lps:
+        tok = texts(lp.token_id)
+        tokens.append(tok)
+        values.append(_lp(lp.logprob))
+        top = {texts(tid): _lp(v) for tid, v in lp.top}
+        top.setdefault(tok, _lp(lp.logprob))
+        tops.append(top)
+        offsets.append(offset)
+        offset += len(tok)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}, offset
+
+
+def usage_dict(prompt: int, completion: int, cached: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+@dataclass
+class _Choice:
+    texts: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0      # counted from deltas
+    final_output_tokens: int = 0  # as the final delta reports it
+    text_offset: int = 0        # completions logprobs, streaming
+
+
+class OpenAIFormatter:
+    """State of one chat or completions response across its deltas."""
+
+    def __init__(self, parsed: ParsedRequest, request_id: str, fingerprint: str,
+                 texts: TokenTexts) -> None:
+        self.p = parsed
+        self.chat = parsed.kind == "chat"
+        self.id = request_id
+        self.created = int(time.time())
+        self.fingerprint = fingerprint
+        self.texts = texts
+        self.choices = [_Choice() for _ in range(len(parsed.prompts) * parsed.n)]
+
+    # -- shared bookkeeping -------------------------------------------------
+    def _record(self, i: int, d: RequestDelta) -> _Choice:
+        c = self.choices[i]
+        if d.num_prompt_tokens:
+            c.prompt_tokens = d.num_prompt_tokens
+            c.cached_tokens = d.num_cached_tokens
+        c.output_tokens += len(d.new_token_ids)
+        if d.finished:
+            c.finish_reason = d.finish_reason.value if d.finish_reason else "stop"
+            c.final_output_tokens = d.num_output_tokens
+        return c
+
+    def usage(self) -> dict:
+        """Prompt tokens count once per prompt (choice j = 0), completions for every choice."""
+        n = self.p.n
+        firsts = self.choices[::n]
+        prompt = sum(c.prompt_tokens for c in firsts)
+        cached = sum(c.cached_tokens for c in firsts)
+        completion = sum(c.final_output_tokens or c.output_tokens for c in self.choices)
+        return usage_dict(prompt, completion, cached)
+
+    # -- streaming ------------------------------------------------------------
+    def _chunk(self, choices: list[dict]) -> dict:
+        chunk = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
+                 "created": self.created, "model": self.p.model,
+                 "system_fingerprint": self.fingerprint, "choices": choices}
+        if self.p.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def stream_start(self) -> bytes:
+        """Chat opens every choice with the assistant role; completions send nothing."""
+        if not self.chat:
+            return b""
+        return b"".join(sse_event(self._chunk([
+            {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+             "finish_reason": None}])) for i in range(len(self.choices)))
+
+    def stream_delta(self, i: int, d: RequestDelta) -> bytes:
+        c = self._record(i, d)
+        has_lp = self.p.logprobs and bool(d.logprobs)
+        events = []
+        if self.chat:
+            if d.new_text or has_lp:
+                lp = {"content": chat_logprobs(d.logprobs, self.texts)} if has_lp else None
+                events.append(sse_event(self._chunk([{"index": i, "delta": {"content": d.new_text},
+                                                      "logprobs": lp, "finish_reason": None}])))
+            if d.finished:
+                events.append(sse_event(self._chunk([{"index": i, "delta": {}, "logprobs": None,
+                                                      "finish_reason": c.finish_reason}])))
+        elif d.new_text or has_lp or d.finished:
+            lp = None
+            if has_lp:
+                lp, c.text_offset = completion_logprobs(d.logprobs, self.texts, c.text_offset)
+            events.append(sse_event(self._chunk([{"index": i, "text": d.new_text, "logprobs": lp,
+                                                  "finish_reason": c.finish_reason}])))
+        return b"".join(events)
+
+    def stream_end(self) -> bytes:
+        if not self.p.include_usage:
+            return b""
+        chunk = self._chunk([])
+        chunk["usage"] = self.usage()
+        return sse_event(chunk)
+
+    # -- one response object ----------------------------------------------------
+    def add(self, i: int, d: RequestDelta) -> None:
+        c = self._record(i, d)
+        if d.new_text:
+            c.texts.append(d.new_text)
+        if self.p.logprobs and d.logprobs:
+            c.logprobs.extend(d.logprobs)
+
+    def response(self) -> dict:
+        choices = []
+        for i, c in enumerate(self.choices):
+            text = "".join(c.texts)
+            if self.chat:
+                lp = {"content": chat_logprobs(c.logprobs, self.texts)} if self.p.logprobs else None
+                choices.append({"index": i, "message": {"role": "assistant", "content": text,
+                                                        "refusal": None},
+                                "logprobs": lp, "finish_reason": c.finish_reason})
+            else:
+                lp = completion_logprobs(c.logprobs, self.texts, 0)[0] if self.p.logprobs else None
+                choices.append({"index": i, "text": text, "logprobs": lp,
+                                "finish_reason": c.finish_reason})
+        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                "created": self.created, "model": self.p.model,
+                "system_fingerprint": self.fingerprint, "choices": choices, "usage": self.usage()}

@@ -1,0 +1,224 @@
+"""OpenAI request bodies -> what the engine needs (prompt token ids, SamplingParams, options).
+
+Pure functions of (body, ParseContext): no I/O, so the gateway parses exactly like a worker.
+Every bad value raises a TandemError naming its param (400), an unknown model 404, a prompt
+that leaves no room to generate 413.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tandem.errors import ModelNotFound, PromptTooLong
+from tandem.server.chat_prompt import normalize_messages, render_chat, template_kwargs, validate_tools
+from tandem.server.errors import NotSupportedYet
+from tandem.server.fields import Fields, bad
+from tandem.types import EngineRequest, SamplingParams
+
+_SEED_MIN, _SEED_MAX = -(2**63), 2**63 - 1
+MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """What parsing needs to know about the server."""
+
+    served_name: str
+    tokenizer: Any          # tandem.models.tokenizer.Tokenizer (or anything with its methods)
+    max_model_len: int
+    max_n: int = 16
+    max_prompts: int = 64
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """One validated HTTP request: len(prompts) * n engine requests."""
+
+    kind: str                          # "chat" | "completion"
+    model: str                         # as the client named it (echoed in responses)
+    prompts: tuple[tuple[int, ...], ...]  # prompt token ids, one tuple per prompt
+    sampling: SamplingParams           # shared by every engine request (seed varies with n)
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False        # stream_options.include_usage
+    cache_salt: str | None = None
+    user: str | None = None
+
+    @property
+    def logprobs(self) -> bool:
+        return self.sampling.logprobs is not None
+
+    def engine_requests(self, base_id: str) -> list[EngineRequest]:
+        """Engine requests in choice order: choice index = prompt index * n + j.
+
+        With a seed and n > 1, choice j uses seed + j: reproducible, yet not n copies.
+        """
+        out = []
+        for p, ids in enumerate(self.prompts):
+            for j in range(self.n):
+                sp = self.sampling
+                if sp.seed is not None and j:
+                    sp = replace(sp, seed=_wrap_seed(sp.seed + j))
+                out.append(EngineRequest(request_id=f"{base_id}-{p * self.n + j}",
+                                         prompt_token_ids=list(ids), sampling=sp,
+                                         cache_salt=self.cache_salt))
+        return out
+
+
+def _wrap_seed(seed: int) -> int:
+    return (seed - _SEED_MIN) % 2**64 + _SEED_MIN
+
+
+def check_model(body: Fields, served_name: str) -> str:
+    model = body.str("model")
+    if model is None:
+        raise bad("model", "is required")
+    if model != served_name:
+        raise ModelNotFound(f"The model '{model}' does not exist; this server serves "
+                            f"'{served_name}'", param="model")
+    return model
+
+
+def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
+    f = Fields(body)
+    model = check_model(f, ctx.served_name)
+    _refuse_unsupported(f)
+    if f.has("response_format"):
+        _check_response_format(f.raw("response_format"))
+    tools = validate_tools(f.raw("tools"), f.raw("tool_choice"))
+    f.bool("parallel_tool_calls", True)
+    messages = normalize_messages(f.raw("messages"))
+    ids = render_chat(ctx.tokenizer, messages, tools, template_kwargs(f.raw("chat_template_kwargs")))
+    check_prompt_fits(ids, ctx, "messages")
+
+    top = f.int("top_logprobs", None, 0, MAX_LOGPROBS)
+    want = f.bool("logprobs", False)
+    if top is not None and not want:
+        raise bad("top_logprobs", "requires 'logprobs': true")
+    logprobs = (top or 0) if want else None
+
+    max_tokens = f.int("max_completion_tokens", None, 1)
+    if max_tokens is None:
+        max_tokens = f.int("max_tokens", None, 1)
+    if max_tokens is None:  # OpenAI's chat default: whatever room the context leaves
+        max_tokens = ctx.max_model_len - len(ids)
+    return _finish(f, "chat", model, (tuple(ids),), ctx, max_tokens, logprobs)
+
+
+def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
+    f = Fields(body)
+    model = check_model(f, ctx.served_name)
+    _refuse_unsupported(f)
+    if f.bool("echo", False):
+        raise NotSupportedYet("echo")
+    if f.has("suffix"):
+        raise NotSupportedYet("suffix")
+    prompts = _completion_prompts(f.raw("prompt"), ctx)
+    if len(prompts) > ctx.max_prompts:
+        raise bad("prompt", f"holds {len(prompts)} prompts; at most {ctx.max_prompts} allowed")
+    for ids in prompts:
+        check_prompt_fits(ids, ctx, "prompt")
+    logprobs = f.int("logprobs", None, 0, MAX_LOGPROBS)
+    max_tokens = f.int("max_tokens", 16, 1)  # OpenAI's completions default
+    return _finish(f, "completion", model, tuple(tuple(p) for p in prompts), ctx,
+                   max_tokens, logprobs)
+
+
+def _refuse_unsupported(f: Fields) -> None:
+    if f.raw("logit_bias"):
+        raise NotSupportedYet("logit_bias")
+    best_of = f.int("best_of", None, 1)
+    if best_of is not None and best_of != f.int("n", 1):
+        raise NotSupportedYet("best_of", "other than n")
+
+
+def _check_response_format(raw: Any) -> None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
+        raise bad("response_format", "must be an object with a 'type'")
+    if raw["type"] != "text":
+        raise NotSupportedYet("response_format", f"of type {raw['type']!r}")
+
+
+def _completion_prompts(raw: Any, ctx: ParseContext) -> list[list[int]]:
+    """prompt: a string, a list of strings, a list of token ids, or a list of such lists."""
+    if isinstance(raw, str):
+        return [_encode(ctx, raw, "prompt")]
+    if not isinstance(raw, list) or not raw:
+        raise bad("prompt", "must be a string, an array of strings, or token ids")
+    if all(_is_int(t) for t in raw):
+        return [_token_ids(raw, ctx, "prompt")]
+    out = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            out.append(_encode(ctx, item, f"prompt[{i}]"))
+        elif isinstance(item, list) and item and all(_is_int(t) for t in item):
+            out.append(_token_ids(item, ctx, f"prompt[{i}]"))
+        else:
+            raise bad(f"prompt[{i}]", "must be a string or a non-empty array of token ids")
+    return out
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _encode(ctx: ParseContext, text: str, param: str) -> list[int]:
+    ids = list(ctx.tokenizer.encode(text, add_special_tokens=True))
+    if not ids:
+        raise bad(param, "must not be empty")
+    return ids
+
+
+def _token_ids(ids: list[int], ctx: ParseContext, param: str) -> list[int]:
+    vocab = ctx.tokenizer.vocab_size
+    for t in ids:
+        if not 0 <= t < vocab:
+            raise bad(param, f"contains token id {t}, outside the vocabulary [0, {vocab})")
+    return list(ids)
+
+
+def check_prompt_fits(ids: list[int], ctx: ParseContext, param: str) -> None:
+    if len(ids) >= ctx.max_model_len:
+        raise PromptTooLong(
+            f"The prompt has {len(ids)} tokens; the model's context is {ctx.max_model_len} "
+            f"tokens, which leaves no room to generate. Shorten the {param}.", param=param)
+
+
+def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ...],
+            ctx: ParseContext, max_tokens: int, logprobs: int | None) -> ParsedRequest:
+    """The fields chat and completions share."""
+    n = f.int("n", 1, 1, ctx.max_n)
+    stream = f.bool("stream", False)
+    include_usage = False
+    opts = f.obj("stream_options")
+    if opts is not None:
+        if not stream:
+            raise bad("stream_options", "is only allowed when 'stream' is true")
+        include_usage = opts.bool("include_usage", False)
+        opts.bool("continuous_usage_stats", False)
+    top_k = f.int("top_k", 0, -1)
+    vocab = ctx.tokenizer.vocab_size
+    sampling = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=f.float("temperature", 1.0, 0.0, 2.0),
+        top_p=f.float("top_p", 1.0),
+        top_k=0 if top_k == -1 else top_k,  # vLLM spells "off" as -1
+        min_p=f.float("min_p", 0.0),
+        seed=f.int("seed", None, _SEED_MIN, _SEED_MAX),
+        presence_penalty=f.float("presence_penalty", 0.0),
+        frequency_penalty=f.float("frequency_penalty", 0.0),
+        repetition_penalty=f.float("repetition_penalty", 1.0),
+        stop=f.str_or_list("stop"),
+        stop_token_ids=f.int_list("stop_token_ids", 0, vocab - 1),
+        ignore_eos=f.bool("ignore_eos", False),
+        min_tokens=f.int("min_tokens", 0, 0),
+        logprobs=logprobs,
+        include_stop_str_in_output=f.bool("include_stop_str_in_output", False),
+    )
+    if sampling.min_tokens > sampling.max_tokens:
+        raise bad("min_tokens", f"must not exceed max_tokens ({sampling.max_tokens})")
+    sampling.validate()
+    return ParsedRequest(kind=kind, model=model, prompts=prompts, sampling=sampling, n=n,
+                         stream=stream, include_usage=include_usage,
+                         cache_salt=f.str("cache_salt", nonempty=True), user=f.str("user"))

@@ -1,0 +1,40 @@
+"""Reading a request body as one JSON object, bounded in size."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+
+from tandem.errors import InvalidRequest
+from tandem.server.errors import BodyTooLarge
+
+
+def _too_large(max_bytes: int) -> BodyTooLarge:
+    return BodyTooLarge(f"request body exceeds the limit of {max_bytes} bytes")
+
+
+async def read_json_object(request: Request, max_bytes: int) -> dict:
+    """The body parsed as a JSON object; BodyTooLarge (413) or InvalidRequest (400) otherwise."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise _too_large(max_bytes)
+        chunks.append(chunk)
+    return parse_json_object(b"".join(chunks))
+
+
+def parse_json_object(raw: bytes) -> dict:
+    if not raw.strip():
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return obj

@@ -1,0 +1,141 @@
+"""Cloudflare Workers AI routes: POST /client/v4/accounts/{account_id}/ai/run/{model}.
+
+Body {messages | prompt, max_tokens, stream, temperature, top_p, top_k, seed,
+repetition_penalty, frequency_penalty, presence_penalty, raw, lora}. A `prompt` goes through
+the chat template as one user message unless `raw` is true. Replies use Workers AI's
+envelope; a stream is SSE `data: {"response": "..."}` events, then one event with an empty
+response and the usage, then `data: [DONE]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.errors import ModelNotFound
+from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
+from tandem.server.context import ServerContext
+from tandem.server.disconnect import ClientGone, until_disconnect
+from tandem.server.errors import NotSupportedYet, as_tandem_error, workers_ai_error_body, workers_ai_error_response
+from tandem.server.fields import Fields, bad
+from tandem.server.openai_api import check_delta
+from tandem.server.openai_format import make_id, usage_dict
+from tandem.server.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
+from tandem.server.request_body import read_json_object
+from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
+from tandem.server.run import GenerationRun
+from tandem.types import SamplingParams
+
+WORKERS_AI_PATH = "/client/v4/accounts/{account_id}/ai/run/{model:path}"
+DEFAULT_MAX_TOKENS = 256   # Workers AI's documented defaults
+DEFAULT_TEMPERATURE = 0.6
+
+
+def _last(name: str) -> str:
+    return name.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def model_matches(requested: str, served: str) -> bool:
+    """`@cf/author/name` matches a served name equal to it or to its last segment."""
+    return requested.lower() == served.lower() or _last(requested) in (served.lower(), _last(served))
+
+
+def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest:
+    if not model_matches(model, ctx.served_name):
+        raise ModelNotFound(f"No such model {model}; this server serves {ctx.served_name}",
+                            param="model")
+    f = Fields(body)
+    if f.has("lora"):
+        raise NotSupportedYet("lora")
+    fmt = f.raw("response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+        raise NotSupportedYet("response_format")
+    has_messages, has_prompt = f.has("messages"), f.has("prompt")
+    if has_messages == has_prompt:
+        raise bad("messages" if has_messages else "prompt",
+                  "give exactly one of 'messages' and 'prompt'")
+    if has_prompt and f.bool("raw", False):
+        param = "prompt"
+        ids = list(ctx.tokenizer.encode(f.str("prompt", nonempty=True), add_special_tokens=True))
+    else:
+        param = "messages" if has_messages else "prompt"
+        messages = normalize_messages(f.raw("messages")) if has_messages else \
+            [{"role": "user", "content": f.str("prompt", nonempty=True)}]
+        tools = validate_tools(f.raw("tools"), None)
+        ids = render_chat(ctx.tokenizer, messages, tools, {}, param=param)
+    check_prompt_fits(ids, ctx, param)
+    top_k = f.int("top_k", 0, 0)
+    sampling = SamplingParams(
+        max_tokens=f.int("max_tokens", DEFAULT_MAX_TOKENS, 1),
+        temperature=f.float("temperature", DEFAULT_TEMPERATURE, 0.0, 2.0),
+        top_p=f.float("top_p", 1.0),
+        top_k=top_k,
+        seed=f.int("seed", None, 0, 2**63 - 1),
+        repetition_penalty=f.float("repetition_penalty", 1.0),
+        frequency_penalty=f.float("frequency_penalty", 0.0),
+        presence_penalty=f.float("presence_penalty", 0.0),
+    )
+    sampling.validate()
+    return ParsedRequest(kind="chat", model=model, prompts=(tuple(ids),), sampling=sampling,
+                         stream=f.bool("stream", False))
+
+
+async def _collect(run: GenerationRun) -> dict:
+    texts, usage = [], None
+    try:
+        await run.start()
+        async for _, d in run.deltas():
+            check_delta(d)
+            texts.append(d.new_text)
+            if d.finished:
+                usage = _usage(d)
+    finally:
+        await run.aclose()
+    return {"result": {"response": "".join(texts), "usage": usage},
+            "success": True, "errors": [], "messages": []}
+
+
+def _usage(d) -> dict:
+    return usage_dict(d.num_prompt_tokens, d.num_output_tokens, d.num_cached_tokens)
+
+
+async def _stream(run: GenerationRun) -> AsyncIterator[bytes]:
+    try:
+        async for _, d in run.deltas():
+            check_delta(d)
+            if d.new_text:
+                yield sse_event({"response": d.new_text})
+            if d.finished:
+                yield sse_event({"response": "", "usage": _usage(d)}) + SSE_DONE
+    except Exception as exc:
+        yield sse_event(workers_ai_error_body(as_tandem_error(exc))) + SSE_DONE
+    finally:
+        await run.aclose()
+
+
+def workers_ai_routes(ctx: ServerContext) -> list[Route]:
+    async def run_model(request: Request) -> Response:
+        try:
+            if request.query_params.get("queueRequest", "").lower() == "true":
+                raise NotSupportedYet("queueRequest")
+            body = await read_json_object(request, ctx.config.max_body_bytes)
+            parsed = parse_workers_ai(body, request.path_params["model"], ctx.parse_context())
+            run = ctx.run(parsed.engine_requests(make_id("wai")))
+            if not parsed.stream:
+                result = await until_disconnect(request, lambda: _collect(run))
+                return json_response(result, headers=run.info.headers)
+            try:
+                await until_disconnect(request, run.start)
+            except BaseException:
+                await run.aclose()
+                raise
+            return sse_response(_stream(run), headers=run.info.headers)
+        except (ClientGone, ClientDisconnect):
+            return Response(status_code=499)
+        except Exception as exc:
+            return workers_ai_error_response(exc)
+
+    return [Route(WORKERS_AI_PATH, run_model, methods=["POST"])]
