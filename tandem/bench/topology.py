@@ -81,7 +81,7 @@ def runs_of(cfg: TopologyConfig) -> list[tuple[str, ServingConfig, str | None]]:
 
 
 def tandem_command() -> list[str]:
-    return [sys.executable, "-c", "import sys; from tandem.cli import main; sys.exit(main())"]
+    return [sys.executable, "-m", "tandem"]
 
 
 def up_command(cfg: TopologyConfig, sc: ServingConfig, policy: str | None) -> list[str]:
