@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.transfer.base import TransferConfig
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -42,4 +44,13 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     role: str = "both"                  # both | prefill | decode
     num_threads: int | None = None      # torch threads of this process; None keeps torch's default
-    kv_pin_timeout_s: float = 30.0      # prefill role: free handed-over blocks if no pull confirms by then
+    # KV handoff between workers: None (no handoff), "tcp", "shm" (one host) or "mooncake".
+    # The prefill and decode roles need one; `resolved_transport` picks "tcp" for them by default.
+    kv_transport: str | None = None
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+
+    @property
+    def resolved_transport(self) -> str | None:
+        if self.kv_transport is None and self.role in ("prefill", "decode"):
+            return "tcp"
+        return self.kv_transport

@@ -5,6 +5,7 @@ Not thread-safe: one thread owns it (the async front's engine thread, or a test)
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -21,6 +22,8 @@ from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel, load_model
 from tandem.models.tokenizer import Tokenizer
 from tandem.runner.model_runner import ModelRunner
+from tandem.transfer.base import Transport
+from tandem.transfer.factory import allocate_kv, make_transport
 from tandem.types import (EngineRequest, EngineStats, FinishReason, KVHandle, RequestDelta,
                           RequestTimings, TokenLogprob)
 
@@ -32,11 +35,13 @@ def layout_of(loaded: LoadedModel, block_size: int) -> KVLayout:
                     block_size=block_size, num_layers=a.num_layers,
                     num_kv_heads=a.num_kv_heads, head_dim=a.head_dim)
 
+log = logging.getLogger(__name__)
+
 
 class Engine:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, tokenizer: Tokenizer,
-                 kv_cache: torch.Tensor | None = None, transport=None) -> None:
-        """`transport`: a tandem.transfer KV transport (required by the prefill and decode roles)."""
+                 kv_cache: torch.Tensor | None = None, transport: Transport | None = None) -> None:
+        """`transport` serves this worker's blocks to others (prefill) and pulls theirs (decode)."""
         self.config = config
         self.loaded = loaded
         self.tokenizer = tokenizer
@@ -59,22 +64,26 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self.handed_over: set[str] = set()   # prefill role: finished, blocks pinned for a pull
         self._pulls: dict[str, Future] = {}
-        self._pull_pool = ThreadPoolExecutor(2, thread_name_prefix="kv-pull") if transport else None
+        # gives up remote blocks a request will not pull (aborted or refused), off the step loop
+        self._release_pool = ThreadPoolExecutor(1, thread_name_prefix="kv-release") if transport else None
         self.num_prompt_tokens = 0      # cumulative, counted when a request's first token is sampled
         self.num_generation_tokens = 0  # cumulative
 
     @classmethod
-    def from_config(cls, config: EngineConfig, transport_factory=None) -> "Engine":
-        """Load the model and tokenizer; `transport_factory(layout, num_blocks)` -> (kv, transport)."""
+    def from_config(cls, config: EngineConfig) -> "Engine":
+        """Load the model and tokenizer, allocate the KV cache, start the KV transport if any."""
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         loaded = load_model(config.model)
         tokenizer = Tokenizer.from_dir(config.model.path)
-        kv_cache, transport = None, None
-        if transport_factory is not None:
-            layout = layout_of(loaded, config.cache.block_size)
-            num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
-            kv_cache, transport = transport_factory(layout, num_blocks)
+        kind = config.resolved_transport
+        if kind is None:
+            return cls(config, loaded, tokenizer)
+        layout = layout_of(loaded, config.cache.block_size)
+        num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
+        kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
+        transport = make_transport(kind, kv_cache, layout, config.transfer)
+        transport.source.start()
         return cls(config, loaded, tokenizer, kv_cache, transport)
 
     # --- requests -----------------------------------------------------------------------
@@ -127,6 +136,8 @@ class Engine:
         if req.status is RequestStatus.WAITING_FOR_KV:
             req.finish_reason = FinishReason.ABORT  # finished when its pull completes
             return None
+        if req.kv_handle is not None and req.first_scheduled_time is None:
+            self._give_up_remote(req.kv_handle)  # never admitted: its pull never started
         return self._finish(req, FinishReason.ABORT)
 
     def fail_all(self, message: str) -> list[RequestDelta]:
@@ -229,8 +240,8 @@ class Engine:
         block_ids = self.kv.block_ids(req.request_id)
         num_full = req.num_computed_tokens // self.layout.block_size
         hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)[:num_full]
-        self.transport.offer(req.request_id, block_ids)
-        handle = KVHandle(worker=self.transport.address, request_id=req.request_id,
+        self.transport.source.offer(req.request_id, block_ids)
+        handle = KVHandle(worker=self.transport.source.address, request_id=req.request_id,
                           block_ids=tuple(block_ids), num_tokens=req.num_computed_tokens,
                           layout=self.layout.to_dict(), block_hashes=tuple(hashes),
                           transport=self.transport.kind)
@@ -240,16 +251,18 @@ class Engine:
     def _release_handed_over(self) -> None:
         if not self.handed_over:
             return
-        for request_id in self.transport.poll_released():
+        for request_id in self.transport.source.poll_released():
             if request_id in self.handed_over:
                 self.handed_over.discard(request_id)
                 self.kv.free(request_id)
 
     # --- disaggregation: decode side --------------------------------------------------------
     def _start_pull(self, pull: KVPull) -> None:
-        handle = pull.request.kv_handle
-        self._pulls[pull.request.request_id] = self._pull_pool.submit(
-            self.transport.pull, handle, pull.src_block_ids, pull.dst_block_ids)
+        self._pulls[pull.request.request_id] = self.transport.sink.pull_async(
+            pull.request.kv_handle, pull.dst_block_ids, pull.src_indices)
+
+    def _give_up_remote(self, handle: KVHandle) -> None:
+        self._release_pool.submit(self.transport.sink.release, handle)
 
     def _complete_pulls(self) -> list[RequestDelta]:
         deltas: list[RequestDelta] = []
@@ -258,13 +271,16 @@ class Engine:
                 continue
             del self._pulls[request_id]
             req = self.requests[request_id]
-            self.scheduler.pull_done(req)
             if req.finish_reason in (FinishReason.ABORT, FinishReason.ERROR):
                 deltas.append(self._finish(req, req.finish_reason))
             elif future.exception() is not None:
-                err = future.exception()
-                deltas.append(self._finish(req, FinishReason.ERROR,
-                                           error=f"KV pull from {req.kv_handle.worker} failed: {err}"))
+                # The prefill worker's copy is gone or unreachable; this worker has the
+                # tokens, so it recomputes the prompt instead of failing the stream.
+                log.warning("KV pull for %s from %s failed (%s); recomputing the prompt locally",
+                            request_id, req.kv_handle.worker, future.exception())
+                self.scheduler.requeue(req)
+            else:
+                self.scheduler.pull_done(req)
         return deltas
 
     def pulls_in_flight(self) -> bool:
@@ -288,7 +304,7 @@ class Engine:
             running_context_tokens=sum(r.num_tokens for r in running))
 
     def shutdown(self) -> None:
-        if self._pull_pool is not None:
-            self._pull_pool.shutdown(wait=True, cancel_futures=True)
+        if self._release_pool is not None:
+            self._release_pool.shutdown(wait=True, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()

@@ -29,10 +29,10 @@ class ScheduledSeq:
 
 @dataclass(frozen=True)
 class KVPull:
-    """Copy a prompt's KV from a prefill worker: remote block i -> local block i."""
+    """Copy a prompt's KV from a prefill worker: handle block src_indices[i] -> local dst_block_ids[i]."""
 
     request: Request
-    src_block_ids: list[int]
+    src_indices: list[int]
     dst_block_ids: list[int]
 
 
@@ -84,6 +84,15 @@ class Scheduler:
                                request.num_computed_tokens, request.cache_salt)
         request.status = RequestStatus.RUNNING
         self.running.append(request)
+
+    def requeue(self, request: Request) -> None:
+        """A pull failed: drop the handle and its blocks, recompute the prompt from the front."""
+        del self.pulling[request.request_id]
+        self.kv.free(request.request_id)
+        request.kv_handle = None
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.WAITING
+        self.waiting.appendleft(request)
 
     # --- the step ---------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -157,7 +166,7 @@ class Scheduler:
         self.waiting.popleft()
         self._on_admitted(req, local.num_tokens)
         first_missing = len(local.blocks)
-        pulls.append(KVPull(req, list(handle.block_ids[first_missing:first_missing + len(new_ids)]), new_ids))
+        pulls.append(KVPull(req, list(range(first_missing, first_missing + len(new_ids))), new_ids))
         req.status = RequestStatus.WAITING_FOR_KV
         self.pulling[req.request_id] = req
         return True

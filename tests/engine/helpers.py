@@ -11,11 +11,12 @@ from tandem.types import EngineRequest, SamplingParams
 _ids = itertools.count()
 
 
-def request(prompt, max_tokens=8, **sampling) -> EngineRequest:
+def request(prompt, max_tokens=8, prefill_only=False, **sampling) -> EngineRequest:
     sampling.setdefault("temperature", 0.0)
     sampling.setdefault("ignore_eos", True)
     return EngineRequest(request_id=f"r{next(_ids)}", prompt_token_ids=list(prompt),
-                         sampling=SamplingParams(max_tokens=max_tokens, **sampling))
+                         sampling=SamplingParams(max_tokens=max_tokens, **sampling),
+                         prefill_only=prefill_only)
 
 
 def run(engine, requests, max_steps=10_000):
@@ -24,7 +25,7 @@ def run(engine, requests, max_steps=10_000):
         engine.add_request(r)
     out = {r.request_id: [] for r in requests}
     for _ in range(max_steps):
-        if not engine.has_work():
+        if not engine.requests:  # blocks handed over to a decode worker may still be pinned
             return out
         for d in engine.step():
             out[d.request_id].append(d)
