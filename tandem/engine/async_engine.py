@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from concurrent.futures import Future
 
 from tandem.config import EngineConfig
@@ -30,10 +30,9 @@ _PULL_WAIT_S = 0.002  # ... when only KV pulls are in flight
 
 
 class AsyncEngine:
-    def __init__(self, config: EngineConfig, transport_factory: Callable | None = None,
-                 engine: Engine | None = None) -> None:
+    def __init__(self, config: EngineConfig, engine: Engine | None = None) -> None:
+        """`engine`: an engine built already (tests); by default start() loads one from config."""
         self.config = config
-        self._transport_factory = transport_factory
         self._engine = engine
         self._commands: queue.Queue = queue.Queue()
         self._streams: dict[str, asyncio.Queue] = {}
@@ -46,7 +45,7 @@ class AsyncEngine:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self._engine is None:
-            self._engine = await asyncio.to_thread(Engine.from_config, self.config, self._transport_factory)
+            self._engine = await asyncio.to_thread(Engine.from_config, self.config)
         self._stats = self._engine.stats()
         self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
         self._thread.start()
@@ -86,7 +85,7 @@ class AsyncEngine:
     @property
     def transport_address(self) -> str | None:
         t = self._engine.transport
-        return None if t is None else t.address
+        return None if t is None else t.source.address
 
     # --- requests ----------------------------------------------------------------------------
     async def generate(self, req: EngineRequest, info=None) -> AsyncIterator[RequestDelta]:
