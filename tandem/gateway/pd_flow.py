@@ -1,0 +1,301 @@
+"""The gateway's Backend: each engine request becomes one or more passes over remote workers.
+
+A pass is either
+- colocated: one call to a role=both worker, or
+- disaggregated: a prefill call (prefill_only=True) that returns the first token and a KV
+  handle, then a decode call (kv_handle, resume_output_ids) that streams the rest. The first
+  token is yielded as the stream's first delta (stitched in), before the decode call starts.
+
+The client sees one stream. `sent` is every token id already yielded to it; its text was yielded
+too. If a pass fails (`WorkerFailed`), the next pass re-runs the prompt with
+`resume_output_ids=sent` on other workers: before the first token that is a retry, after it a
+migration. The worker replays its detokenizer over the resumed tokens without emitting them, so
+under greedy decoding the client's stream continues token for token as if nothing happened.
+
+Usage is merged: prompt and cached tokens from the first pass that reported them, completion
+tokens = tokens yielded. Response headers x-tandem-prefill / x-tandem-decode name the first
+pass's workers (set before the first delta, as ResponseInfo requires).
+Invariant: every dispatch to a worker is matched by a `tracker.finish` (in `finally`), so the
+load estimate returns to zero when the gateway is idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+
+import httpx
+
+from tandem.errors import NoHealthyWorker, TandemError
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.registry import Registry
+from tandem.gateway.routing import HashMemo, Router
+from tandem.gateway.worker_client import WorkerFailed, stream_generate
+from tandem.router.load_tracker import LoadTracker
+from tandem.server.backend import ResponseInfo
+from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
+
+log = logging.getLogger(__name__)
+
+HEADER_PREFILL = "x-tandem-prefill"
+HEADER_DECODE = "x-tandem-decode"
+
+
+@dataclass
+class GatewayParts:
+    """What the backend drives; built once by the app."""
+
+    config: GatewayConfig
+    registry: Registry
+    router: Router
+    tracker: LoadTracker
+    client: httpx.AsyncClient
+    metrics: GatewayMetrics | None
+    forget_worker: Callable[[str], None]     # drop a dead worker's index entries and load offset
+    session_of: Callable[[], str | None]     # the HTTP request's x-session-affinity
+
+
+class GatewayBackend:
+    """`tandem.server.backend.Backend` over remote workers."""
+
+    def __init__(self, parts: GatewayParts, tokenizer, model_name: str, max_model_len: int) -> None:
+        self.parts = parts
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+
+    def generate(self, req: EngineRequest, info: ResponseInfo | None = None
+                 ) -> AsyncIterator[RequestDelta]:
+        return _Flow(self.parts, req, info).run()
+
+    def abort(self, request_id: str) -> None:
+        """Nothing to do: closing the stream returned by `generate` closes the worker calls,
+        which aborts the requests there."""
+
+    def stats(self) -> EngineStats:
+        """Sums over the healthy workers' last reports."""
+        keys = EngineStats.__dataclass_fields__
+        total = dict.fromkeys(keys, 0)
+        live = [w for w in self.parts.registry.all() if w.healthy]
+        for w in live:
+            for k in keys:
+                v = w.stats.get(k, 0)
+                total[k] += v if isinstance(v, (int, float)) else 0
+        total["kv_cache_usage"] = total["kv_cache_usage"] / len(live) if live else 0.0
+        return EngineStats(**total)
+
+
+class _Flow:
+    """One engine request's life at the gateway."""
+
+    def __init__(self, parts: GatewayParts, req: EngineRequest, info: ResponseInfo | None) -> None:
+        self.p = parts
+        self.req = req
+        self.info = info
+        self.session = parts.session_of()
+        self.sent: list[int] = []
+        self.cached: int | None = None       # prompt tokens the first serving worker had cached
+        self.exclude: set[str] = set()       # workers that failed this request
+        self.passes = 0
+        self.retries = 0
+        self.migrations = 0
+        self.headers_set = False
+        self.first_scheduled: float | None = None
+        self.first_token: float | None = None
+
+    # --- the loop over passes -------------------------------------------------------------
+    async def run(self) -> AsyncIterator[RequestDelta]:
+        cfg = self.p.config
+        while True:
+            try:
+                one_pass = self._pd_pass if self.p.router.mode() == "pd" else self._colocated_pass
+                async with aclosing(one_pass()) as deltas:
+                    async for d in deltas:
+                        yield d
+                return
+            except WorkerFailed as exc:
+                self._note_failure(exc)
+                if self.sent:
+                    self.migrations += 1
+                    if self.migrations > cfg.max_migrations:
+                        yield self._error(f"gave up after {self.migrations} migrations: {exc}")
+                        return
+                    log.warning("request %s: %s; migrating after %d tokens",
+                                self.req.request_id, exc, len(self.sent))
+                    if self.p.metrics:
+                        self.p.metrics.migrations.inc()
+                else:
+                    self.retries += 1
+                    if self.retries >= cfg.max_prefill_attempts:
+                        raise NoHealthyWorker(f"no worker could serve the request after "
+                                              f"{self.retries} attempts; last: {exc}") from exc
+                    log.warning("request %s: %s; retrying elsewhere", self.req.request_id, exc)
+                    if self.p.metrics:
+                        self.p.metrics.retries.labels(getattr(exc, "pool", "both")).inc()
+            except TandemError as exc:
+                if not self.sent:
+                    raise
+                yield self._error(exc.message)  # e.g. no worker left to migrate to
+                return
+
+    def _note_failure(self, exc: WorkerFailed) -> None:
+        if exc.hard and self.p.registry.mark_dead(exc.url):
+            log.warning("worker %s marked unhealthy: %s", exc.url, exc)
+            self.p.forget_worker(exc.url)
+        self.exclude.add(exc.url)
+        # A decode call that failed softly before any token most likely could not pull the KV
+        # (its prefill worker died): avoid that prefill worker too.
+        blame = getattr(exc, "also_exclude", None)
+        if blame:
+            self.exclude.add(blame)
+
+    # --- passes ---------------------------------------------------------------------------
+    def _worker_request(self, suffix: str, **kw) -> EngineRequest:
+        r = self.req
+        return EngineRequest(request_id=f"{r.request_id}-{suffix}{self.passes}",
+                             prompt_token_ids=r.prompt_token_ids, sampling=r.sampling,
+                             cache_salt=r.cache_salt, arrival_time=r.arrival_time,
+                             resume_output_ids=list(self.sent), **kw)
+
+    async def _colocated_pass(self) -> AsyncIterator[RequestDelta]:
+        self.passes += 1
+        memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
+        route = self.p.router.choose("both", memo, self.session, frozenset(self.exclude))
+        url = route.worker.url
+        wreq = self._worker_request("c")
+        tracker = self.p.tracker
+        tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens)
+        dispatched = time.monotonic()
+        self._set_headers(url, url)
+        first = True
+        try:
+            async with aclosing(self._stream(url, wreq, "both")) as deltas:
+                async for d in deltas:
+                    if first and (d.new_token_ids or d.finished):
+                        first = False
+                        self._note_prompt(d)
+                        tracker.prefill_done(wreq.request_id, url,
+                                             len(wreq.prompt_token_ids) + len(self.sent))
+                    tracker.tokens(wreq.request_id, url, len(d.new_token_ids))
+                    self._note_timings(d, dispatched)
+                    yield self._rewrite(d)
+        finally:
+            tracker.finish(wreq.request_id, url)
+
+    async def _pd_pass(self) -> AsyncIterator[RequestDelta]:
+        self.passes += 1
+        memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
+        exclude = frozenset(self.exclude)
+        prefill = self.p.router.choose("prefill", memo, self.session, exclude)
+        p_url = prefill.worker.url
+        preq = self._worker_request("p", prefill_only=True)
+        tracker = self.p.tracker
+        tracker.dispatch(preq.request_id, p_url, pending=prefill.uncached_tokens)
+        dispatched = time.monotonic()
+        try:
+            first = await self._prefill(p_url, preq)
+        finally:
+            tracker.finish(preq.request_id, p_url)
+        self._note_prompt(first)
+        self._note_timings(first, dispatched)
+        if first.kv_handle is None:  # finished at its first token (EOS, stop, max_tokens=1)
+            self._set_headers(p_url, p_url)
+            yield self._rewrite(first)
+            return
+        decode = self.p.router.choose("decode", memo, self.session, exclude)
+        d_url = decode.worker.url
+        self._set_headers(p_url, d_url)
+        yield self._rewrite(first, finished=False)
+        dreq = self._worker_request("d", kv_handle=first.kv_handle)
+        tracker.dispatch(dreq.request_id, d_url, pending=0,
+                         context=len(dreq.prompt_token_ids) + len(self.sent))
+        got_token = False
+        try:
+            async with aclosing(self._stream(d_url, dreq, "decode")) as deltas:
+                async for d in deltas:
+                    got_token = got_token or bool(d.new_token_ids)
+                    tracker.tokens(dreq.request_id, d_url, len(d.new_token_ids))
+                    yield self._rewrite(d)
+        except WorkerFailed as exc:
+            if not exc.hard and not got_token:
+                exc.also_exclude = p_url  # type: ignore[attr-defined]
+            raise
+        finally:
+            tracker.finish(dreq.request_id, d_url)
+
+    async def _prefill(self, url: str, preq: EngineRequest) -> RequestDelta:
+        """The prefill call's deltas merged into one (normally it sends exactly one, final)."""
+        tokens: list[int] = []
+        text: list[str] = []
+        logprobs: list = []
+        async with aclosing(self._stream(url, preq, "prefill")) as deltas:
+            async for d in deltas:
+                tokens += d.new_token_ids
+                text.append(d.new_text)
+                logprobs += d.logprobs or []
+                if d.finished:
+                    return RequestDelta(
+                        request_id=d.request_id, new_token_ids=tokens, new_text="".join(text),
+                        finished=True, finish_reason=d.finish_reason,
+                        logprobs=logprobs if d.logprobs is not None else None,
+                        num_prompt_tokens=d.num_prompt_tokens, num_cached_tokens=d.num_cached_tokens,
+                        num_output_tokens=d.num_output_tokens, kv_handle=d.kv_handle,
+                        timings=d.timings)
+        raise WorkerFailed(url, "prefill ended without a final delta", hard=False)
+
+    async def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
+        try:
+            async with aclosing(stream_generate(self.p.client, url, wreq)) as deltas:
+                async for d in deltas:
+                    yield d
+        except WorkerFailed as exc:
+            exc.pool = pool  # type: ignore[attr-defined]
+            raise
+
+    # --- rewriting --------------------------------------------------------------------------
+    def _set_headers(self, prefill_url: str, decode_url: str) -> None:
+        if self.headers_set or self.info is None:
+            return
+        self.headers_set = True
+        self.info.set_header(HEADER_PREFILL, prefill_url)
+        self.info.set_header(HEADER_DECODE, decode_url)
+
+    def _note_prompt(self, d: RequestDelta) -> None:
+        if self.cached is None:
+            self.cached = d.num_cached_tokens
+            if self.p.metrics:
+                self.p.metrics.on_prompt(len(self.req.prompt_token_ids), d.num_cached_tokens)
+
+    def _note_timings(self, d: RequestDelta, dispatched: float) -> None:
+        t = d.timings
+        if self.first_scheduled is None and t is not None and t.first_scheduled is not None:
+            # the worker's queue time, moved onto the gateway's clock
+            self.first_scheduled = dispatched + max(0.0, t.first_scheduled - t.arrival)
+
+    def _rewrite(self, d: RequestDelta, finished: bool | None = None) -> RequestDelta:
+        """A worker's delta as the client's stream: the client's id, merged usage."""
+        now = time.monotonic()
+        if d.new_token_ids and self.first_token is None:
+            self.first_token = now
+        self.sent.extend(d.new_token_ids)
+        fin = d.finished if finished is None else finished
+        timings = RequestTimings(self.req.arrival_time, self.first_scheduled, self.first_token,
+                                 now) if fin else None
+        return RequestDelta(
+            request_id=self.req.request_id, new_token_ids=list(d.new_token_ids),
+            new_text=d.new_text, finished=fin, finish_reason=d.finish_reason if fin else None,
+            logprobs=d.logprobs, num_prompt_tokens=len(self.req.prompt_token_ids),
+            num_cached_tokens=self.cached or 0, num_output_tokens=len(self.sent),
+            timings=timings, error=d.error if fin else None)
+
+    def _error(self, message: str) -> RequestDelta:
+        return RequestDelta(
+            request_id=self.req.request_id, new_token_ids=[], new_text="", finished=True,
+            finish_reason=FinishReason.ERROR, num_prompt_tokens=len(self.req.prompt_token_ids),
+            num_cached_tokens=self.cached or 0, num_output_tokens=len(self.sent),
+            timings=RequestTimings(self.req.arrival_time, self.first_scheduled, self.first_token,
+                                   time.monotonic()), error=message)

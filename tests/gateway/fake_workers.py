@@ -1,0 +1,104 @@
+"""In-process fake workers for gateway flow tests: an httpx MockTransport speaking the internal API.
+
+The "model" is deterministic: next token = f(context), so any topology and any migration must
+give the same stream. A worker can be told to die (connection refused) or to break its stream
+after k tokens (like kill -9 mid-stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import orjson
+
+from tandem.server import wire
+from tandem.types import FinishReason, KVHandle, RequestDelta, RequestTimings
+
+EOS = 999
+
+
+def next_token(context: list[int]) -> int:
+    t = (sum(context) * 31 + 7 * len(context)) % 997
+    return EOS if t == 3 else t
+
+
+def greedy(prompt: list[int], max_tokens: int) -> list[int]:
+    out: list[int] = []
+    while len(out) < max_tokens:
+        t = next_token(prompt + out)
+        out.append(t)
+        if t == EOS:
+            break
+    return out
+
+
+class FakeCluster:
+    def __init__(self, roles: dict[str, str]) -> None:
+        self.roles = roles                        # url -> role
+        self.dead: set[str] = set()
+        self.break_after: dict[str, int] = {}     # url -> tokens to stream before the socket drops
+        self.calls: list[tuple[str, str, list[int], bool]] = []  # (url, request id, resume, handle?)
+        self.handles: dict[str, KVHandle] = {}    # prefill request id -> handle it gave out
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        url = f"http://{request.url.host}:{request.url.port}"
+        if url in self.dead:
+            raise httpx.ConnectError("connection refused", request=request)
+        if request.url.path == "/internal/stats":
+            return httpx.Response(200, json={"role": self.roles[url], "kv_layout": {"block_size": 4},
+                                             "num_running": 0, "num_waiting": 0})
+        if request.url.path == "/internal/kv_events":
+            return httpx.Response(404)
+        req = wire.request_from_dict(orjson.loads(await request.aread()))
+        self.calls.append((url, req.request_id, list(req.resume_output_ids), req.kv_handle is not None))
+        if req.prompt_token_ids and req.prompt_token_ids[0] < 0:
+            return httpx.Response(413, json={"error": {"message": "too long", "type": "invalid_request_error",
+                                                       "param": "messages", "code": "context_length_exceeded"}})
+        return httpx.Response(200, stream=self._body(url, req),
+                              headers={"content-type": "application/x-ndjson"})
+
+    def _body(self, url: str, req):
+        role = self.roles[url]
+        cluster = self
+
+        class Body(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                ctx = req.prompt_token_ids + req.resume_output_ids
+                out = list(req.resume_output_ids)
+                sp = req.sampling
+                streamed = 0
+                limit = cluster.break_after.get(url)
+                t = RequestTimings(0.0, 0.01, 0.02, 0.03)
+                while True:
+                    await asyncio.sleep(0)
+                    if limit is not None and streamed >= limit:
+                        raise httpx.ReadError("connection reset by peer")
+                    tok = next_token(ctx)
+                    ctx.append(tok)
+                    out.append(tok)
+                    streamed += 1
+                    done = tok == EOS or len(out) >= sp.max_tokens
+                    common = dict(request_id=req.request_id, new_token_ids=[tok], new_text=f"<{tok}>",
+                                  num_prompt_tokens=len(req.prompt_token_ids),
+                                  num_cached_tokens=4 * (len(req.prompt_token_ids) // 8),
+                                  num_output_tokens=len(out))
+                    if req.prefill_only and not done:
+                        h = KVHandle(worker=url, request_id=req.request_id, block_ids=(1,),
+                                     num_tokens=len(ctx) - 1, layout={})
+                        cluster.handles[req.request_id] = h
+                        d = RequestDelta(finished=True, kv_handle=h, timings=t, **common)
+                    elif done:
+                        reason = FinishReason.STOP if tok == EOS else FinishReason.LENGTH
+                        d = RequestDelta(finished=True, finish_reason=reason, timings=t, **common)
+                    else:
+                        d = RequestDelta(**common)
+                    assert role != "prefill" or req.prefill_only
+                    yield orjson.dumps(wire.delta_to_dict(d)) + b"\n"
+                    if d.finished:
+                        return
+
+        return Body()

@@ -1,0 +1,173 @@
+import asyncio
+
+import httpx
+import pytest
+
+from tandem.errors import NoHealthyWorker, TandemError
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.monitor import Monitor
+from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
+from tandem.gateway.registry import Registry
+from tandem.gateway.routing import Router, pools_policies
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies import make_policy
+from tandem.router.prefix_index import PrefixIndex
+from tandem.server.backend import ResponseInfo
+from tandem.types import EngineRequest, FinishReason, SamplingParams
+from prometheus_client import CollectorRegistry
+
+from fake_workers import EOS, FakeCluster, greedy
+
+PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+
+
+def build(roles, policy="round_robin", **cfg):
+    cluster = FakeCluster(roles)
+    config = GatewayConfig(**cfg)
+    reg = Registry(config.registry)
+    for url, role in roles.items():
+        reg.add_static(url, role)
+    index, tracker = PrefixIndex(), LoadTracker()
+    metrics = GatewayMetrics(CollectorRegistry(), reg, tracker)
+    router = Router(reg, index, tracker, pools_policies(make_policy(policy)), config.admission,
+                    on_decision=metrics.on_decision)
+    client = httpx.AsyncClient(transport=cluster.transport())
+    monitor = Monitor(reg, index, tracker, client)
+    parts = GatewayParts(config, reg, router, tracker, client, metrics, monitor.forget, lambda: None)
+    return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
+
+
+def run(backend, monitor, max_tokens=12, prompt=PROMPT):
+    async def go():
+        await monitor.poll_once()
+        info = ResponseInfo()
+        req = EngineRequest("r1", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        deltas = [d async for d in backend.generate(req, info)]
+        return deltas, info
+    return asyncio.run(go())
+
+
+def tokens(deltas):
+    return [t for d in deltas for t in d.new_token_ids]
+
+
+def expected(n=12):
+    out = greedy(PROMPT, n)
+    assert EOS not in out  # the test prompt must run to max_tokens
+    return out
+
+
+P0, P1, D0, D1, B0, B1 = (f"http://127.0.0.1:{p}" for p in (9100, 9101, 9200, 9201, 9300, 9301))
+
+
+def test_colocated_single_call_with_headers_and_usage():
+    cluster, backend, monitor, tracker = build({B0: "both"})
+    deltas, info = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert info.headers == {"x-tandem-prefill": B0, "x-tandem-decode": B0}
+    last = deltas[-1]
+    assert last.finished and last.finish_reason is FinishReason.LENGTH
+    assert (last.num_prompt_tokens, last.num_cached_tokens, last.num_output_tokens) == (10, 4, 12)
+    assert all(d.request_id == "r1" for d in deltas)
+    assert [c[0] for c in cluster.calls] == [B0]
+    assert tracker.load(B0).in_flight == 0
+
+
+def test_disaggregated_stitches_first_token_and_merges_usage():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"})
+    deltas, info = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert deltas[0].new_token_ids == expected()[:1] and not deltas[0].finished
+    assert info.headers == {"x-tandem-prefill": P0, "x-tandem-decode": D0}
+    (pu, pid, presume, _), (du, did, dresume, dhandle) = cluster.calls
+    assert (pu, presume, du, dresume, dhandle) == (P0, [], D0, expected()[:1], True)
+    last = deltas[-1]
+    assert (last.num_prompt_tokens, last.num_cached_tokens, last.num_output_tokens) == (10, 4, 12)
+    assert deltas[0].kv_handle is None and all(d.kv_handle is None for d in deltas)
+    assert tracker.load(P0).in_flight == 0 and tracker.load(D0).in_flight == 0
+
+
+def test_prefill_finishing_at_first_token_skips_decode():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"})
+    deltas, info = run(backend, monitor, max_tokens=1)
+    assert tokens(deltas) == expected()[:1] and deltas[-1].finish_reason is FinishReason.LENGTH
+    assert [c[0] for c in cluster.calls] == [P0]
+    assert info.headers["x-tandem-decode"] == P0
+
+
+def test_dead_prefill_worker_is_retried_on_another():
+    cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode"})
+
+    async def go():
+        await monitor.poll_once()
+        cluster.dead.add(P0)  # dies after the health check: the request finds out
+        req = EngineRequest("r1", list(PROMPT), SamplingParams(max_tokens=12, temperature=0.0))
+        return [d async for d in backend.generate(req, ResponseInfo())]
+    deltas = asyncio.run(go())
+    assert tokens(deltas) == expected()
+    assert [c[0] for c in cluster.calls] == [P1, D0]
+    assert not backend.parts.registry.get(P0).healthy
+
+
+def test_decode_killed_mid_stream_migrates_token_for_token():
+    cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode", D1: "decode"})
+    cluster.break_after[D0] = 4   # round robin sends the first decode to D0
+    deltas, _ = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    # first pass: P0 -> D0 (dies after 1 + 4 tokens); second pass resumes 5 tokens on P1 -> D1
+    urls = [(c[0], len(c[2])) for c in cluster.calls]
+    assert urls == [(P0, 0), (D0, 1), (P1, 5), (D1, 6)]
+    assert backend.parts.metrics.migrations._value.get() == 1
+    last = deltas[-1]
+    assert (last.num_output_tokens, last.num_cached_tokens) == (12, 4)
+    for u in (P0, P1, D0, D1):
+        assert tracker.load(u).in_flight == 0
+
+
+def test_colocated_worker_killed_mid_stream_migrates():
+    cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
+    cluster.break_after[B0] = 3
+    deltas, info = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert [(c[0], len(c[2])) for c in cluster.calls] == [(B0, 0), (B1, 3)]
+    assert info.headers["x-tandem-decode"] == B0  # headers name the first pass
+
+
+def test_no_worker_left_mid_stream_ends_with_error_delta():
+    cluster, backend, monitor, tracker = build({B0: "both"})
+    cluster.break_after[B0] = 3
+    deltas, _ = run(backend, monitor)
+    assert tokens(deltas) == expected()[:3]
+    assert deltas[-1].finish_reason is FinishReason.ERROR and "no healthy" in deltas[-1].error
+
+
+def test_no_healthy_worker_before_first_token_is_503():
+    cluster, backend, monitor, tracker = build({B0: "both"})
+    cluster.dead.add(B0)
+    with pytest.raises(NoHealthyWorker) as e:
+        run(backend, monitor)
+    assert e.value.status == 503
+
+
+def test_worker_4xx_is_the_clients_error_not_retried():
+    cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
+    with pytest.raises(TandemError) as e:
+        run(backend, monitor, prompt=[-1, 2, 3])
+    assert (e.value.status, e.value.code, e.value.param) == (413, "context_length_exceeded", "messages")
+    assert len(cluster.calls) == 1
+
+
+def test_closing_stream_early_releases_load():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"})
+
+    async def go():
+        await monitor.poll_once()
+        req = EngineRequest("r1", list(PROMPT), SamplingParams(max_tokens=50, temperature=0.0))
+        gen = backend.generate(req, ResponseInfo())
+        got = [await anext(gen), await anext(gen)]
+        assert tracker.load(D0).in_flight == 1
+        await gen.aclose()
+        return got
+    got = asyncio.run(go())
+    assert len(got) == 2 and tracker.load(D0).in_flight == 0 and tracker.load(P0).in_flight == 0
