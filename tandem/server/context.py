@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import uuid
 from dataclasses import dataclass, field
 
 from tandem.server.backend import Backend
@@ -32,6 +33,7 @@ class ServerContext:
     metrics: ServerMetrics
     pass_info: bool
     ready: bool = False  # set by the app's lifespan once the backend has started
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
 
     @classmethod

@@ -4,7 +4,11 @@ POST /internal/generate: body wire.request_to_dict(EngineRequest); answer applic
 one wire.delta_to_dict(RequestDelta) per line. A TandemError before the first line is an
 OpenAI-style error JSON with its status; a failure after it is a final delta with
 finish_reason "error". Closing the HTTP request aborts the engine request.
-GET /internal/stats: EngineStats as JSON plus kv_layout and role.
+GET /internal/stats: EngineStats as JSON plus kv_layout and role, and what the gateway needs to
+route: instance_id (new at every start: a restarted worker has a new cache), hash_seed and
+block size (to hash prompts like the worker), model name, max_model_len, transport address.
+GET /internal/kv_events?since=SEQ: the backend's KV event batch (tandem.kv.events); 404 for a
+backend without events.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.errors import InvalidRequest, TandemError
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import ClientGone, until_disconnect
 from tandem.server.errors import as_tandem_error, openai_error_response
@@ -58,12 +63,41 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
             return openai_error_response(exc)
 
     async def stats(request: Request) -> Response:
-        backend = ctx.backend
-        layout = getattr(backend, "kv_layout", None)  # only a WorkerBackend has a KV cache
-        body = asdict(backend.stats())
-        body["kv_layout"] = layout.to_dict() if layout is not None else None
-        body["role"] = getattr(backend, "role", None)
+        body = asdict(ctx.backend.stats())
+        body.update(_worker_facts(ctx))
         return json_response(body)
 
+    async def kv_events(request: Request) -> Response:
+        read = getattr(ctx.backend, "kv_events", None)
+        if read is None:
+            return openai_error_response(NotFound("this backend publishes no KV events"))
+        raw = request.query_params.get("since", "0")
+        if not raw.isdigit():
+            return openai_error_response(
+                InvalidRequest(f"'since' must be a non-negative integer, got {raw!r}", param="since"))
+        return json_response(read(int(raw)).to_dict())
+
     return [Route("/internal/generate", generate, methods=["POST"]),
-            Route("/internal/stats", stats, methods=["GET"])]
+            Route("/internal/stats", stats, methods=["GET"]),
+            Route("/internal/kv_events", kv_events, methods=["GET"])]
+
+
+class NotFound(TandemError):
+    status = 404
+    error_type = "not_found_error"
+
+
+def _worker_facts(ctx: ServerContext) -> dict:
+    """WorkerBackend attributes (a gateway's own backend has none of them: null)."""
+    b = ctx.backend
+    layout = getattr(b, "kv_layout", None)
+    engine_config = getattr(b, "config", None)
+    cache = getattr(engine_config, "cache", None)
+    return {"kv_layout": layout.to_dict() if layout is not None else None,
+            "role": getattr(b, "role", None),
+            "instance_id": ctx.instance_id,
+            "model": ctx.served_name,
+            "max_model_len": b.max_model_len,
+            "hash_seed": getattr(cache, "hash_seed", None),
+            "enable_prefix_caching": getattr(cache, "enable_prefix_caching", None),
+            "transport_address": getattr(b, "transport_address", None)}

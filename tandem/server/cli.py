@@ -1,0 +1,126 @@
+"""`tandem serve`: one worker (engine + HTTP API) on one port.
+
+  tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
+               [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...] ...
+
+Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+
+from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.server.config import ServerConfig
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
+          "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'512MiB', '2GiB', '1.5GB', '4096' -> bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 512MiB or 2GiB)")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="serve one model as a worker (OpenAI + Workers AI API)")
+    p.add_argument("--model", required=True, help="Hugging Face model directory")
+    p.add_argument("--role", default="both", choices=("both", "prefill", "decode"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
+    p.add_argument("--max-model-len", type=_positive, default=None,
+                   help="default: the model's max_position_embeddings")
+    p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
+    p.add_argument("--kv-cache-memory", type=parse_bytes, default=CacheConfig.kv_cache_bytes,
+                   help="memory for KV blocks, e.g. 512MiB (default) or 4GiB")
+    p.add_argument("--num-kv-blocks", type=_positive, default=None,
+                   help="exact number of KV blocks (overrides --kv-cache-memory)")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--max-num-batched-tokens", type=_positive,
+                   default=SchedulerConfig.max_num_batched_tokens)
+    p.add_argument("--max-num-seqs", type=_positive, default=SchedulerConfig.max_num_seqs)
+    p.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
+                   help="KV handoff transport (prefill/decode roles default to tcp)")
+    p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
+    p.add_argument("--api-key", action="append", default=[],
+                   help="accepted Bearer key (repeatable); none: no authentication")
+    p.add_argument("--gateway", default=None, help="gateway URL to register with")
+    p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
+    p.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    p.add_argument("--access-log", action="store_true")
+    p.set_defaults(func=serve)
+
+
+def _device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
+    engine = EngineConfig(
+        model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
+                          served_name=args.served_model_name, max_model_len=args.max_model_len),
+        cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
+                          num_blocks=args.num_kv_blocks,
+                          enable_prefix_caching=not args.no_prefix_caching),
+        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
+                                  max_num_seqs=args.max_num_seqs),
+        role=args.role, num_threads=args.threads, kv_transport=args.kv_transport)
+    server = ServerConfig(served_model_name=args.served_model_name,
+                          api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+                          max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
+                          gateway_url=args.gateway, log_level=args.log_level,
+                          access_log=args.access_log)
+    return engine, server
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from tandem.engine.async_engine import AsyncEngine
+    from tandem.server.app import build_app
+
+    engine_config, server_config = configs_from_args(args)
+    logging.basicConfig(level=server_config.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    engine = AsyncEngine(engine_config)
+    app = build_app(engine, server_config, startup=engine.start, shutdown=engine.shutdown)
+    # loop="auto" takes uvloop and http="auto" httptools when they are installed.
+    uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
+                log_level=server_config.log_level, access_log=server_config.access_log,
+                timeout_graceful_shutdown=5)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tandem")
+    register(parser.add_subparsers(dest="verb", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
