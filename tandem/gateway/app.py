@@ -1,0 +1,189 @@
+"""The gateway's HTTP app: tandem.server's routes over the GatewayBackend, plus worker management.
+
+Routes: everything `tandem.server.app.build_app` serves (OpenAI, Workers AI, /health, /metrics),
+with the gateway's metrics added to /metrics, and
+- POST /internal/register   {"url", "role", "draining"?} - a worker registers; repeated as heartbeat
+- POST /internal/deregister {"url"}                      - a worker leaves (after draining)
+- POST /internal/drain      {"url"}                      - stop sending new requests to a worker
+- GET  /internal/workers                                 - the registry, for people and tests
+503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy through
+`tandem.gateway.session`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tandem.errors import InvalidRequest
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.monitor import Monitor
+from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
+from tandem.gateway.registry import Registry
+from tandem.gateway.routing import Router, pools_policies
+from tandem.gateway.session import SessionMiddleware, current_session
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies import make_policy
+from tandem.router.prefix_index import PrefixIndex
+from tandem.server.app import build_app
+from tandem.server.config import ServerConfig
+from tandem.server.errors import openai_error_response
+from tandem.server.request_body import read_json_object
+from tandem.server.responses import json_response
+
+log = logging.getLogger(__name__)
+
+
+class RetryAfter:
+    """Adds `Retry-After: N` to 503 and 429 answers that lack one."""
+
+    def __init__(self, app: ASGIApp, seconds: int) -> None:
+        self.app = app
+        self.value = str(seconds).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] in (429, 503):
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"retry-after" for k, _ in headers):
+                    headers.append((b"retry-after", self.value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+def model_facts(model_path: str | None, served_name: str | None) -> tuple[object, str, int]:
+    """(tokenizer, served model name, max_model_len) from the model directory."""
+    if model_path is None:
+        raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
+                         "and chat template to hash prompt prefixes like the workers do")
+    from tandem.models.tokenizer import Tokenizer
+
+    path = Path(model_path)
+    tokenizer = Tokenizer.from_dir(path)
+    config = json.loads((path / "config.json").read_text())
+    max_len = int(config.get("max_position_embeddings") or 4096)
+    return tokenizer, served_name or path.resolve().name, max_len
+
+
+def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
+    async def url_of(request: Request) -> tuple[dict, str]:
+        body = await read_json_object(request, 65536)
+        url = body.get("url")
+        if not isinstance(url, str) or not url:
+            raise InvalidRequest("'url' must be the worker's base URL, e.g. http://10.0.0.5:8001",
+                                 param="url")
+        return body, url
+
+    async def register(request: Request) -> Response:
+        try:
+            body, url = await url_of(request)
+            role = body.get("role", "both")
+            draining = bool(body.get("draining", False))
+            try:
+                w = registry.heartbeat(url, role, time.monotonic(), draining=draining)
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), param="role") from exc
+        except Exception as exc:  # noqa: BLE001 - answered as an OpenAI-style error
+            return openai_error_response(exc)
+        if not w.healthy:
+            asyncio.ensure_future(monitor.poll_worker(w))  # become routable without waiting a round
+        return json_response({"ok": True, "url": w.url, "role": w.role,
+                              "heartbeat_interval_s": registry.config.heartbeat_interval_s})
+
+    async def deregister(request: Request) -> Response:
+        try:
+            _, url = await url_of(request)
+        except Exception as exc:  # noqa: BLE001
+            return openai_error_response(exc)
+        w = registry.remove(url)
+        if w is not None:
+            monitor.forget(w.url)
+        return json_response({"ok": w is not None})
+
+    async def drain(request: Request) -> Response:
+        try:
+            _, url = await url_of(request)
+        except Exception as exc:  # noqa: BLE001
+            return openai_error_response(exc)
+        return json_response({"ok": registry.drain(url)})
+
+    async def workers(request: Request) -> Response:
+        load = monitor.tracker.load
+        return json_response({"workers": [
+            {"url": w.url, "role": w.role, "healthy": w.healthy, "draining": w.draining,
+             "static": w.static, "failures": w.failures,
+             "cached_blocks": monitor.index.num_blocks(w.url),
+             "inflight_prefill_tokens": load(w.url).prefill_tokens,
+             "inflight_decode_tokens": load(w.url).decode_tokens,
+             "inflight_requests": load(w.url).in_flight} for w in registry.all()]})
+
+    return [Route("/internal/register", register, methods=["POST"]),
+            Route("/internal/deregister", deregister, methods=["POST"]),
+            Route("/internal/drain", drain, methods=["POST"]),
+            Route("/internal/workers", workers, methods=["GET"])]
+
+
+def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_model_len: int,
+                      transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
+    """`transport` replaces the network for the calls to workers (tests)."""
+    registry = Registry(config.registry)
+    for url in config.workers:
+        registry.add_static(url, None)
+    for url in config.prefill:
+        registry.add_static(url, "prefill")
+    for url in config.decode:
+        registry.add_static(url, "decode")
+    index, tracker = PrefixIndex(), LoadTracker()
+    policies = pools_policies(make_policy(config.policy),
+                              make_policy(config.prefill_policy) if config.prefill_policy else None,
+                              make_policy(config.decode_policy) if config.decode_policy else None)
+    router = Router(registry, index, tracker, policies, config.admission)
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(config.registry.request_timeout_s, connect=config.connect_timeout_s),
+        limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
+        transport=transport)
+    monitor = Monitor(registry, index, tracker, client)
+    parts = GatewayParts(config, registry, router, tracker, client, None, monitor.forget,
+                         current_session)
+    backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task] = []
+
+    async def startup() -> None:
+        await monitor.poll_once()
+        tasks.append(asyncio.create_task(monitor.run(stop)))
+
+    async def shutdown() -> None:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.aclose()
+
+    server_config = ServerConfig(served_model_name=config.served_model_name,
+                                 api_keys=config.api_keys, host=config.host, port=config.port)
+    app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
+                    extra_routes=_management_routes(registry, monitor))
+    metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
+    parts.metrics = metrics
+    router.on_decision = metrics.on_decision
+    app.add_middleware(SessionMiddleware)
+    app.add_middleware(RetryAfter, seconds=config.retry_after_s)
+    app.state.gateway = parts
+    app.state.monitor = monitor
+    return app

@@ -1,0 +1,109 @@
+"""The gateway app end to end over in-process fake workers (no sockets): routes, headers, errors."""
+
+import json
+
+import pytest
+from starlette.testclient import TestClient
+
+from tandem.gateway.app import build_gateway_app, model_facts
+from tandem.gateway.config import GatewayConfig, RegistryConfig
+from tandem.testing.tiny_model import write_test_model
+
+from fake_workers import FakeCluster, greedy
+
+P0, D0, B0 = "http://127.0.0.1:9100", "http://127.0.0.1:9200", "http://127.0.0.1:9300"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(write_test_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
+
+
+def client_for(model_dir, roles, **cfg):
+    cluster = FakeCluster(roles)
+    config = GatewayConfig(prefill=tuple(u for u, r in roles.items() if r == "prefill"),
+                           decode=tuple(u for u, r in roles.items() if r == "decode"),
+                           workers=tuple(u for u, r in roles.items() if r == "both"),
+                           model_path=model_dir, served_model_name="tiny",
+                           registry=RegistryConfig(poll_interval_s=30), **cfg)
+    tok, name, max_len = model_facts(model_dir, config.served_model_name)
+    app = build_gateway_app(config, tok, name, max_len, transport=cluster.transport())
+    return cluster, TestClient(app)
+
+
+def test_completion_through_prefill_and_decode(model_dir):
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    with c:
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "hello there", "max_tokens": 6,
+                                            "temperature": 0})
+        assert r.status_code == 200, r.text
+        assert r.headers["x-tandem-prefill"] == P0 and r.headers["x-tandem-decode"] == D0
+        body = r.json()
+        prompt_ids = c.app.state.ctx.backend.tokenizer.encode("hello there")
+        want = greedy(prompt_ids, 6)
+        assert body["choices"][0]["text"] == "".join(f"<{t}>" for t in want)
+        assert body["usage"]["prompt_tokens"] == len(prompt_ids)
+        assert body["usage"]["completion_tokens"] == len(want)
+        assert [x[0] for x in cluster.calls] == [P0, D0]
+        m = c.get("/metrics").text
+        assert 'tandem:gateway_routing_decisions_total{policy="default",pool="prefill",reason="load"} 1.0' in m
+        assert "tandem:time_to_first_token_seconds_count" in m
+        assert "tandem:gateway_inflight_prefill_tokens" in m
+
+
+def test_streaming_chat_has_headers_and_session_reaches_policy(model_dir):
+    cluster, c = client_for(model_dir, {B0: "both"}, policy="affinity")
+    with c:
+        with c.stream("POST", "/v1/chat/completions", headers={"x-session-affinity": "abc"},
+                      json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 5, "temperature": 0, "stream": True,
+                            "stream_options": {"include_usage": True}}) as r:
+            assert r.status_code == 200
+            assert r.headers["x-tandem-decode"] == B0
+            lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        usage = json.loads(lines[-2][6:])["usage"]
+        assert usage["completion_tokens"] == 5
+        m = c.get("/metrics").text
+        assert 'policy="affinity",pool="both",reason="affinity"' in m
+
+
+def test_no_worker_is_503_with_retry_after(model_dir):
+    cluster, c = client_for(model_dir, {B0: "both"})
+    cluster.dead.add(B0)
+    with c:
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "no_healthy_worker"
+        r = c.post("/client/v4/accounts/a/ai/run/@cf/x/tiny", json={"prompt": "x"})
+        assert r.status_code == 503 and r.json()["success"] is False
+
+
+def test_registration_drain_and_workers_listing(model_dir):
+    cluster, c = client_for(model_dir, {})
+    cluster.roles[D0] = "decode"
+    cluster.roles[P0] = "prefill"
+    with c:
+        assert c.post("/internal/register", json={"url": P0, "role": "prefill"}).json()["ok"]
+        assert c.post("/internal/register", json={"url": D0, "role": "decode"}).json()["ok"]
+        assert c.post("/internal/register", json={"url": D0, "role": "mixed"}).status_code == 400
+        ws = {w["url"]: w for w in c.get("/internal/workers").json()["workers"]}
+        assert set(ws) == {P0, D0}
+        # registration triggers a poll; wait for it through one explicit round
+        c.portal.call(c.app.state.monitor.poll_once)
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 3,
+                                            "temperature": 0})
+        assert r.status_code == 200 and r.headers["x-tandem-decode"] == D0
+        assert c.post("/internal/drain", json={"url": D0}).json()["ok"]
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 3})
+        assert r.status_code == 503 and "decode" in r.json()["error"]["message"]
+        assert c.post("/internal/deregister", json={"url": D0}).json()["ok"]
+        assert [w["url"] for w in c.get("/internal/workers").json()["workers"]] == [P0]
+
+
+def test_saturated_is_429(model_dir):
+    from tandem.router.admission import AdmissionLimits
+    cluster, c = client_for(model_dir, {B0: "both"}, admission=AdmissionLimits(max_waiting=0))
+    with c:
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1"
