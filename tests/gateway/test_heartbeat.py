@@ -1,0 +1,58 @@
+"""Heartbeat client against a real gateway app served by uvicorn on 127.0.0.1 (no workers)."""
+
+import asyncio
+import socket
+
+import pytest
+import uvicorn
+
+from tandem.gateway.app import build_gateway_app
+from tandem.gateway.config import GatewayConfig, RegistryConfig
+from tandem.gateway.heartbeat import Heartbeat, HeartbeatConfig, advertised_url
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_advertised_url():
+    assert advertised_url("127.0.0.1", 80) == "http://127.0.0.1:80"
+    assert advertised_url("0.0.0.0", 81) == f"http://{socket.gethostname()}:81"
+    assert advertised_url("::1", 82) == "http://[::1]:82"
+
+
+def test_register_heartbeat_drain_deregister():
+    async def go():
+        port = free_port()
+        cfg = GatewayConfig(registry=RegistryConfig(poll_interval_s=30, heartbeat_interval_s=0.1))
+        app = build_gateway_app(cfg, tokenizer=None, model_name="m", max_model_len=64)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+        serving = asyncio.create_task(server.serve())
+        registry = app.state.gateway.registry
+        try:
+            for _ in range(100):
+                if server.started:
+                    break
+                await asyncio.sleep(0.05)
+            hb = Heartbeat(HeartbeatConfig(f"127.0.0.1:{port}", "http://127.0.0.1:1", "decode",
+                                           interval_s=5.0))
+            await hb.start()
+            await asyncio.wait_for(hb.registered.wait(), 5)
+            w = registry.get("http://127.0.0.1:1")
+            assert w.role == "decode" and not w.static and not w.draining
+            first = w.last_heartbeat
+            for _ in range(50):  # the gateway asked for 0.1 s heartbeats
+                await asyncio.sleep(0.05)
+                if w.last_heartbeat != first:
+                    break
+            assert w.last_heartbeat != first
+            await hb.drain()
+            assert w.draining
+            await hb.stop()
+            assert registry.get("http://127.0.0.1:1") is None
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(serving, 10)
+    asyncio.run(go())
