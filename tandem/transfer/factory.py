@@ -42,7 +42,7 @@ def make_transport(kind: str, kv: torch.Tensor, layout: KVLayout, config: Transf
         planes["mooncake"] = MooncakeSourcePlane(kv, layout, engine)
         sink_plane = MooncakeSinkPlane(kv, layout, engine)
     elif kind == "shm":
-        sink_plane = ShmSinkPlane(kv, layout)
+        sink_plane = ShmSinkPlane(kv, layout, config.shm_dir)
     else:
         sink_plane = TcpSinkPlane(kv, layout)
     return Transport(kind, ControlSource(kind, kv, layout, config, planes),

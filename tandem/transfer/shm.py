@@ -111,7 +111,8 @@ class ShmSourcePlane:
 class ShmSinkPlane:
     kind = "shm"
 
-    def __init__(self, kv: torch.Tensor, layout: KVLayout) -> None:
+    def __init__(self, kv: torch.Tensor, layout: KVLayout, shm_dir: str = "/dev/shm") -> None:
+        self._shm_dir = os.path.normpath(shm_dir)
         self._dst = kv.view(-1).view(torch.uint8)      # [num_blocks * block_nbytes] bytes, maybe on GPU
         self._nb = layout.block_nbytes
         self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()   # path -> uint8 view of the file
@@ -137,8 +138,9 @@ class ShmSinkPlane:
         if path in self._maps:
             self._maps.move_to_end(path)
             return self._maps[path]
-        if not os.path.basename(path).startswith(PREFIX):
-            raise TransferError(f"refusing to map {path!r}: not a tandem KV file")
+        if (os.path.dirname(os.path.normpath(path)) != self._shm_dir
+                or not os.path.basename(path).startswith(PREFIX)):
+            raise TransferError(f"refusing to map {path!r}: not a tandem KV file in {self._shm_dir}")
         try:
             size = os.path.getsize(path)
         except OSError as exc:
