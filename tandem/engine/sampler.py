@@ -8,13 +8,12 @@ request) into N token ids, applying each request's own SamplingParams. Order, as
   --> random rows: / temperature --> min_p --> top_k --> top_p --> sample
 
 Logprobs are "raw": log_softmax of the model's logits before any penalty, temperature or
-truncation (OpenAI's and vLLM's default). The sampled token's logprob is therefore finite
-even when top_k/top_p would have excluded nothing else.
+truncation (OpenAI's and vLLM's default): they describe the model, not the sampling
+distribution, so a sampled token's logprob can be below entries that top_k/top_p kept out.
 
-Reproducibility: a row with a generator draws exactly `vocab` Exp(1) variates from it per
-step, and every other operation is row-wise, so a seeded request samples the same tokens
-whatever else shares its batch. Sampling uses the exponential race: argmax(p_i / E_i) with
-E_i ~ Exp(1) picks token i with probability p_i.
+Reproducibility: sampling is inverse-CDF with one uniform per row per step; a row with a
+generator draws that uniform from it, and every other operation is row-wise, so a seeded
+request samples the same tokens whatever else shares its batch.
 
 Device-agnostic: everything stays on `logits.device`; generators must live on that device
 (`make_generator(seed, device)`).
@@ -31,6 +30,8 @@ from tandem.types import SamplingParams, TokenLogprob
 
 # Temperatures below this are treated as greedy (dividing by them overflows float32).
 MIN_TEMPERATURE = 1e-5
+# top-k/top-p first look at this many best tokens per row (see apply_top_k_top_p).
+TOP_CANDIDATES = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,7 +86,7 @@ class Sampler:
         if pen_idx or ban is not None:
             work = logits.clone()
             if pen_idx:
-                idx = torch.tensor(pen_idx, device=device)
+                idx = _index(pen_idx, n, device)
                 work[idx] = apply_penalties(work[idx], [rows[i] for i in pen_idx])
             if ban is not None:
                 work[ban[0].to(device), ban[1].to(device)] = float("-inf")
@@ -94,10 +95,10 @@ class Sampler:
         greedy_idx = [i for i, r in enumerate(rows) if _is_greedy(r.params)]
         random_idx = [i for i, r in enumerate(rows) if not _is_greedy(r.params)]
         if greedy_idx:
-            idx = torch.tensor(greedy_idx, device=device)
+            idx = _index(greedy_idx, n, device)
             tokens[idx] = work[idx].argmax(dim=-1)
         if random_idx:
-            idx = torch.tensor(random_idx, device=device)
+            idx = _index(random_idx, n, device)
             tokens[idx] = _sample_random(work[idx], [rows[i] for i in random_idx])
 
         token_list = tokens.tolist()
@@ -173,7 +174,6 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
     """logits: [R, V] (a copy, free to modify) -> sampled token ids [R]."""
-    r_count, vocab = logits.shape
     device = logits.device
     temp = torch.tensor([r.params.temperature for r in rows], dtype=logits.dtype, device=device)
     logits = logits / temp.unsqueeze(1)
@@ -187,44 +187,84 @@ def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.T
 
     trunc = [i for i, r in enumerate(rows) if r.params.top_k > 0 or r.params.top_p < 1.0]
     if trunc:
-        idx = torch.tensor(trunc, device=device)
-        logits[idx] = _top_k_top_p(
-            logits[idx],
-            torch.tensor([rows[i].params.top_k for i in trunc], device=device),
-            torch.tensor([rows[i].params.top_p for i in trunc], dtype=logits.dtype, device=device))
+        idx = _index(trunc, len(rows), device)
+        logits[idx] = apply_top_k_top_p(logits[idx], [rows[i].params.top_k for i in trunc],
+                                   [rows[i].params.top_p for i in trunc])
 
-    probs = torch.softmax(logits, dim=-1)  # [R, V], exactly 0 where masked
-    race = torch.empty_like(probs)  # [R, V] Exp(1) variates
+    # Inverse-CDF sampling: one uniform per row. The CDF is accumulated in float64 so that
+    # rounding over a large vocabulary does not shift tokens' intervals.
+    cdf = torch.softmax(logits, dim=-1).to(torch.float64).cumsum(dim=-1)  # [R, V]
+    uniform = torch.empty(len(rows), dtype=torch.float64, device=device)  # [R]
     unseeded = [i for i, r in enumerate(rows) if r.generator is None]
     if unseeded:
-        race[torch.tensor(unseeded, device=device)] = torch.empty(
-            len(unseeded), vocab, dtype=probs.dtype, device=device).exponential_()
+        uniform[_index(unseeded, len(rows), device)] = torch.rand(
+            len(unseeded), dtype=torch.float64, device=device)
     for i, r in enumerate(rows):
-        if r.generator is not None:
-            race[i].exponential_(generator=r.generator)
-    # exponential_ may return exactly 0; keep the quotient finite (masked tokens stay at 0).
-    race.clamp_(min=torch.finfo(probs.dtype).tiny)
-    return (probs / race).argmax(dim=-1)
+        if r.generator is not None:  # exactly one draw per step: batch-independent
+            uniform[i] = torch.rand(1, dtype=torch.float64, device=device, generator=r.generator)[0]
+    target = (uniform * cdf[:, -1]).unsqueeze(1)  # [R, 1], below the total mass
+    # First token whose CDF exceeds the target: never a zero-probability (masked) token.
+    return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
-def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Per-row top-k (0 = off) then top-p over one descending sort.
+def _index(idx: list[int], n: int, device: torch.device) -> torch.Tensor | slice:
+    """Row selector: a plain slice when idx is every row in order (no gather copy)."""
+    if len(idx) == n:
+        return slice(None)
+    return torch.tensor(idx, device=device)
 
-    logits: [T, V]; top_k: [T] long; top_p: [T] in (0, 1]. Returns [T, V] with dropped
-    tokens at -inf. top-p keeps the smallest prefix whose probability mass reaches top_p
-    (the top token is always kept); top_p == 1 keeps everything.
+
+def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    """Per-row top-k (0 = off), then top-p over the top-k set; dropped tokens become -inf.
+
+    logits: [T, V]. top-p keeps the smallest best-first prefix whose probability mass reaches
+    top_p (the top token always stays); top_p == 1 keeps everything.
+    Fast path: most mass sits in a few tokens, so only the best C = max(TOP_CANDIDATES,
+    max top_k) tokens (max top_k alone when every row has one) are sorted (topk); rows whose top-p cut is not within them fall back to
+    a full sort. Both paths compute the same prefix sums, so the choice of path (which
+    depends on the batch) never changes a row's result.
     """
-    vocab = logits.shape[1]
-    sorted_logits, order = logits.sort(dim=-1, descending=True)  # [T, V]
-    pos = torch.arange(vocab, device=logits.device).unsqueeze(0)  # [1, V]
-    k = torch.where(top_k > 0, top_k, vocab).clamp(max=vocab).unsqueeze(1)  # [T, 1]
-    drop = pos >= k
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(sorted_logits, dim=-1)
-    mass_before = probs.cumsum(dim=-1) - probs  # [T, V] mass of strictly better tokens
+    t_count, vocab = logits.shape
+    device = logits.device
+    k = torch.tensor(top_k, device=device)  # [T]
+    p = torch.tensor(top_p, dtype=logits.dtype, device=device)  # [T]
+    lse = logits.logsumexp(dim=-1, keepdim=True)  # [T, 1]
+    out = torch.full_like(logits, float("-inf"))
+    # Rows that all have a top_k need no more than the largest one.
+    cand = min(vocab, max(top_k) if min(top_k) > 0 else max(TOP_CANDIDATES, max(top_k)))
+    rest = torch.ones(t_count, dtype=torch.bool, device=device)  # [T] rows still to do
+    if cand * 4 < vocab:
+        vals, ids = logits.topk(cand, dim=-1)  # [T, C], best first
+        drop, covered = _cut_sorted(vals, lse, k, p)
+        out.scatter_(1, ids, vals.masked_fill(drop, float("-inf")))
+        rest = ~covered
+    if bool(rest.any()):
+        sub = rest.nonzero().squeeze(1)
+        vals, ids = logits[sub].sort(dim=-1, descending=True)  # [S, V]
+        drop, _ = _cut_sorted(vals, lse[sub], k[sub], p[sub])
+        out[sub] = torch.full_like(vals, float("-inf")).scatter_(
+            1, ids, vals.masked_fill(drop, float("-inf")))
+    return out
+
+
+def _cut_sorted(vals: torch.Tensor, lse: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """vals: [T, C] a row's best C logits, descending; lse: [T, 1] log-normalizer of the row.
+
+    Returns (drop [T, C] bool, covered [T] bool): covered rows' cut lies within the C tokens.
+    """
+    c = vals.shape[1]
+    probs = (vals - lse).exp()  # [T, C] true probabilities
+    cum = probs.cumsum(dim=-1)  # [T, C]
+    k_eff = torch.where(top_k > 0, top_k, c).clamp(max=c)  # [T]
+    drop = torch.arange(c, device=vals.device).unsqueeze(0) >= k_eff.unsqueeze(1)
+    # top-p is relative to the mass that top-k kept (all of it when top-k is off).
+    kept_mass = torch.where(top_k > 0, cum.gather(1, (k_eff - 1).unsqueeze(1)).squeeze(1),
+                            torch.ones_like(top_p))  # [T]
+    mass_before = (cum - probs) / kept_mass.unsqueeze(1)  # [T, C] mass of strictly better tokens
     drop |= (mass_before >= top_p.unsqueeze(1)) & (top_p < 1.0).unsqueeze(1)
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+    covered = (top_k > 0) | (top_p >= 1.0) | (cum[:, -1] >= top_p)
+    return drop, covered
 
 
 def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,

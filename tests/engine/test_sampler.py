@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from tandem.engine.sampler import Sampler, SamplingRow, apply_penalties, make_generator
+from tandem.engine.sampler import (Sampler, SamplingRow, apply_penalties, apply_top_k_top_p,
+                                   make_generator)
 from tandem.types import SamplingParams
 
 torch.set_num_threads(1)
@@ -198,3 +199,51 @@ def test_logprobs_are_raw_log_softmax_with_sorted_top():
 def test_rejects_mismatched_rows():
     with pytest.raises(ValueError):
         Sampler().sample(torch.zeros(2, 4), [row()])
+
+
+def _reference_keep(logits_row: torch.Tensor, top_k: int, top_p: float) -> set[int]:
+    """Plain full-sort top-k then top-p, written independently of the sampler."""
+    order = logits_row.argsort(descending=True).tolist()
+    if top_k:
+        order = order[:top_k]
+    probs = torch.softmax(logits_row[order].double(), dim=0).tolist()
+    kept, mass = [], 0.0
+    for tok, pr in zip(order, probs):
+        if top_p < 1.0 and mass >= top_p:
+            break
+        kept.append(tok)
+        mass += pr
+    return set(kept)
+
+
+def test_top_k_top_p_candidate_path_and_fallback_match_full_sort():
+    # vocab large enough for the top-candidates fast path; flat rows need the full-sort fallback.
+    torch.manual_seed(6)
+    vocab = 8192
+    logits = torch.cat([torch.randn(3, vocab) * 6, torch.randn(4, vocab) * 0.05])  # peaked, flat
+    # (100, 0.5) on a flat row: top-p must be relative to the mass top-k kept (~half of 100).
+    cases = [(0, 0.8), (20, 1.0), (2000, 0.5), (0, 0.8), (7, 0.9), (0, 0.3), (100, 0.5)]
+    got = apply_top_k_top_p(logits.clone(), [k for k, _ in cases], [p for _, p in cases])
+    for i, (k, p) in enumerate(cases):
+        kept = set(torch.isfinite(got[i]).nonzero().squeeze(1).tolist())
+        ref = _reference_keep(logits[i], k, p)
+        # Float rounding may move the cut by one token at most.
+        assert len(kept ^ ref) <= 1, (i, len(kept), len(ref))
+        assert len(kept) >= 1
+        torch.testing.assert_close(got[i][list(kept)], logits[i][list(kept)])
+    # Each row alone gives the same result as in the batch (paths differ, results do not).
+    for i, (k, p) in enumerate(cases):
+        alone = apply_top_k_top_p(logits[i:i + 1].clone(), [k], [p])
+        assert torch.equal(alone[0], got[i])
+
+
+def test_sampled_tokens_stay_in_kept_set_large_vocab():
+    torch.manual_seed(7)
+    vocab = 8192
+    logits = torch.randn(1, vocab) * 3
+    ref = _reference_keep(logits[0], 0, 0.6)
+    assert 3 <= len(ref) < 1024  # the fast path, with several kept tokens
+    rows = [seeded(i, top_p=0.6) for i in range(200)]
+    tokens = Sampler().sample(logits.expand(200, -1), rows).token_ids
+    assert set(tokens) <= ref
+    assert len(set(tokens)) > 1
