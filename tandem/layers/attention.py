@@ -7,6 +7,9 @@ Per layer and step: write the new tokens' K/V at their slots, then attend.
   repeated per query head.
 - prefill chunk without cached context: causal SDPA straight on this step's K/V (no gather).
 - prefill chunk with cached context: gather its blocks, SDPA with the chunk's causal mask.
+Gathers write into an AttentionWorkspace (buffers reused by every layer and step): on the CPU a
+fresh multi-megabyte tensor per layer costs more in page faults than the copy itself
+(benchmarks/attention_cpu.py).
 Device-agnostic: only indexing and torch SDPA, shapes fixed by AttentionBatch.
 """
 
@@ -18,6 +21,29 @@ import torch.nn.functional as F
 from tandem.runner.attn_metadata import AttentionBatch, DecodeGroup, PrefillChunk
 
 
+class AttentionWorkspace:
+    """Two flat gather buffers (K and V), grown to the largest request and then reused.
+
+    Invariant: a view handed out is valid until the next `kv_views` call; each layer finishes
+    its SDPA call before the next gather.
+    """
+
+    def __init__(self) -> None:
+        self._bufs: list[torch.Tensor | None] = [None, None]
+
+    def kv_views(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        numel = 1
+        for d in shape:
+            numel *= d
+        views = []
+        for i, buf in enumerate(self._bufs):
+            if buf is None or buf.numel() < numel or buf.dtype != like.dtype or buf.device != like.device:
+                buf = torch.empty(numel, dtype=like.dtype, device=like.device)
+                self._bufs[i] = buf
+            views.append(buf[:numel].view(shape))
+        return views[0], views[1]
+
+
 def write_kv(kv_cache: torch.Tensor, layer: int, k: torch.Tensor, v: torch.Tensor,
              batch: AttentionBatch) -> None:
     # k, v [T, KVH, D] -> kv_cache[slot_block, layer, 0|1, slot_offset] = [KVH, D]
@@ -26,48 +52,55 @@ def write_kv(kv_cache: torch.Tensor, layer: int, k: torch.Tensor, v: torch.Tenso
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
-                    layer: int, batch: AttentionBatch, scale: float) -> torch.Tensor:
+                    layer: int, batch: AttentionBatch, scale: float,
+                    workspace: AttentionWorkspace) -> torch.Tensor:
     """q [T, H, D], k/v [T, KVH, D] (this step's tokens) -> [T, H, D]."""
     write_kv(kv_cache, layer, k, v, batch)
+    ws = workspace
     if batch.decode is not None and not batch.prefills and batch.decode.token_range is not None:
-        return _decode(q, kv_cache, layer, batch.decode, scale)  # pure decode step: no copy
+        return _decode(q, kv_cache, layer, batch.decode, scale, ws)  # pure decode step
     out = torch.empty_like(q)
     if batch.decode is not None:
         g = batch.decode
         if g.token_range is not None:
             s, e = g.token_range
-            out[s:e] = _decode(q[s:e], kv_cache, layer, g, scale)
+            out[s:e] = _decode(q[s:e], kv_cache, layer, g, scale, ws)
         else:
             out.index_copy_(0, g.token_index,
-                            _decode(q.index_select(0, g.token_index), kv_cache, layer, g, scale))
+                            _decode(q.index_select(0, g.token_index), kv_cache, layer, g, scale, ws))
     for chunk in batch.prefills:
         s, e = chunk.token_start, chunk.token_end
-        out[s:e] = _prefill(q[s:e], k[s:e], v[s:e], kv_cache, layer, chunk, scale)
+        out[s:e] = _prefill(q[s:e], k[s:e], v[s:e], kv_cache, layer, chunk, scale, ws)
     return out
 
 
-def _gather(kv_cache: torch.Tensor, layer: int, which: int, block_ids: torch.Tensor) -> torch.Tensor:
-    # block_ids LongTensor[...] -> [..., block_size, KVH, D] (contiguous copy of those blocks)
-    return kv_cache[:, layer, which][block_ids]
+def _gather(kv_cache: torch.Tensor, layer: int, block_ids: torch.Tensor,
+            ws: AttentionWorkspace) -> tuple[torch.Tensor, torch.Tensor]:
+    # block_ids LongTensor[n] -> K, V [n * block_size, KVH, D]: copies of those blocks, in order
+    n = block_ids.shape[0]
+    bs, kvh, d = kv_cache.shape[3:]
+    k, v = ws.kv_views((n, bs, kvh, d), kv_cache)
+    torch.index_select(kv_cache[:, layer, 0], 0, block_ids, out=k)
+    torch.index_select(kv_cache[:, layer, 1], 0, block_ids, out=v)
+    return k.view(n * bs, kvh, d), v.view(n * bs, kvh, d)
 
 
 def _decode(q: torch.Tensor, kv_cache: torch.Tensor, layer: int, g: DecodeGroup,
-            scale: float) -> torch.Tensor:
+            scale: float, ws: AttentionWorkspace) -> torch.Tensor:
     # q [B, H, D] -> [B, H, D]
     B, H, D = q.shape
     kvh = kv_cache.shape[4]
-    nb = g.block_table.shape[1]
-    bs = kv_cache.shape[3]
-    # [B, nb, bs, KVH, D] -> [B, S=max_ctx, KVH, D] -> [B, KVH, S, D]
-    k = _gather(kv_cache, layer, 0, g.block_table).view(B, nb * bs, kvh, D)[:, :g.max_ctx].transpose(1, 2)
-    v = _gather(kv_cache, layer, 1, g.block_table).view(B, nb * bs, kvh, D)[:, :g.max_ctx].transpose(1, 2)
+    # [B * nb * bs, KVH, D] -> [B, nb * bs, KVH, D] -> [B, S=max_ctx, KVH, D] -> [B, KVH, S, D]
+    k, v = _gather(kv_cache, layer, g.block_table.flatten(), ws)
+    k = k.view(B, -1, kvh, D)[:, :g.max_ctx].transpose(1, 2)
+    v = v.view(B, -1, kvh, D)[:, :g.max_ctx].transpose(1, 2)
     qg = q.view(B, kvh, H // kvh, D)                                    # [B, KVH, group, D]
     o = F.scaled_dot_product_attention(qg, k, v, attn_mask=g.key_mask, scale=scale)  # [B, KVH, group, D]
     return o.reshape(B, H, D)
 
 
 def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, layer: int,
-             chunk: PrefillChunk, scale: float) -> torch.Tensor:
+             chunk: PrefillChunk, scale: float, ws: AttentionWorkspace) -> torch.Tensor:
     # q [n, H, D], k/v [n, KVH, D] -> [n, H, D]
     n, H, D = q.shape
     kvh = k.shape[1]
@@ -77,8 +110,8 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
                                            scale=scale, enable_gqa=kvh != H)
     else:
         ctx = chunk.mask.shape[1]
-        kc = _gather(kv_cache, layer, 0, chunk.block_ids).view(-1, kvh, D)[:ctx].transpose(0, 1)  # [KVH, ctx, D]
-        vc = _gather(kv_cache, layer, 1, chunk.block_ids).view(-1, kvh, D)[:ctx].transpose(0, 1)
+        kc, vc = _gather(kv_cache, layer, chunk.block_ids, ws)
+        kc, vc = kc[:ctx].transpose(0, 1), vc[:ctx].transpose(0, 1)  # [KVH, ctx, D]
         o = F.scaled_dot_product_attention(qt, kc, vc, attn_mask=chunk.mask, scale=scale,
                                            enable_gqa=kvh != H)
     return o.transpose(0, 1)                                            # [n, H, D]

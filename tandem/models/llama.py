@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tandem.layers.attention import paged_attention
+from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.layers.mlp import GatedMLP
 from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
@@ -46,7 +46,7 @@ class DecoderAttention(nn.Module):
         self.k_norm = RMSNorm(d, arch.rms_norm_eps) if opts.qk_norm else None
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
-                kv_cache: torch.Tensor) -> torch.Tensor:
+                kv_cache: torch.Tensor, ws: AttentionWorkspace) -> torch.Tensor:
         # x [T, hidden] -> [T, hidden]
         T = x.shape[0]
         q = self.q_proj(x).view(T, self.num_heads, self.head_dim)
@@ -55,7 +55,7 @@ class DecoderAttention(nn.Module):
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        o = paged_attention(q, k, v, kv_cache, self.layer_idx, batch, self.scale)  # [T, H, D]
+        o = paged_attention(q, k, v, kv_cache, self.layer_idx, batch, self.scale, ws)  # [T, H, D]
         return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
 
 
@@ -68,8 +68,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
-                kv_cache: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch, kv_cache)
+                kv_cache: torch.Tensor, ws: AttentionWorkspace) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch, kv_cache, ws)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -91,6 +91,8 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
         # explicit device: the module may be built under torch.device("meta") before loading
         self.rotary = RotaryEmbedding(arch.head_dim, arch.rope, arch.max_position_embeddings, device)
+        # gather buffers reused across layers and steps; one forward at a time per model
+        self.workspace = AttentionWorkspace()
 
     @classmethod
     def options(cls, arch: ModelArch) -> DecoderOptions:
@@ -103,7 +105,7 @@ class DecoderForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, batch, kv_cache)
+            x = layer(x, cos, sin, batch, kv_cache, self.workspace)
         return self.model.norm(x)
 
     @torch.inference_mode()

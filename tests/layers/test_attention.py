@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tandem.layers.attention import paged_attention
+from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
 
 
@@ -42,7 +42,8 @@ def test_mixed_step_matches_dense(heads, kv_heads):
         qs.append(torch.randn(new, heads, D)), ks.append(kk[ctx - new:]), vs.append(vv[ctx - new:])
     batch = AttentionBatch.build(slices, bs, "cpu")
     before = cache.clone()
-    out = paged_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), cache, layer, batch, scale=D ** -0.5)
+    out = paged_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), cache, layer, batch,
+                          D ** -0.5, AttentionWorkspace())
     row = 0
     for i, (ctx, new) in enumerate(plan):
         ref = dense_reference(qs[i], full_k[i], full_v[i], D ** -0.5)
@@ -65,6 +66,7 @@ def test_bfloat16_runs_and_is_close():
     cache = torch.zeros(8, 1, 2, bs, 2, D, dtype=torch.bfloat16)
     q, k, v = torch.randn(5, 4, D), torch.randn(5, 2, D), torch.randn(5, 2, D)
     batch = AttentionBatch.build([SeqSlice([3, 6], 0, 5)], bs, "cpu")
-    out = paged_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), cache, 0, batch, D ** -0.5)
+    out = paged_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), cache, 0, batch, D ** -0.5,
+                          AttentionWorkspace())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), dense_reference(q, k, v, D ** -0.5), atol=3e-2, rtol=3e-2)
