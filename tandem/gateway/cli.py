@@ -1,0 +1,111 @@
+"""`tandem gateway` and `tandem up`.
+
+  tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
+                 [--decode URL ...] [--policy NAME] [--model PATH]
+      the gateway; workers may also register at runtime (tandem serve --gateway URL).
+  tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000]
+      a local cluster: the gateway and P + D (or N) workers as child processes, each worker
+      pinned to its share of the cores; one Ctrl-C stops them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from tandem.router.policies import POLICY_NAMES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    g = subparsers.add_parser("gateway", help="route requests over workers (PD-aware, cache-aware)")
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--worker", action="append", default=[], metavar="URL",
+                   help="a worker of any role (read from its /internal/stats); repeatable")
+    g.add_argument("--prefill", action="append", default=[], metavar="URL", help="a prefill worker")
+    g.add_argument("--decode", action="append", default=[], metavar="URL", help="a decode worker")
+    g.add_argument("--policy", default="default", choices=POLICY_NAMES,
+                   help="routing policy for every pool (default: affinity, then prefix + token load)")
+    g.add_argument("--prefill-policy", default=None, choices=POLICY_NAMES)
+    g.add_argument("--decode-policy", default=None, choices=POLICY_NAMES)
+    g.add_argument("--model", default=None, metavar="PATH",
+                   help="model directory: tokenizer and chat template (to hash prompt prefixes)")
+    g.add_argument("--served-model-name", default=None)
+    g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
+    g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
+    g.add_argument("--unhealthy-after", type=int, default=3, help="failed polls before unhealthy")
+    g.add_argument("--log-level", default="info",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    g.set_defaults(func=gateway)
+
+    u = subparsers.add_parser("up", help="a local cluster: gateway + workers as child processes")
+    u.add_argument("--model", required=True, metavar="PATH")
+    u.add_argument("--prefill", type=int, default=None, metavar="P", help="prefill workers")
+    u.add_argument("--decode", type=int, default=None, metavar="D", help="decode workers")
+    u.add_argument("--colocated", type=int, default=None, metavar="N", help="role=both workers")
+    u.add_argument("--host", default="127.0.0.1")
+    u.add_argument("--port", type=int, default=8000, help="the gateway's port")
+    u.add_argument("--policy", default="default", choices=POLICY_NAMES)
+    u.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for every `tandem serve` (repeatable), e.g. --worker-arg=--dtype=float32")
+    u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
+    u.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    u.set_defaults(func=up)
+
+
+def gateway_config_from_args(args: argparse.Namespace):
+    from tandem.gateway.config import GatewayConfig, RegistryConfig
+
+    return GatewayConfig(
+        workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
+        policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
+        model_path=args.model, served_model_name=args.served_model_name, host=args.host,
+        port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+        registry=RegistryConfig(poll_interval_s=args.poll_interval,
+                                unhealthy_after=args.unhealthy_after))
+
+
+def gateway(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from tandem.gateway.app import build_gateway_app, model_facts
+
+    config = gateway_config_from_args(args)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name)
+    app = build_gateway_app(config, tokenizer, name, max_len)
+    uvicorn.run(app, host=config.host, port=config.port, loop="auto", http="auto",
+                log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
+    return 0
+
+
+def up(args: argparse.Namespace) -> int:
+    from tandem.gateway.cluster import ClusterSpec, run_cluster
+
+    if args.colocated is not None and (args.prefill is not None or args.decode is not None):
+        print("tandem up: use either --prefill/--decode or --colocated", file=sys.stderr)
+        return 2
+    if args.colocated is None and args.prefill is None and args.decode is None:
+        args.prefill, args.decode = 1, 1
+    if args.colocated is None and not (args.prefill and args.decode):
+        print("tandem up: --prefill and --decode both need at least 1", file=sys.stderr)
+        return 2
+    spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
+                       colocated=args.colocated or 0, host=args.host, port=args.port,
+                       policy=args.policy, worker_args=tuple(args.worker_arg),
+                       ready_timeout_s=args.ready_timeout, log_level=args.log_level)
+    return run_cluster(spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tandem")
+    register(parser.add_subparsers(dest="verb", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

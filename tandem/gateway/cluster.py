@@ -1,0 +1,234 @@
+"""A local cluster as child processes: `tandem up`, and the e2e tests.
+
+Each worker is `python -m tandem.cli serve --role R --threads K`, pinned (sched_setaffinity,
+before exec) to its share of this process's cores; the gateway is one more child, unpinned.
+Children run in their own process group so a terminal Ctrl-C reaches only this supervisor,
+which then stops them in order (SIGTERM, then SIGKILL after a grace period). On Linux each child
+also gets SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so nothing outlives it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    model: str
+    prefill: int = 0
+    decode: int = 0
+    colocated: int = 0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    policy: str = "default"
+    worker_args: tuple[str, ...] = ()    # extra `tandem serve` arguments for every worker
+    gateway_args: tuple[str, ...] = ()   # extra `tandem gateway` arguments
+    ready_timeout_s: float = 600.0
+    log_level: str = "warning"
+
+
+@dataclass(frozen=True)
+class ProcSpec:
+    name: str
+    cmd: tuple[str, ...]
+    url: str
+    cores: tuple[int, ...] | None   # None: not pinned
+    role: str | None = None         # worker role; None for the gateway
+
+
+def plan_cores(cores: list[int], n: int) -> list[tuple[int, ...]]:
+    """Split `cores` into n shares: contiguous equal chunks (the remainder to the first ones)
+    when there are enough, else one core each, round robin."""
+    if n <= 0:
+        return []
+    if len(cores) < n:
+        return [(cores[i % len(cores)],) for i in range(n)]
+    base, extra = divmod(len(cores), n)
+    shares, i = [], 0
+    for k in range(n):
+        size = base + (1 if k < extra else 0)
+        shares.append(tuple(cores[i:i + size]))
+        i += size
+    return shares
+
+
+def free_port(host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise RuntimeError("no free port")
+
+
+def worker_proc(name: str, model: str, role: str, host: str, port: int, cores: tuple[int, ...] | None,
+                extra: tuple[str, ...] = (), log_level: str = "warning") -> ProcSpec:
+    threads = len(cores) if cores else 1
+    cmd = (sys.executable, "-m", "tandem.cli", "serve", "--model", model, "--role", role,
+           "--host", host, "--port", str(port), "--threads", str(threads),
+           "--log-level", log_level, *extra)
+    return ProcSpec(name, cmd, f"http://{host}:{port}", cores, role)
+
+
+def gateway_proc(model: str, host: str, port: int, workers: list[ProcSpec], policy: str,
+                 extra: tuple[str, ...] = (), log_level: str = "warning") -> ProcSpec:
+    cmd = [sys.executable, "-m", "tandem.cli", "gateway", "--model", model, "--host", host,
+           "--port", str(port), "--policy", policy, "--log-level", log_level]
+    for w in workers:
+        flag = {"prefill": "--prefill", "decode": "--decode"}.get(w.role or "", "--worker")
+        cmd += [flag, w.url]
+    return ProcSpec("gateway", (*cmd, *extra), f"http://{host}:{port}", None)
+
+
+def plan(spec: ClusterSpec) -> list[ProcSpec]:
+    """Workers first, then the gateway (which starts last and polls them)."""
+    roles = ["prefill"] * spec.prefill + ["decode"] * spec.decode + ["both"] * spec.colocated
+    shares = plan_cores(sorted(os.sched_getaffinity(0)), len(roles))
+    taken = {spec.port}
+    procs = []
+    for i, (role, cores) in enumerate(zip(roles, shares)):
+        port = free_port(spec.host, taken)
+        taken.add(port)
+        procs.append(worker_proc(f"{role}-{i}", spec.model, role, spec.host, port, cores,
+                                 spec.worker_args, spec.log_level))
+    procs.append(gateway_proc(spec.model, spec.host, spec.port, procs, spec.policy,
+                              spec.gateway_args, spec.log_level))
+    return procs
+
+
+def _child_setup(cores: tuple[int, ...] | None) -> None:
+    """Runs in the child between fork and exec: pin, and die with the parent."""
+    if cores:
+        os.sched_setaffinity(0, cores)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+@dataclass
+class LocalCluster:
+    procs: list[ProcSpec]
+    env: dict[str, str] | None = None
+    running: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str | None = None) -> None:
+        """Start every process (or one by name) that is not running."""
+        env = self.env or dict(os.environ)
+        env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+        for p in self.procs:
+            if (name is None or p.name == name) and p.name not in self.running:
+                self.running[p.name] = subprocess.Popen(
+                    p.cmd, env=env, process_group=0,
+                    preexec_fn=lambda cores=p.cores: _child_setup(cores))
+
+    def spec(self, name: str) -> ProcSpec:
+        return next(p for p in self.procs if p.name == name)
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Every worker's /health answers 200, then the gateway sees them all healthy."""
+        deadline = time.monotonic() + timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            for p in self.procs:
+                path = "/internal/workers" if p.role is None else "/health"
+                while True:
+                    self.check_alive()
+                    try:
+                        r = client.get(p.url + path)
+                        if r.status_code == 200 and (p.role is not None or all(
+                                w["healthy"] for w in r.json()["workers"])):
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{p.name} ({p.url}) not ready after {timeout_s:.0f}s")
+                    time.sleep(0.2)
+
+    def check_alive(self) -> None:
+        for name, proc in self.running.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {proc.returncode}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.running.pop(name)
+        proc.send_signal(sig)
+        proc.wait(30)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM all (gateway first), wait, then SIGKILL what is left."""
+        order = sorted(self.running.items(), key=lambda kv: kv[0] != "gateway")
+        for _, proc in order:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for _, proc in order:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.running.clear()
+
+
+def curl_line(url: str, model_name: str) -> str:
+    body = ('{"model": "%s", "messages": [{"role": "user", "content": "Hello!"}], '
+            '"max_tokens": 32}' % model_name)
+    return f"curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"
+
+
+def run_cluster(spec: ClusterSpec) -> int:
+    """`tandem up`: start, wait until ready, print a curl line, run until Ctrl-C or a child dies."""
+    cluster = LocalCluster(plan(spec))
+    stopping = False
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        nonlocal stopping
+        stopping = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    code = 0
+    try:
+        cluster.start()
+        for p in cluster.procs:
+            where = f" on cores {','.join(map(str, p.cores))}" if p.cores else ""
+            print(f"tandem up: {p.name} at {p.url}{where}", flush=True)
+        deadline = time.monotonic() + spec.ready_timeout_s
+        ready = False
+        while not stopping:
+            try:
+                cluster.wait_ready(min(1.0, max(0.0, deadline - time.monotonic())))
+                ready = True
+                break
+            except TimeoutError:
+                if time.monotonic() > deadline:
+                    raise
+        if ready and not stopping:
+            name = Path(spec.model).resolve().name
+            gw = cluster.spec("gateway").url
+            print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
+                  f"  {curl_line(gw, name)}\n", flush=True)
+        while not stopping:
+            cluster.check_alive()
+            time.sleep(0.2)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"tandem up: {exc}; stopping", file=sys.stderr, flush=True)
+        code = 1
+    finally:
+        print("tandem up: stopping", flush=True)
+        cluster.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return code
