@@ -1,0 +1,93 @@
+"""The demo models' chat template (ChatML with Hermes/Qwen-style tools) and a renderer for it.
+
+Format:
+    <|im_start|>system\n{system}\n\n# Tools ... <tools>\n{function json per line}\n</tools> ...<|im_end|>\n
+    <|im_start|>user\n{text}<|im_end|>\n
+    <|im_start|>assistant\n{text}\n<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>\n
+    <|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n   (consecutive tool messages share one turn)
+The renderer uses the same Jinja settings as transformers' apply_chat_template (trim_blocks, lstrip_blocks,
+a tojson that keeps non-ASCII and '<' unescaped), so both produce the same string; a test checks this.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to help with the user's request. "
+    "The available functions are listed inside <tools></tools>:\n<tools>"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\nTo call a function, reply with a JSON object inside <tool_call></tool_call> tags:\n"
+    "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+)
+DEFAULT_SYSTEM = "You are a helpful assistant."
+
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0].role == 'system' %}"
+    "{%- set system_message = messages[0].content %}{%- set loop_messages = messages[1:] %}"
+    "{%- else %}"
+    "{%- set system_message = '" + DEFAULT_SYSTEM + "' if tools else none %}{%- set loop_messages = messages %}"
+    "{%- endif %}"
+    "{%- if system_message is not none %}"
+    "{{- '<|im_start|>system\\n' + system_message }}"
+    "{%- if tools %}"
+    "{{- '\\n\\n' + " + json.dumps(TOOLS_PREAMBLE) + " }}"
+    "{%- for tool in tools %}"
+    "{{- '\\n' }}{{- (tool.function if tool.function is defined else tool) | tojson }}"
+    "{%- endfor %}"
+    "{{- " + json.dumps(TOOLS_POSTAMBLE) + " }}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in loop_messages %}"
+    "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if message.content %}{{- message.content }}{%- endif %}"
+    "{%- if message.tool_calls %}"
+    "{%- for tc in message.tool_calls %}"
+    "{%- set call = tc.function if tc.function is defined else tc %}"
+    "{%- if message.content or not loop.first %}{{- '\\n' }}{%- endif %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + call.name + '\", \"arguments\": ' }}"
+    "{%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.first or loop_messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}"
+    "{%- if loop.last or loop_messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- else %}"
+    "{{- raise_exception('unsupported message role: ' + message.role) }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False) -> str:
+    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+
+
+def _raise(message: str):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def compile_template(source: str = CHAT_TEMPLATE) -> jinja2.Template:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    return env.from_string(source)
+
+
+def render(template: jinja2.Template, messages: list[dict], tools: list[dict] | None = None,
+           add_generation_prompt: bool = False) -> str:
+    """The conversation as the model sees it."""
+    return template.render(messages=messages, tools=tools, add_generation_prompt=add_generation_prompt)
