@@ -173,7 +173,7 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.
 
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
-    """logits: [R, V] (a copy, free to modify) -> sampled token ids [R]."""
+    """logits: [R, V] (not modified) -> sampled token ids [R]."""
     device = logits.device
     temp = torch.tensor([r.params.temperature for r in rows], dtype=logits.dtype, device=device)
     logits = logits / temp.unsqueeze(1)
