@@ -61,6 +61,7 @@ class FakeBackend:
     max_model_len: int = 256
     token_delay: float = 0.0          # seconds between deltas
     fail_after: int | None = None     # raise RuntimeError after this many deltas
+    kv_capacity: int | None = None    # prompts longer than this raise PromptTooLong (KV too small)
     headers: dict = field(default_factory=lambda: {"x-tandem-prefill": "w1",
                                                     "x-tandem-decode": "w1"})
     tokenizer: ByteTokenizer = field(default_factory=ByteTokenizer)
@@ -73,6 +74,8 @@ class FakeBackend:
         self.seen.append(req)
         if len(req.prompt_token_ids) >= self.max_model_len:
             raise PromptTooLong(f"prompt of {len(req.prompt_token_ids)} tokens is too long")
+        if self.kv_capacity is not None and len(req.prompt_token_ids) > self.kv_capacity:
+            raise PromptTooLong("the KV cache is too small for this prompt", param="messages")
         arrival = time.monotonic()
         if info is not None:
             for k, v in self.headers.items():
@@ -114,6 +117,7 @@ class FakeBackend:
                                 enumerate([tid, 3 + ord("x")][:req.sampling.logprobs]))
                     lps = [TokenLogprob(tid, -0.5 if k else -math.inf, top)]
                 done = reason is not None
+                finished = done  # before the yield: the consumer may close us right after it
                 now = time.monotonic()
                 yield RequestDelta(
                     request_id=req.request_id, new_token_ids=[tid], new_text=piece,
@@ -122,7 +126,6 @@ class FakeBackend:
                     num_output_tokens=n_out,
                     timings=RequestTimings(arrival, arrival + 0.001, now, now) if done else None)
                 if done:
-                    finished = True
                     return
         finally:
             self.running.discard(req.request_id)

@@ -1,0 +1,54 @@
+from starlette.testclient import TestClient
+
+from fakes import FakeBackend
+from tandem.server.app import build_app
+from tandem.server.config import ServerConfig
+
+BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+
+def test_bearer_auth():
+    app = build_app(FakeBackend(), ServerConfig(api_keys=("k1", "k2")))
+    with TestClient(app) as c:
+        r = c.post("/v1/chat/completions", json=BODY)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        r = c.post("/v1/chat/completions", json=BODY, headers={"authorization": "Bearer nope"})
+        assert r.status_code == 401
+        r = c.post("/v1/chat/completions", json=BODY, headers={"authorization": "Bearer k2"})
+        assert r.status_code == 200
+        r = c.post("/client/v4/accounts/a/ai/run/fake-model", json={"prompt": "x"})
+        assert r.status_code == 401 and r.json()["errors"][0]["code"] == 10000
+        assert c.get("/internal/stats").status_code == 401
+        assert c.get("/health").status_code == 200 and c.get("/metrics").status_code == 200
+
+
+def test_health_only_after_startup_and_hooks_run():
+    calls = []
+
+    async def start():
+        calls.append("start")
+
+    async def stop():
+        calls.append("stop")
+
+    app = build_app(FakeBackend(), ServerConfig(), startup=start, shutdown=stop)
+    plain = TestClient(app)  # no `with`: the lifespan has not run
+    assert plain.get("/health").status_code == 503
+    with TestClient(app) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        assert calls == ["start"]
+    assert calls == ["start", "stop"]
+
+
+def test_unknown_route_is_json_404(client):
+    r = client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = client.get("/v1/chat/completions")
+    assert r.status_code == 405 and "error" in r.json()
+
+
+def test_served_model_name_overrides_backend_name():
+    with TestClient(build_app(FakeBackend(), ServerConfig(served_model_name="alias"))) as c:
+        assert c.post("/v1/chat/completions", json=BODY).status_code == 404
+        assert c.post("/v1/chat/completions", json={**BODY, "model": "alias"}).status_code == 200
+        assert c.get("/v1/models").json()["data"][0]["id"] == "alias"

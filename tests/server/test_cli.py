@@ -1,0 +1,45 @@
+import argparse
+
+import pytest
+
+from tandem.server.cli import configs_from_args, parse_bytes, register
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="verb"))
+    return parser.parse_args(argv)
+
+
+def test_parse_bytes():
+    assert parse_bytes("512MiB") == 512 * 2**20
+    assert parse_bytes("2GiB") == 2 * 2**30
+    assert parse_bytes("1.5GB") == 1_500_000_000
+    assert parse_bytes("4096") == 4096
+    for bad in ("", "12XB", "-1MiB", "0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_bytes(bad)
+
+
+def test_flags_build_configs():
+    args = parse(["serve", "--model", "/m", "--role", "prefill", "--port", "9001", "--dtype", "bfloat16",
+                  "--device", "cpu", "--block-size", "32", "--kv-cache-memory", "64MiB",
+                  "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--no-prefix-caching",
+                  "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
+                  "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024"])
+    engine, server = configs_from_args(args)
+    assert args.func.__name__ == "serve"
+    assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
+    assert engine.model.served_name == "demo" and engine.model.max_model_len == 1024
+    assert engine.cache.block_size == 32 and engine.cache.kv_cache_bytes == 64 * 2**20
+    assert not engine.cache.enable_prefix_caching
+    assert engine.scheduler.max_num_batched_tokens == 256 and engine.scheduler.max_num_seqs == 8
+    assert engine.role == "prefill" and engine.num_threads == 2
+    assert server.api_keys == ("a", "b", "c") and server.gateway_url == "http://gw:8000"
+    assert server.port == 9001 and server.host == "127.0.0.1" and server.served_model_name == "demo"
+
+
+def test_defaults():
+    engine, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
+    assert server.api_keys == () and server.port == 8000 and server.gateway_url is None

@@ -1,0 +1,80 @@
+import pytest
+
+from fakes import ByteTokenizer
+from sse import events
+from tandem.errors import TandemError
+from tandem.server.openai_protocol import ParseContext
+from tandem.server.workers_ai_api import model_matches, parse_workers_ai
+
+URL = "/client/v4/accounts/acc123/ai/run/@cf/meta/fake-model"
+CTX = ParseContext("fake-model", ByteTokenizer(), 256)
+
+
+def test_model_matching():
+    assert model_matches("@cf/meta/fake-model", "fake-model")
+    assert model_matches("fake-model", "fake-model")
+    assert model_matches("@cf/meta/Fake-Model", "org/fake-model")
+    assert not model_matches("@cf/meta/other", "fake-model")
+
+
+def test_parse_defaults_and_raw_prompt():
+    p = parse_workers_ai({"prompt": "hi"}, "@cf/a/fake-model", CTX)
+    tok = ByteTokenizer()
+    templated = tok.encode(tok.apply_chat_template([{"role": "user", "content": "hi"}]),
+                           add_special_tokens=False)
+    assert p.prompts == (tuple(templated),)
+    assert p.sampling.max_tokens == 256 and p.sampling.temperature == 0.6
+    raw = parse_workers_ai({"prompt": "hi", "raw": True, "max_tokens": 3, "top_k": 5, "seed": 4},
+                           "fake-model", CTX)
+    assert raw.prompts == (tuple(tok.encode("hi")),)
+    assert (raw.sampling.max_tokens, raw.sampling.top_k, raw.sampling.seed) == (3, 5, 4)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({}, "prompt"),
+    ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, "messages"),
+    ({"prompt": "a", "temperature": "x"}, "temperature"),
+    ({"prompt": "a", "lora": "my-adapter"}, "lora"),
+    ({"prompt": "a", "response_format": {"type": "json_schema"}}, "response_format"),
+    ({"messages": [{"role": "user"}]}, "messages[0].content"),
+])
+def test_parse_errors(body, param):
+    with pytest.raises(TandemError) as info:
+        parse_workers_ai(body, "fake-model", CTX)
+    assert info.value.status == 400 and info.value.param == param
+
+
+def test_run_non_streaming(client):
+    r = client.post(URL, json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+    assert r.status_code == 200 and r.headers["x-tandem-decode"] == "w1"
+    body = r.json()
+    assert body["success"] is True and body["errors"] == [] and body["messages"] == []
+    assert body["result"]["response"] == "Hello"
+    usage = body["result"]["usage"]
+    assert usage["completion_tokens"] == 5 and usage["total_tokens"] == usage["prompt_tokens"] + 5
+    assert usage["prompt_tokens_details"] == {"cached_tokens": 0}
+
+
+def test_run_streaming(client):
+    r = client.post(URL, json={"prompt": "hi", "stream": True, "max_tokens": 3})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    ev = events(r.text)
+    assert ev[-1] == "[DONE]"
+    assert [e["response"] for e in ev[:-1]] == ["H", "e", "l", ""]
+    assert ev[-2]["usage"]["completion_tokens"] == 3
+
+
+def test_errors_use_the_envelope(client):
+    r = client.post("/client/v4/accounts/a/ai/run/@cf/meta/other-model", json={"prompt": "x"})
+    assert r.status_code == 404
+    body = r.json()
+    assert body["success"] is False and body["result"] is None and body["messages"] == []
+    assert body["errors"][0]["code"] == 5007 and "other-model" in body["errors"][0]["message"]
+    r = client.post(URL, json={"prompt": "x", "top_p": 7})
+    assert r.status_code == 400 and "top_p" in r.json()["errors"][0]["message"]
+    r = client.post(URL, content=b"{bad")
+    assert r.status_code == 400 and r.json()["success"] is False
+    r = client.post(URL + "?queueRequest=true", json={"requests": []})
+    assert r.status_code == 400 and "not supported yet" in r.json()["errors"][0]["message"]
+    r = client.post(URL, json={"prompt": "x" * 300})
+    assert r.status_code == 413 and r.json()["success"] is False
