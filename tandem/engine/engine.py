@@ -204,10 +204,11 @@ class Engine:
         logprobs = [logprob] if logprob is not None else None
         if finish is None and not req.prefill_only:
             return self._delta(req, [token], text, logprobs)
-        if finish is None or finish is FinishReason.LENGTH:
-            text += req.detokenizer.flush()
-        if req.prefill_only and finish is None:
+        if finish is None:
+            # hand-over: text held back (a split character, a possible stop string) is released
+            # by the decode worker's detokenizer, which resumes from this token
             return self._hand_over(req, token, text, logprobs)
+        text += req.detokenizer.flush()
         return self._finish(req, finish, [token], text, logprobs)
 
     def _delta(self, req: Request, tokens: list[int], text: str,
