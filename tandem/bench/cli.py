@@ -136,6 +136,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     ideal = "-" if summary.ideal_cached_ratio is None else f"{100 * summary.ideal_cached_ratio:.1f}%"
     print(f"completed {summary.completed}/{summary.requests}, {summary.output_throughput:.1f} output tok/s, "
           f"cached {cached} (ideal {ideal})")
+    if summary.error_kinds:
+        first = next(s.error for s in samples if not s.ok)
+        print(f"errors: {summary.error_kinds}; first: {first}")
     print(f"report: {result.json_path} {result.md_path}")
     return 0 if summary.completed else 1
 

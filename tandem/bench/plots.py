@@ -53,7 +53,7 @@ def plot_cdfs(runs: dict[str, list[RequestSample]], path: str | Path) -> str:
 
 def timeline(samples: list[RequestSample], bin_s: float) -> dict[str, np.ndarray]:
     """Per time bin: t [B] (bin start, s), output tok/s [B], completed req/s [B],
-    in-flight requests [B] and in-flight tokens [B] (sampled at each bin's start)."""
+    in-flight requests [B] and in-flight tokens [B] (sampled at each bin's middle)."""
     if not samples:
         return {k: np.zeros(0) for k in ("t", "tokens_per_s", "requests_per_s", "inflight_requests", "inflight_tokens")}
     end = max(s.end for s in samples)
@@ -68,15 +68,27 @@ def timeline(samples: list[RequestSample], bin_s: float) -> dict[str, np.ndarray
             for ct, n in zip(s.chunk_times, s.chunk_tokens):
                 tokens[min(nbins - 1, int((s.start + ct) / bin_s))] += n
             done[min(nbins - 1, int(s.end / bin_s))] += 1
-        live = (t >= s.start) & (t < s.end)
+        mid = t + bin_s / 2
+        live = (mid >= s.start) & (mid < s.end)
         inflight_req += live
         if live.any():
             abs_times = s.start + np.asarray(s.chunk_times)
             cum = np.concatenate([[0], np.cumsum(s.chunk_tokens)]) if s.chunk_tokens else np.zeros(1)
-            generated = cum[np.searchsorted(abs_times, t[live], side="right")] if s.chunk_tokens else 0
+            generated = cum[np.searchsorted(abs_times, mid[live], side="right")] if s.chunk_tokens else 0
             inflight_tok[live] += s.prompt_tokens + generated
     return {"t": t, "tokens_per_s": tokens / bin_s, "requests_per_s": done / bin_s,
             "inflight_requests": inflight_req, "inflight_tokens": inflight_tok}
+
+
+def _twin_steps(ax, t, left, right) -> None:
+    """Two step series on one x axis: left (values, label, color) and right on a twin axis."""
+    lines = []
+    for axis, (values, label, color) in ((ax, left), (ax.twinx(), right)):
+        lines += axis.step(t, values, where="post", color=color, label=label)
+        axis.set_ylabel(label, color=color)
+        axis.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="upper left", fontsize=8)
 
 
 def plot_timeline(samples: list[RequestSample], path: str | Path, bin_s: float | None = None) -> str:
@@ -85,21 +97,12 @@ def plot_timeline(samples: list[RequestSample], path: str | Path, bin_s: float |
     bin_s = bin_s or max(0.25, end / 60.0)
     tl = timeline(samples, bin_s)
     fig, (a1, a2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    a1.step(tl["t"], tl["tokens_per_s"], where="post", label="output tokens/s")
-    a1.set_ylabel("output tokens/s")
-    r = a1.twinx()
-    r.step(tl["t"], tl["requests_per_s"], where="post", color="tab:orange", label="completed req/s")
-    r.set_ylabel("completed requests/s")
+    _twin_steps(a1, tl["t"], (tl["tokens_per_s"], "output tokens/s", "tab:blue"),
+                (tl["requests_per_s"], "completed requests/s", "tab:orange"))
     a1.set_title(f"throughput ({bin_s:.2f} s bins)")
-    a2.step(tl["t"], tl["inflight_requests"], where="post", label="requests in flight")
-    a2.set_ylabel("requests in flight")
-    r2 = a2.twinx()
-    r2.step(tl["t"], tl["inflight_tokens"], where="post", color="tab:green", label="tokens in flight")
-    r2.set_ylabel("tokens in flight (prompt + generated)")
+    _twin_steps(a2, tl["t"], (tl["inflight_requests"], "requests in flight", "tab:purple"),
+                (tl["inflight_tokens"], "tokens in flight (prompt + generated)", "tab:green"))
     a2.set_xlabel("time since start (s)")
-    for ax in (a1, a2):
-        ax.grid(alpha=0.3)
-    fig.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -58,9 +58,9 @@ def test_timeline_counts_tokens_and_inflight():
     # 3 requests x 4 tokens; bins of 0.5 s over [0, 2)
     assert tl["tokens_per_s"].sum() * 0.5 == pytest.approx(12)
     assert tl["inflight_requests"].tolist() == [1, 2, 2, 1]
-    # at t=0.5: r0 has prompt 40 + 3 tokens received (chunks at 0.2 and 0.5); r1 just started
-    assert tl["inflight_tokens"][1] == 43 + 40
-    assert tl["inflight_tokens"][0] == 40
+    # sampled mid-bin. t=0.75: r0 has prompt 40 + 3 tokens (chunks at 0.2, 0.5), r1 40 + 1 (at 0.7)
+    assert tl["inflight_tokens"][1] == 43 + 41
+    assert tl["inflight_tokens"][0] == 41   # t=0.25: r0's first chunk (0.2) is in
 
 
 def test_plots_are_written(tmp_path):
