@@ -10,6 +10,7 @@ tandem.layers.attention is marked with *.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -17,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from tandem.layers.attention import AttentionWorkspace, paged_attention
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.runner.attn_metadata import AttentionBatch, SeqSlice, _decode_group
 
 
 def bench(fn, min_time: float = 0.3, max_iters: int = 2000) -> float:
@@ -43,7 +44,7 @@ def make_batch(ctxs, news, bs, num_blocks):
 
 def decode_options(cache, layer, batch, q, scale):
     """q [B, H, D] -> each option returns [B, H, D]."""
-    g = batch.decode
+    g = batch.decodes[0]
     B, H, D = q.shape
     kvh, bs = cache.shape[4], cache.shape[3]
     nb = g.block_table.shape[1]
@@ -177,11 +178,12 @@ def main() -> None:
     print(f"threads={args.threads} H={H} KVH={KVH} D={D} block={bs} dtype={args.dtype}  (median us per call)")
 
     for B, ctx in [(1, 512), (8, 512), (32, 1024), (32, 256)]:
-        ctxs = [max(2, ctx - 37 * i % (ctx // 2)) for i in range(B)]
+        ctxs = [max(2, ctx - 37 * i % (ctx // 4)) for i in range(B)]  # one context bucket
         num_blocks = sum(-(-c // bs) for c in ctxs) + 4
         cache = torch.randn(num_blocks, L, 2, bs, KVH, D, dtype=dtype)
         batch, _ = make_batch(ctxs, [1] * B, bs, num_blocks)
         q = torch.randn(B, H, D, dtype=dtype)
+        assert len(batch.decodes) == 1
         opts = decode_options(cache, 1, batch, q, scale)
         ref = opts["repeat_interleave K/V"]()
         print(f"\ndecode B={B} ctx<={ctx}")
@@ -192,6 +194,21 @@ def main() -> None:
         ws = AttentionWorkspace()
         full = lambda: paged_attention(q, k, k, cache, 1, batch, scale, ws)  # noqa: E731
         print(f"  {'paged_attention (write + attend)':36s} {bench(full):10.1f}")
+
+    # skewed contexts: one long agent context among short ones
+    ctxs = [4096] + [128] * 31
+    num_blocks = sum(-(-c // bs) for c in ctxs) + 4
+    cache = torch.randn(num_blocks, L, 2, bs, KVH, D, dtype=dtype)
+    batch, slices = make_batch(ctxs, [1] * len(ctxs), bs, num_blocks)
+    q = torch.randn(len(ctxs), H, D, dtype=dtype)
+    k = torch.randn(len(ctxs), KVH, D, dtype=dtype)
+    one_group = dataclasses.replace(batch, decodes=(_decode_group(slices, list(range(len(ctxs))), bs, "cpu"),))
+    ws = AttentionWorkspace()
+    print(f"\ndecode B=32, one context of 4096 and 31 of 128")
+    for name, b in [(f"bucketed ({len(batch.decodes)} groups) *", batch), ("one padded group", one_group)]:
+        print(f"  {name:36s} {bench(lambda: paged_attention(q, k, k, cache, 1, b, scale, ws)):10.1f}")
+    per_seq = decode_options(cache, 1, one_group, q, scale)["one SDPA per sequence"]
+    print(f"  {'one SDPA per sequence':36s} {bench(per_seq):10.1f}")
 
     for n, cached in [(128, 0), (512, 0), (128, 1024), (512, 512)]:
         ctx = cached + n

@@ -1,8 +1,8 @@
 """Paged attention over the KV cache tensor [num_blocks, num_layers, 2, block_size, kv_heads, D].
 
 Per layer and step: write the new tokens' K/V at their slots, then attend.
-- decode group (one new token per sequence): gather each sequence's blocks into a padded
-  [B, kv_heads, S, D] and run one SDPA call with a key-padding mask; the query heads that share
+- decode group (one new token per sequence, similar context lengths): gather each sequence's
+  blocks into a padded [B, kv_heads, S, D] and run one SDPA call with a key-padding mask; the query heads that share
   a KV head are laid out as that head's query rows ([B, kv_heads, group, D]), so K/V are never
   repeated per query head.
 - prefill chunk without cached context: causal SDPA straight on this step's K/V (no gather).
@@ -57,11 +57,10 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache:
     """q [T, H, D], k/v [T, KVH, D] (this step's tokens) -> [T, H, D]."""
     write_kv(kv_cache, layer, k, v, batch)
     ws = workspace
-    if batch.decode is not None and not batch.prefills and batch.decode.token_range is not None:
-        return _decode(q, kv_cache, layer, batch.decode, scale, ws)  # pure decode step
+    if len(batch.decodes) == 1 and not batch.prefills and batch.decodes[0].token_range is not None:
+        return _decode(q, kv_cache, layer, batch.decodes[0], scale, ws)  # pure decode step
     out = torch.empty_like(q)
-    if batch.decode is not None:
-        g = batch.decode
+    for g in batch.decodes:
         if g.token_range is not None:
             s, e = g.token_range
             out[s:e] = _decode(q[s:e], kv_cache, layer, g, scale, ws)

@@ -119,4 +119,4 @@ class LlamaForCausalLM(DecoderForCausalLM):
 
 
 class MistralForCausalLM(DecoderForCausalLM):
-    """Mistral = Llama layers; a configured sliding window is not applied (see loader)."""
+    """Mistral = Llama layers. A sliding window is not applied; the loader caps max_model_len at it."""

@@ -37,7 +37,7 @@ class LoadedModel:
     generation_defaults: dict = field(default_factory=dict)  # generation_config.json as is
     name: str = ""                     # served name
     path: str = ""
-    max_model_len: int = 0             # cfg.max_model_len or the config's max_position_embeddings
+    max_model_len: int = 0             # see max_model_len(): configured, capped by a sliding window
 
 
 def load_model(cfg: ModelConfig) -> LoadedModel:
@@ -63,8 +63,17 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
         generation_defaults=gen,
         name=cfg.served_name or path.resolve().name,
         path=str(path),
-        max_model_len=cfg.max_model_len or arch.max_position_embeddings,
+        max_model_len=max_model_len(cfg, arch),
     )
+
+
+def max_model_len(cfg: ModelConfig, arch: ModelArch) -> int:
+    """cfg.max_model_len, else max_position_embeddings; never past a sliding window, which the
+    attention does not implement (full attention equals windowed attention up to the window)."""
+    limit = cfg.max_model_len or arch.max_position_embeddings
+    if arch.sliding_window:
+        limit = min(limit, arch.sliding_window)
+    return limit
 
 
 def resolve_dtype(name: str, arch: ModelArch) -> torch.dtype:

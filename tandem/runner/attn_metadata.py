@@ -6,8 +6,10 @@ tokens sit at positions [num_computed, num_computed + num_new) and attend causal
 [0, num_computed + num_new).
 
 Two kinds of groups, each one SDPA call per layer:
-- decode group: every sequence with exactly one new token, padded to the longest context
-  and batched with a key-padding mask;
+- decode groups: sequences with exactly one new token, padded to the group's longest context
+  and batched with a key-padding mask. Sequences are bucketed by context length (block counts
+  within a factor of 2, all contexts up to 8 blocks together) so padding never more than
+  doubles the keys read, even when one long agent context shares a step with short ones;
 - prefill chunks: one per sequence with more than one new token.
 All indices and masks are tensors on the target device, shared by every layer.
 """
@@ -54,7 +56,7 @@ class AttentionBatch:
     block_size: int
     slot_block_ids: torch.Tensor         # LongTensor[T]: block receiving each new token's K/V
     slot_offsets: torch.Tensor           # LongTensor[T]: offset inside that block
-    decode: DecodeGroup | None
+    decodes: tuple[DecodeGroup, ...]      # ordered by context bucket, shortest first
     prefills: tuple[PrefillChunk, ...]
 
     @classmethod
@@ -63,8 +65,7 @@ class AttentionBatch:
         device = torch.device(device)
         slot_blocks: list[int] = []
         slot_offsets: list[int] = []
-        decode_rows: list[int] = []
-        decode_seqs: list[SeqSlice] = []
+        buckets: dict[int, tuple[list[SeqSlice], list[int]]] = {}
         prefills: list[PrefillChunk] = []
         start = 0
         for s in seqs:
@@ -79,8 +80,9 @@ class AttentionBatch:
                 slot_blocks.append(s.block_ids[p // block_size])
                 slot_offsets.append(p % block_size)
             if s.num_new == 1:
-                decode_rows.append(start)
-                decode_seqs.append(s)
+                seqs_rows = buckets.setdefault(_bucket(nb), ([], []))
+                seqs_rows[0].append(s)
+                seqs_rows[1].append(start)
             else:
                 prefills.append(_prefill_chunk(s, start, nb, device))
             start += s.num_new
@@ -89,9 +91,14 @@ class AttentionBatch:
             block_size=block_size,
             slot_block_ids=torch.tensor(slot_blocks, dtype=torch.long).to(device),
             slot_offsets=torch.tensor(slot_offsets, dtype=torch.long).to(device),
-            decode=_decode_group(decode_seqs, decode_rows, block_size, device) if decode_seqs else None,
+            decodes=tuple(_decode_group(*buckets[key], block_size, device) for key in sorted(buckets)),
             prefills=tuple(prefills),
         )
+
+
+def _bucket(num_blocks: int) -> int:
+    """Context bucket of a decode: 0 for up to 8 blocks, then one bucket per doubling."""
+    return max(0, (num_blocks - 1).bit_length() - 3)
 
 
 def _prefill_chunk(s: SeqSlice, start: int, nb: int, device: torch.device) -> PrefillChunk:

@@ -25,10 +25,10 @@ def dense_reference(q, k, v, scale):
 def test_mixed_step_matches_dense(heads, kv_heads):
     torch.manual_seed(0)
     D, bs, layers, layer = 8, 4, 3, 1
-    cache = torch.randn(32, layers, 2, bs, kv_heads, D)
+    cache = torch.randn(64, layers, 2, bs, kv_heads, D)
     # per sequence: (total context after this step, new tokens this step)
-    plan = [(9, 9), (6, 1), (13, 5), (1, 1), (4, 1), (7, 2)]
-    perm = torch.randperm(32).tolist()
+    plan = [(9, 9), (6, 1), (13, 5), (1, 1), (4, 1), (7, 2), (70, 1), (40, 1)]
+    perm = torch.randperm(64).tolist()
     full_k, full_v, slices, qs, ks, vs = [], [], [], [], [], []
     for i, (ctx, new) in enumerate(plan):
         nb = -(-ctx // bs)
@@ -41,6 +41,7 @@ def test_mixed_step_matches_dense(heads, kv_heads):
         full_k.append(kk), full_v.append(vv)
         qs.append(torch.randn(new, heads, D)), ks.append(kk[ctx - new:]), vs.append(vv[ctx - new:])
     batch = AttentionBatch.build(slices, bs, "cpu")
+    assert len(batch.decodes) == 3 and len(batch.prefills) == 3
     before = cache.clone()
     out = paged_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), cache, layer, batch,
                           D ** -0.5, AttentionWorkspace())

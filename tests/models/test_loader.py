@@ -150,3 +150,12 @@ def test_progress_bar_on_stderr(tmp_path, capsys):
     load_model(ModelConfig(path=str(write_test_model(tmp_path)), show_progress=True))
     captured = capsys.readouterr()
     assert "loading weights" in captured.err and captured.out == ""
+
+
+def test_sliding_window_caps_max_model_len(tmp_path):
+    path = write_test_model(tmp_path, "MistralForCausalLM")
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["sliding_window"] = 1024
+    (path / "config.json").write_text(json.dumps(cfg))
+    assert load(path).max_model_len == 1024
+    assert load(path, max_model_len=512).max_model_len == 512

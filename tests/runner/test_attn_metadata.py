@@ -19,7 +19,7 @@ def test_mixed_step_exact():
     assert b.slot_block_ids.tolist() == [2, 2, 2, 4, 5, 1, 1, 1, 1, 6, 6]
     assert b.slot_offsets.tolist() == [1, 2, 3, 0, 0, 0, 1, 2, 3, 0, 1]
 
-    g = b.decode
+    (g,) = b.decodes
     assert g.token_range == (3, 5) and g.token_index.tolist() == [3, 4]
     assert g.block_table.tolist() == [[4, 0], [3, 5]]
     assert g.max_ctx == 5
@@ -40,15 +40,29 @@ def test_mixed_step_exact():
 
 def test_non_contiguous_decode_rows():
     b = AttentionBatch.build([B, A, C], block_size=4, device="cpu")
-    assert b.decode.token_range is None
-    assert b.decode.token_index.tolist() == [0, 4]
+    assert b.decodes[0].token_range is None
+    assert b.decodes[0].token_index.tolist() == [0, 4]
     assert [p.token_start for p in b.prefills] == [1]
 
 
 def test_pure_decode_has_no_prefills():
     b = AttentionBatch.build([C, B], block_size=4, device="cpu")
-    assert b.prefills == () and b.decode.token_range == (0, 2)
-    assert b.decode.block_table.tolist() == [[3, 5], [4, 0]]
+    assert b.prefills == () and b.decodes[0].token_range == (0, 2)
+    assert b.decodes[0].block_table.tolist() == [[3, 5], [4, 0]]
+
+
+def test_decodes_bucketed_by_context_length():
+    # block counts 3 and 5 share the small bucket; 9 and 20 blocks get their own
+    seqs = [SeqSlice(list(range(100, 109)), 35, 1),   # 36 tokens -> 9 blocks
+            SeqSlice([1, 2, 3], 10, 1),                # 11 tokens -> 3 blocks
+            SeqSlice(list(range(200, 220)), 77, 1),   # 78 tokens -> 20 blocks
+            SeqSlice([4, 5, 6, 7, 8], 16, 1)]          # 17 tokens -> 5 blocks
+    b = AttentionBatch.build(seqs, block_size=4)
+    assert [g.token_index.tolist() for g in b.decodes] == [[1, 3], [0], [2]]
+    assert [g.max_ctx for g in b.decodes] == [17, 36, 78]
+    assert [g.token_range for g in b.decodes] == [None, (0, 1), (2, 3)]
+    assert b.decodes[0].block_table.tolist() == [[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]]
+    assert b.decodes[0].key_mask[:, 0, 0].sum(-1).tolist() == [11, 17]
 
 
 def test_too_few_blocks_rejected():
@@ -63,6 +77,6 @@ def test_zero_new_tokens_rejected():
 
 def test_tensors_are_long_on_device():
     b = AttentionBatch.build([A, B], block_size=4, device=torch.device("cpu"))
-    for t in (b.slot_block_ids, b.slot_offsets, b.decode.block_table, b.prefills[0].block_ids):
+    for t in (b.slot_block_ids, b.slot_offsets, b.decodes[0].block_table, b.prefills[0].block_ids):
         assert t.dtype == torch.long and t.device.type == "cpu"
-    assert b.decode.key_mask.dtype == torch.bool
+    assert b.decodes[0].key_mask.dtype == torch.bool
