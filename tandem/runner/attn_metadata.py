@@ -76,9 +76,13 @@ class AttentionBatch:
             if len(s.block_ids) < nb:
                 raise ValueError(f"SeqSlice needs {nb} blocks for {end_pos} tokens at block size "
                                  f"{block_size}, got {len(s.block_ids)}")
-            for p in range(s.num_computed, end_pos):
-                slot_blocks.append(s.block_ids[p // block_size])
-                slot_offsets.append(p % block_size)
+            if s.num_new == 1:
+                slot_blocks.append(s.block_ids[s.num_computed // block_size])
+                slot_offsets.append(s.num_computed % block_size)
+            else:
+                positions = range(s.num_computed, end_pos)
+                slot_blocks.extend([s.block_ids[p // block_size] for p in positions])
+                slot_offsets.extend([p % block_size for p in positions])
             if s.num_new == 1:
                 seqs_rows = buckets.setdefault(_bucket(nb), ([], []))
                 seqs_rows[0].append(s)
@@ -106,8 +110,7 @@ def _prefill_chunk(s: SeqSlice, start: int, nb: int, device: torch.device) -> Pr
     if s.num_computed > 0:
         ctx = s.num_computed + s.num_new
         # query i sits at position num_computed + i and sees keys j <= num_computed + i
-        q_pos = torch.arange(s.num_computed, ctx).unsqueeze(1)   # [n, 1]
-        mask = (torch.arange(ctx).unsqueeze(0) <= q_pos).to(device)  # [n, ctx]
+        mask = torch.ones((s.num_new, ctx), dtype=torch.bool).tril(s.num_computed).to(device)  # [n, ctx]
     return PrefillChunk(
         token_start=start,
         token_end=start + s.num_new,
@@ -122,10 +125,11 @@ def _decode_group(seqs: list[SeqSlice], rows: list[int], block_size: int,
     ctx = [s.num_computed + 1 for s in seqs]
     max_ctx = max(ctx)
     max_nb = -(-max_ctx // block_size)
-    table = torch.zeros((len(seqs), max_nb), dtype=torch.long)
-    for i, (s, c) in enumerate(zip(seqs, ctx)):
+    padded = []
+    for s, c in zip(seqs, ctx):
         nb = -(-c // block_size)
-        table[i, :nb] = torch.tensor(s.block_ids[:nb], dtype=torch.long)
+        padded.append(s.block_ids[:nb] + [0] * (max_nb - nb))
+    table = torch.tensor(padded, dtype=torch.long)                                  # [B, max_nb]
     key_mask = torch.arange(max_ctx).unsqueeze(0) < torch.tensor(ctx).unsqueeze(1)  # [B, max_ctx]
     contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
     return DecodeGroup(
