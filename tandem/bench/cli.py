@@ -155,13 +155,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _up_args(args: argparse.Namespace) -> tuple[str, ...]:
+    worker = list(args.worker_arg)
+    if args.worker_threads:
+        worker.append(f"--threads={args.worker_threads}")
+    return tuple(f"--worker-arg={w}" for w in worker) + tuple(shlex.split(args.tandem_args or ""))
+
+
 def _cmd_topology(args: argparse.Namespace) -> int:
     from tandem.bench.topology import TopologyConfig, parse_configs, run_topology
 
     cfg = TopologyConfig(model=args.model, configs=parse_configs(args.configs),
                          policies=tuple(p for p in (args.policies or "").split(",") if p),
                          port=args.port, ready_timeout_s=args.ready_timeout, warmup=args.warmup,
-                         tandem_args=tuple(shlex.split(args.tandem_args or "")),
+                         tandem_args=_up_args(args),
                          out_dir=args.out)
     text = run_topology(cfg, lambda url: config_from_args(args, url=url))
     print(text, end="")
@@ -191,7 +198,11 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     topo.add_argument("--port", type=int, default=8100, help="port of the gateway under test")
     topo.add_argument("--ready-timeout", type=float, default=600.0)
     topo.add_argument("--warmup", type=int, default=2, help="unrecorded requests before each run")
-    topo.add_argument("--tandem-args", help="extra flags for `tandem up`, quoted")
+    topo.add_argument("--worker-threads", type=int,
+                      help="torch threads of every worker (passed as --worker-arg=--threads=N)")
+    topo.add_argument("--worker-arg", action="append", default=[],
+                      help="extra argument for every worker, repeatable; write --worker-arg=--flag=value")
+    topo.add_argument("--tandem-args", help='extra flags for `tandem up`; write --tandem-args="--flag value"')
     add_workload_args(topo, model_flag="--served-model")
     topo.set_defaults(func=_cmd_topology)
     return bench
