@@ -17,6 +17,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import sys
 import time
@@ -29,6 +30,7 @@ from tokenizers import Tokenizer
 
 from tandem.demo.corpus import PARTS, load_texts
 from tandem.demo.loss_curve import plot_loss_curve
+from tandem.demo.model_card import write_card
 from tandem.demo.packing import (concat_docs, epoch_rows, fixed_rows, load_docs, save_docs, tokenize_docs)
 from tandem.demo.sizes import SIZES, llama_config
 from tandem.demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
@@ -136,6 +138,11 @@ def save_checkpoint(path: Path, model, opt, state: TrainState, cfg: TrainConfig)
     os.replace(tmp, path)   # a crash mid-write never leaves a truncated checkpoint
 
 
+def _command_line() -> str:
+    args = shlex.join(sys.argv[1:])
+    return f"python -m tandem.demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
+
+
 def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per_epoch: int) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,12 +153,13 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
     model.save_pretrained(out, safe_serialization=True)
     for name in TOKENIZER_FILES:    # our generation_config.json (eos = <|im_end|>, <|endoftext|>) wins
         shutil.copy(Path(cfg.tokenizer_dir) / name, out / name)
+    shutil.copy(Path(cfg.corpus_dir) / "manifest.json", out / "corpus_manifest.json")
     plot_loss_curve(state.history, out / "loss_curve.png",
                     f"tandem-demo {cfg.size}: {state.tokens / 1e6:.2f}M tokens, {state.elapsed / 60:.1f} min")
     recent = [x for _, _, x in state.history["train"][-50:]]
     import transformers
     log = {
-        "command": " ".join(["python -m tandem.demo.train"] + sys.argv[1:]),
+        "command": _command_line(),
         "config": dataclasses.asdict(cfg),
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": state.step, "tokens": state.tokens, "epochs": round(state.epoch + state.row / max(1, rows_per_epoch), 3),
@@ -166,6 +174,7 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
         "history": state.history,
     }
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    write_card(out, cfg.size)
     return log
 
 

@@ -1,0 +1,85 @@
+"""`tandem demo build-corpus | train-tokenizer | train | evaluate`: build the demo models from scratch.
+
+    tandem demo build-corpus --out /tmp/tandem-demo/corpus
+    tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer
+    tandem demo train --size target --minutes 34 --batch-size 2 --lr 3e-3 --out models/tandem-demo-target
+    tandem demo train --size draft --minutes 12 --batch-size 4 --lr 3e-3 --out models/tandem-demo-draft
+    tandem demo evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers) -> None:
+    """Add the `demo` command group to the top-level CLI's subparsers."""
+    demo = subparsers.add_parser("demo", help="build, train and evaluate the demo models",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = demo.add_subparsers(dest="demo_command", required=True)
+
+    p = sub.add_parser("build-corpus", help="KJV + generated agent transcripts, with held-out splits")
+    p.add_argument("--out", default="/tmp/tandem-demo/corpus")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--agent-train", type=int, default=6000)
+    p.add_argument("--agent-heldout", type=int, default=300)
+    p.set_defaults(func=_build_corpus)
+
+    p = sub.add_parser("train-tokenizer", help="byte-level BPE on the training split")
+    p.add_argument("--corpus", default="/tmp/tandem-demo/corpus")
+    p.add_argument("--out", default="/tmp/tandem-demo/tokenizer")
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.set_defaults(func=_train_tokenizer)
+
+    from tandem.demo.train import add_train_args
+
+    p = sub.add_parser("train", help="train the target or the draft model")
+    add_train_args(p)
+    p.set_defaults(func=_train)
+
+    from tandem.demo.evaluate import add_eval_args
+
+    p = sub.add_parser("evaluate", help="perplexity, tool-call validity, draft agreement; updates model cards")
+    add_eval_args(p)
+    p.set_defaults(func=_evaluate)
+
+
+def _build_corpus(a: argparse.Namespace) -> None:
+    from tandem.demo.corpus import CorpusConfig, build_corpus
+
+    m = build_corpus(a.out, CorpusConfig(seed=a.seed, agent_train=a.agent_train, agent_heldout=a.agent_heldout))
+    print(json.dumps(m, indent=1))
+
+
+def _train_tokenizer(a: argparse.Namespace) -> None:
+    from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
+
+    tok = train_tokenizer(corpus_texts(a.corpus), vocab_size=a.vocab_size)
+    for f in save_tokenizer_files(tok, a.out):
+        print(f)
+
+
+def _train(a: argparse.Namespace) -> None:
+    from tandem.demo.train import config_from_args, train
+
+    train(config_from_args(a))
+
+
+def _evaluate(a: argparse.Namespace) -> None:
+    from tandem.demo.evaluate import config_from_args, evaluate
+
+    res = evaluate(config_from_args(a))
+    print(json.dumps({k: v for k, v in res.items() if k != "config"}, indent=1))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Standalone entry point: `python -m tandem.demo.cli demo ...` (tandem/cli.py wires `register`)."""
+    parser = argparse.ArgumentParser(prog="tandem")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()

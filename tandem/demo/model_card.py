@@ -1,0 +1,126 @@
+"""README.md model cards for the demo models, generated from the files next to the weights:
+config.json, train_log.json (training), corpus_manifest.json (data), eval_results.json (figures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tandem.demo.tools import tool_catalog
+
+EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-target "
+                "--draft models/tandem-demo-draft")
+SETUP_COMMANDS = (
+    "apt-get install -y bible-kjv   # provides the `bible` command\n"
+    "python -m tandem.demo.cli demo build-corpus --out /tmp/tandem-demo/corpus\n"
+    "python -m tandem.demo.cli demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer"
+)
+
+
+def _read(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _eval_section(role: str, ev: dict | None) -> list[str]:
+    if ev is None:
+        return ["Not evaluated yet: run", "", f"    {EVAL_COMMAND}", ""]
+    lines = ["Measured by `tandem/demo/evaluate.py` on the held-out splits (never seen in training), "
+             f"weights in {ev['config']['dtype']}:", "",
+             "| model | held-out KJV loss | KJV perplexity | held-out agent loss | agent perplexity |",
+             "|---|---|---|---|---|"]
+    for name, ppl in ev["perplexity"].items():
+        lines.append(f"| {name} | {ppl['kjv']['loss']} | {ppl['kjv']['perplexity']} | {ppl['agent']['loss']} | "
+                     f"{ppl['agent']['perplexity']} |")
+    tc = ev["tool_calls"]
+    lines += ["", f"- **Tool calls (target, greedy)**: {tc['valid_share'] * 100:.1f}% of {tc['turns']} held-out "
+              "tool-call turns are well-formed `<tool_call>` JSON naming an offered tool with arguments that "
+              "validate against its schema (goal: at least 80%); "
+              f"{tc['tool_name_match_share'] * 100:.1f}% call the same tool(s) as the reference, "
+              f"{tc['exact_match_share'] * 100:.1f}% match the reference calls exactly."]
+    if "draft_agreement" in ev:
+        da = ev["draft_agreement"]
+        lines.append(f"- **Draft top-1 agreement with the target** (teacher forcing on held-out agent transcripts): "
+                     f"{da['top1_agreement'] * 100:.1f}% of {da['positions']} positions; "
+                     f"{da['assistant_top1_agreement'] * 100:.1f}% on the {da['assistant_positions']} positions "
+                     "inside assistant replies (goal: at least 50%).")
+    lines += ["", f"Evaluation took {ev['minutes']} minutes. Reproduce with:", "", f"    {EVAL_COMMAND}", ""]
+    return lines
+
+
+def render_card(model_dir: Path, role: str) -> str:
+    cfg = json.loads((model_dir / "config.json").read_text())
+    log = _read(model_dir / "train_log.json") or {}
+    corpus = _read(model_dir / "corpus_manifest.json")
+    ev = _read(model_dir / "eval_results.json")
+    name = model_dir.name
+    other = "tandem-demo-draft" if role == "target" else "tandem-demo-target"
+    params = log.get("parameters")
+    lines = [
+        f"# {name}", "",
+        f"The {role} model of tandem's demo family: a {params / 1e6:.2f}M-parameter Llama-architecture model "
+        "trained from scratch on this project's CPU with tandem's own code (`tandem/demo/`), so that "
+        "`make run` serves something that chats and calls tools, and speculative decoding can be measured "
+        f"with a real draft/target pair ({other} is its {'draft' if role == 'target' else 'target'}; both share "
+        "one tokenizer). It is a toy: it knows the King James Bible's style and the tool-call format of its "
+        "training transcripts, nothing else.", "",
+        "## Architecture", "",
+        "| field | value |", "|---|---|",
+        f"| class | `{cfg['architectures'][0]}` |",
+        f"| parameters | {params:,} (embeddings tied with the output layer) |" if params else "| parameters | ? |",
+        f"| hidden size / intermediate | {cfg['hidden_size']} / {cfg['intermediate_size']} |",
+        f"| layers / heads / kv heads | {cfg['num_hidden_layers']} / {cfg['num_attention_heads']} / "
+        f"{cfg['num_key_value_heads']} |",
+        f"| vocabulary | {cfg['vocab_size']} (byte-level BPE) |",
+        f"| context | trained on 1024-token windows; max_position_embeddings {cfg['max_position_embeddings']} |",
+        f"| weights | `model.safetensors`, {cfg.get('dtype')} |", "",
+        "## Data", "",
+        "- King James Bible (public domain), from Debian's `bible-kjv` package: one document per chapter; "
+        "a seeded 3% of chapters is held out.",
+        "- Generated agent transcripts (`tandem/demo/agent_transcripts.py`, `scenarios.py`): a system prompt, "
+        f"2-5 of {len(tool_catalog())} tools with JSON-schema parameters "
+        f"({', '.join(t['function']['name'] for t in tool_catalog())}), one to three user requests, "
+        "tool calls whose arguments validate against the schema and match the request, tool results and final "
+        "answers, plus some greetings and tool-free chat. Held-out transcripts come from a separate seed stream, "
+        "with exact duplicates of training transcripts removed.",
+    ]
+    if corpus:
+        f = corpus["files"]
+        lines.append(f"- Corpus seed {corpus['config']['seed']}: {f['kjv.train.jsonl']['documents']} training / "
+                     f"{f['kjv.heldout.jsonl']['documents']} held-out chapters, "
+                     f"{f['agent.train.jsonl']['documents']} training / {f['agent.heldout.jsonl']['documents']} "
+                     f"held-out transcripts; transcripts are {corpus['agent_share_of_train_characters'] * 100:.0f}% "
+                     "of the training characters.")
+    lines += ["", "## Chat format", "",
+              "ChatML (`<|im_start|>role ... <|im_end|>`) with Hermes/Qwen-style tools: the system turn lists the "
+              "tools inside `<tools></tools>` (one JSON function per line); the assistant calls them as "
+              "`<tool_call>\\n{\"name\": ..., \"arguments\": {...}}\\n</tool_call>`; results come back in a user turn "
+              "as `<tool_response>...</tool_response>`. The template is in `tokenizer_config.json` and "
+              "`chat_template.jinja`; generation stops at `<|im_end|>` or `<|endoftext|>` (generation_config.json).",
+              "", "## Training", ""]
+    if log:
+        ev_loss = log.get("heldout_loss", {})
+        lines += [
+            f"- Command: `{log['command']}` (after the corpus and tokenizer steps below)",
+            f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
+            f"({log['tokens'] / 1e6:.2f}M tokens, {log['epochs']} epochs), peak lr {log['config']['lr']}, cosine "
+            f"decay, bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
+            f"a machine shared with other jobs.",
+            f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
+            f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "
+            f"of training (first rows of each part): {ev_loss}.",
+            f"- Versions: {log['versions']}.", "",
+            "![loss curve](loss_curve.png)", "",
+        ]
+    lines += ["Full pipeline:", "", "```", SETUP_COMMANDS, log.get("command", ""), "```", "",
+              "## Evaluation", ""]
+    lines += _eval_section(role, ev)
+    lines += ["## Limitations", "",
+              "Tiny and narrow: it imitates its templates, invents facts, and degrades past 1024 tokens of context. "
+              "Use it for demos and for measuring the serving stack, never for answers.", ""]
+    return "\n".join(lines)
+
+
+def write_card(model_dir: Path, role: str, _results: dict | None = None) -> Path:
+    path = Path(model_dir) / "README.md"
+    path.write_text(render_card(Path(model_dir), role))
+    return path

@@ -1,0 +1,57 @@
+"""A few optimizer steps of the tiny size on a tiny corpus: files written, resume continues."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.demo.corpus import CorpusConfig, build_corpus
+from tandem.demo.tokenizer_train import save_tokenizer_files, train_tokenizer, corpus_texts
+from tandem.demo.train import TrainConfig, lr_at, train
+
+pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, bible_text):
+    root = tmp_path_factory.mktemp("train")
+    build_corpus(root / "corpus", CorpusConfig(agent_train=30, agent_heldout=4), bible_text=bible_text)
+    tok = train_tokenizer(corpus_texts(root / "corpus"), vocab_size=4096)
+    save_tokenizer_files(tok, root / "tokenizer")
+    return root
+
+
+def _cfg(root, steps, resume=False):
+    return TrainConfig(out_dir=str(root / "model"), size="tiny", corpus_dir=str(root / "corpus"),
+                       tokenizer_dir=str(root / "tokenizer"), work_dir=str(root / "work"),
+                       token_cache=str(root / "tokens"), minutes=None, steps=steps, seq_len=64, batch_size=2,
+                       warmup_steps=2, eval_every=2, eval_rows=1, resume=resume, progress=False)
+
+
+def test_schedule_warms_up_then_decays():
+    cfg = TrainConfig(out_dir="x", lr=1.0, warmup_steps=4, min_lr_ratio=0.1, steps=100)
+    assert lr_at(cfg, 0, 0.0) == 0.25 and lr_at(cfg, 3, 0.03) == 1.0
+    assert lr_at(cfg, 50, 0.5) == pytest.approx(0.55) and lr_at(cfg, 100, 1.0) == pytest.approx(0.1)
+
+
+def test_train_then_resume(prepared):
+    log = train(_cfg(prepared, 4))
+    out = prepared / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                 "generation_config.json", "loss_curve.png", "train_log.json", "README.md", "corpus_manifest.json"):
+        assert (out / name).is_file(), name
+    assert log["steps"] == 4 and log["tokens"] == 4 * 2 * 64
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [2, 0]
+    first_losses = [x for _, _, x in log["history"]["train"]]
+
+    log2 = train(_cfg(prepared, 6, resume=True))
+    assert log2["steps"] == 6
+    # the first four steps are the checkpoint's history, not a retraining
+    assert [x for _, _, x in log2["history"]["train"]][:4] == first_losses
+    assert [s for s, _, _ in log2["history"]["train"]] == [1, 2, 3, 4, 5, 6]
+
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(out))
+    assert sum(p.numel() for p in model.parameters()) == log2["parameters"]
