@@ -45,6 +45,7 @@ class TopologyConfig:
     tandem_args: tuple[str, ...] = ()
     out_dir: str = "bench-results/topology"
     stop_timeout_s: float = 30.0
+    launcher: tuple[str, ...] = ()  # command that takes `up ...` (default: this Python's `-m tandem`)
 
 
 def parse_configs(text: str) -> tuple[ServingConfig, ...]:
@@ -85,7 +86,7 @@ def tandem_command() -> list[str]:
 
 
 def up_command(cfg: TopologyConfig, sc: ServingConfig, policy: str | None) -> list[str]:
-    cmd = [*tandem_command(), "up", "--model", cfg.model, *sc.up_args, "--port", str(cfg.port)]
+    cmd = [*(cfg.launcher or tandem_command()), "up", "--model", cfg.model, *sc.up_args, "--port", str(cfg.port)]
     if policy:
         cmd += ["--policy", policy]
     return cmd + list(cfg.tandem_args)
@@ -151,7 +152,7 @@ def run_topology(cfg: TopologyConfig, bench_for_url: Callable[[str], BenchConfig
     for label, sc, policy in runs_of(cfg):
         log = out / f"{label}.log"
         cmd = up_command(cfg, sc, policy)
-        print(f"[topology] {label}: {' '.join(cmd[3:])}", flush=True)
+        print(f"[topology] {label}: {' '.join(cmd[cmd.index('up'):])}", flush=True)
         with open(log, "wb") as logf:
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)

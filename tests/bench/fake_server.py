@@ -128,9 +128,9 @@ def free_port() -> int:
 class FakeServer:
     """Context manager: serves make_app(state) on 127.0.0.1 in a thread; `url` is its base URL."""
 
-    def __init__(self, state: FakeState | None = None) -> None:
+    def __init__(self, state: FakeState | None = None, port: int | None = None) -> None:
         self.state = state or FakeState()
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(make_app(self.state), host="127.0.0.1", port=self.port,
                                 log_level="warning", lifespan="off")
