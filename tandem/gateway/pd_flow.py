@@ -170,13 +170,13 @@ class _Flow:
         tracker = self.p.tracker
         tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens)
         dispatched = time.monotonic()
-        self._set_headers(url, url)
         first = True
         try:
             async with aclosing(self._stream(url, wreq, "both")) as deltas:
                 async for d in deltas:
                     if first and (d.new_token_ids or d.finished):
                         first = False
+                        self._set_headers(url, url)  # it answered: name it, not a failed attempt
                         self._note_prompt(d)
                         tracker.prefill_done(wreq.request_id, url,
                                              len(wreq.prompt_token_ids) + len(self.sent))

@@ -45,7 +45,7 @@ class Worker:
 
     @property
     def hash_seed(self) -> int:
-        return int(self.stats.get("hash_seed", 0))
+        return int(self.stats.get("hash_seed") or 0)
 
 
 class Registry:

@@ -1,0 +1,255 @@
+"""Gateway end to end: real worker processes (tiny test model, 1 thread each) behind real gateways.
+
+Each test starts its own small cluster on free 127.0.0.1 ports and stops it; every test ends by
+checking that no KV block is held on any live worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from tandem.gateway.cluster import LocalCluster, ProcSpec, free_port, gateway_proc, worker_proc
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKER_ARGS = ("--kv-cache-memory", "16MiB", "--dtype", "float32", "--served-model-name", "m")
+GATEWAY_ARGS = ("--poll-interval", "0.2", "--unhealthy-after", "2", "--served-model-name", "m")
+CORES = sorted(os.sched_getaffinity(0))
+LONG = 600  # tokens for streams that must still run when a worker is killed
+
+
+def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str]]) -> LocalCluster:
+    """Workers `roles` (named by index) and gateways {name: (worker indexes, policy)}."""
+    taken: set[int] = set()
+    procs: list[ProcSpec] = []
+    for i, role in enumerate(roles):
+        port = free_port(avoid=taken)
+        taken.add(port)
+        procs.append(worker_proc(f"w{i}", model, role, "127.0.0.1", port, (CORES[i % len(CORES)],),
+                                 WORKER_ARGS, "warning"))
+    for name, (idx, policy) in gateways.items():
+        port = free_port(avoid=taken)
+        taken.add(port)
+        g = gateway_proc(model, "127.0.0.1", port, [procs[i] for i in idx], policy, GATEWAY_ARGS)
+        procs.append(ProcSpec(name, g.cmd, g.url, None))
+    return LocalCluster(procs)
+
+
+@contextlib.contextmanager
+def running(cluster: LocalCluster):
+    try:
+        cluster.start()
+        cluster.wait_ready(120)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def url(cluster: LocalCluster, name: str) -> str:
+    return cluster.spec(name).url
+
+
+def complete(base: str, prompt: str, max_tokens: int, headers=None, **extra) -> httpx.Response:
+    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, **extra}
+    r = httpx.post(base + "/v1/completions", json=body, headers=headers or {}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def text_of(r: httpx.Response) -> str:
+    return r.json()["choices"][0]["text"]
+
+
+def stream_chunks(base: str, prompt: str, max_tokens: int, on_chunk=None):
+    """(headers, text chunks, usage) of a streamed completion; on_chunk(i, text) after each."""
+    body = {"model": "m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    chunks, usage = [], None
+    with httpx.stream("POST", base + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            assert "error" not in event, event
+            if event.get("usage"):
+                usage = event["usage"]
+            for c in event.get("choices", []):
+                if c.get("text"):
+                    chunks.append(c["text"])
+                    if on_chunk is not None:
+                        on_chunk(len(chunks), r.headers)
+        return r.headers, chunks, usage
+
+
+def metric(base: str, name: str) -> float:
+    total = 0.0
+    for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def assert_no_blocks_held(cluster: LocalCluster, timeout_s: float = 40.0) -> None:
+    """Idle invariant on every live worker: all KV blocks free (cached ones are evictable)."""
+    deadline = time.monotonic() + timeout_s
+    for p in cluster.procs:
+        if p.role is None or p.name not in cluster.running:
+            continue
+        while True:
+            s = httpx.get(p.url + "/internal/stats", timeout=10).json()
+            if s["num_blocks_free"] == s["num_blocks_total"] and s["num_running"] == 0 \
+                    and s["num_waiting"] == 0:
+                break
+            assert time.monotonic() < deadline, f"{p.name} ({p.role}) still holds blocks: {s}"
+            time.sleep(0.2)
+
+
+def worker_name(cluster: LocalCluster, worker_url: str) -> str:
+    return next(p.name for p in cluster.procs if p.url == worker_url)
+
+
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
+
+
+@pytest.fixture(scope="module")
+def model(llama_dir):
+    return str(llama_dir)
+
+
+def test_greedy_identity_one_engine_colocated_disaggregated(model):
+    c = build(model, ["prefill", "decode", "both"],
+              {"gpd": ([0, 1], "default"), "gco": ([2], "default")})
+    with running(c):
+        prompts = [PROMPT, "Hello", "x" * 37 + " tail"]
+        for prompt in prompts:
+            one = text_of(complete(url(c, "w2"), prompt, 48))
+            colocated = complete(url(c, "gco"), prompt, 48)
+            pd = complete(url(c, "gpd"), prompt, 48)
+            assert text_of(colocated) == one and text_of(pd) == one
+            assert colocated.headers["x-tandem-prefill"] == colocated.headers["x-tandem-decode"] \
+                == url(c, "w2")
+            assert (pd.headers["x-tandem-prefill"], pd.headers["x-tandem-decode"]) \
+                == (url(c, "w0"), url(c, "w1"))
+            assert pd.json()["usage"]["completion_tokens"] == 48
+        # streaming through the PD gateway: the first token is stitched in, same text
+        headers, chunks, usage = stream_chunks(url(c, "gpd"), PROMPT, 48)
+        assert "".join(chunks) == text_of(complete(url(c, "w2"), PROMPT, 48))
+        assert usage["completion_tokens"] == 48 and usage["prompt_tokens"] > 0
+        # the second PD request with the same prompt found it in the prefill worker's cache
+        assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+        assert_no_blocks_held(c)
+
+
+def test_decode_worker_killed_mid_stream_client_gets_identical_output(model):
+    c = build(model, ["prefill", "decode", "decode"], {"g": ([0, 1, 2], "round_robin")})
+    with running(c):
+        g = url(c, "g")
+        expected = text_of(complete(g, PROMPT, LONG))  # round robin: served by w1
+        killed: list[str] = []
+
+        def kill_decode(n, headers):
+            if n == 20 and not killed:
+                name = worker_name(c, headers["x-tandem-decode"])
+                c.kill(name)  # SIGKILL
+                killed.append(name)
+
+        headers, chunks, usage = stream_chunks(g, PROMPT, LONG, on_chunk=kill_decode)
+        assert killed == ["w2"]
+        assert "".join(chunks) == expected
+        assert usage["completion_tokens"] == LONG
+        assert metric(g, "tandem:gateway_migrations_total") == 1
+        assert_no_blocks_held(c)
+
+
+def test_prefill_worker_killed_request_succeeds_elsewhere(model):
+    c = build(model, ["prefill", "prefill", "decode"], {"g": ([0, 1, 2], "round_robin")})
+    with running(c):
+        g = url(c, "g")
+        expected = text_of(complete(g, PROMPT, 16))        # prefill on w0
+        c.kill("w1")                                       # the next in rotation
+        results = [complete(g, PROMPT, 16) for _ in range(3)]
+        assert all(text_of(r) == expected for r in results)
+        assert all(r.headers["x-tandem-prefill"] == url(c, "w0") for r in results)
+        assert metric(g, "tandem:gateway_retries_total") >= 1
+        assert_no_blocks_held(c)
+
+
+def test_affinity_keeps_session_and_moves_it_when_worker_dies(model):
+    c = build(model, ["both", "both"], {"g": ([0, 1], "default")})
+    with running(c):
+        g = url(c, "g")
+        sessions = {}
+        for s in ("alpha", "beta", "gamma", "delta"):
+            served = {complete(g, f"{s}: {PROMPT}", 4, headers={"x-session-affinity": s})
+                      .headers["x-tandem-decode"] for _ in range(3)}
+            assert len(served) == 1, f"session {s} moved while its worker was healthy: {served}"
+            sessions[s] = served.pop()
+        home = sessions["alpha"]
+        c.kill(worker_name(c, home))
+        other = next(p.url for p in c.procs if p.role and p.url != home)
+        moved = {complete(g, f"alpha: {PROMPT}", 4, headers={"x-session-affinity": "alpha"})
+                 .headers["x-tandem-decode"] for _ in range(3)}
+        assert moved == {other}
+        assert_no_blocks_held(c)
+
+
+def test_token_aware_balances_skewed_prompts(model):
+    c = build(model, ["both", "both"], {"g": ([0, 1], "token_aware")})
+    with running(c):
+        g = url(c, "g")
+        long_prompt = PROMPT * 12  # ~900 tokens of context while it decodes
+        placed: dict[str, list[str]] = {"long": [], "short": []}
+        started = threading.Event()
+
+        def long_stream():
+            def mark(n, headers):
+                if n == 1:
+                    placed["long"].append(headers["x-tandem-decode"])
+                    started.set()
+            stream_chunks(g, long_prompt, LONG, on_chunk=mark)
+
+        t = threading.Thread(target=long_stream)
+        t.start()
+        try:
+            assert started.wait(60)
+            for i in range(6):
+                placed["short"].append(complete(g, f"{i} short", 8).headers["x-tandem-decode"])
+        finally:
+            t.join(120)
+        assert len(placed["long"]) == 1
+        assert placed["long"][0] not in placed["short"], placed
+        assert_no_blocks_held(c)
+
+
+def test_prefix_aware_sends_shared_prefix_to_holder(model):
+    c = build(model, ["both", "both"], {"g": ([0, 1], "prefix_aware")})
+    with running(c):
+        g = url(c, "g")
+        shared = PROMPT * 4  # ~300 tokens: many full blocks
+        first = complete(g, shared + " question 0", 4)
+        holder = first.headers["x-tandem-decode"]
+        deadline = time.monotonic() + 10  # KV events reach the gateway on its next poll
+        while time.monotonic() < deadline:
+            ws = {w["url"]: w for w in httpx.get(g + "/internal/workers").json()["workers"]}
+            if ws[holder]["cached_blocks"] > 0:
+                break
+            time.sleep(0.1)
+        assert ws[holder]["cached_blocks"] > 0
+        for i in range(1, 5):
+            r = complete(g, shared + f" question {i}", 4)
+            assert r.headers["x-tandem-decode"] == holder
+            assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 200
+        # an unrelated prompt goes by load: the idle worker
+        other = complete(g, "completely different", 4).headers["x-tandem-decode"]
+        assert other != holder
+        assert metric(g, 'tandem:gateway_routing_decisions_total{policy="prefix_aware",pool="both",reason="prefix"}') == 4
+        assert_no_blocks_held(c)
