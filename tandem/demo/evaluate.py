@@ -130,6 +130,37 @@ def draft_agreement(target, draft, tok, texts: list[str], window: int) -> dict:
             "assistant_positions": a_total, "assistant_top1_agreement": round(a_agree / max(a_total, 1), 4)}
 
 
+EXAMPLE_TOOLS = ("get_weather", "calculator", "send_email")
+EXAMPLES = (
+    ("chat", [{"role": "user", "content": "Hello! Who are you?"}], False),
+    ("tool call", [{"role": "user", "content": "What's the weather in Paris?"}], True),
+    ("tool result", [{"role": "user", "content": "What's the weather in Paris?"},
+                     {"role": "assistant", "content": "", "tool_calls": [
+                         {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                     {"role": "tool", "content": json.dumps({"city": "Paris", "temperature": 18, "unit": "celsius",
+                                                             "condition": "sunny", "humidity": 40})}], True),
+)
+
+
+@torch.no_grad()
+def examples(model, tok, max_new_tokens: int) -> list[dict]:
+    """Greedy replies to a few fixed conversations (shown on the model card)."""
+    from tandem.demo.tools import tool_catalog
+
+    tools = [t for t in tool_catalog() if t["function"]["name"] in EXAMPLE_TOOLS]
+    template = compile_template()
+    eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
+    out = []
+    for name, messages, with_tools in EXAMPLES:
+        prompt = render(template, messages, tools if with_tools else None, add_generation_prompt=True)
+        ids = torch.tensor(tok(prompt, add_special_tokens=False)["input_ids"])[None]
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, eos_token_id=eos, pad_token_id=eos[1])
+        out.append({"name": name, "messages": messages, "tools": [t["function"]["name"] for t in tools]
+                    if with_tools else None, "reply": tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)})
+    return out
+
+
 def evaluate(cfg: EvalConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     started = time.monotonic()
@@ -147,6 +178,7 @@ def evaluate(cfg: EvalConfig) -> dict:
                                                cfg.max_new_tokens)
     print(f"tool calls: { {k: v for k, v in results['tool_calls'].items() if k != 'sample_failures'} }",
           file=sys.stderr)
+    results["examples"] = examples(model, tok, cfg.max_new_tokens)
     if "draft" in models:
         texts = load_texts(cfg.corpus_dir, "agent", "heldout")[: cfg.agreement_transcripts]
         results["draft_agreement"] = draft_agreement(model, models["draft"][0], tok, texts, cfg.window)

@@ -12,8 +12,8 @@ EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-targ
                 "--draft models/tandem-demo-draft")
 SETUP_COMMANDS = (
     "apt-get install -y bible-kjv   # provides the `bible` command\n"
-    "python -m tandem.demo.cli demo build-corpus --out /tmp/tandem-demo/corpus\n"
-    "python -m tandem.demo.cli demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer"
+    "python -m tandem demo build-corpus --out /tmp/tandem-demo/corpus\n"
+    "python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer"
 )
 
 
@@ -44,6 +44,13 @@ def _eval_section(role: str, ev: dict | None) -> list[str]:
                      f"{da['assistant_top1_agreement'] * 100:.1f}% on the {da['assistant_positions']} positions "
                      "inside assistant replies (goal: at least 50%).")
     lines += ["", f"Evaluation took {ev['minutes']} minutes. Reproduce with:", "", f"    {EVAL_COMMAND}", ""]
+    if role == "target" and ev.get("examples"):
+        lines += ["## Examples", "", "Greedy replies of this model (tools offered where shown: "
+                  + ", ".join(ev["examples"][-1]["tools"] or []) + "):", ""]
+        for ex in ev["examples"]:
+            last = ex["messages"][-1]
+            said = last["content"] if last["role"] == "user" else f"(tool result) {last['content']}"
+            lines += [f"**{ex['name']}**, last message: `{said}`", "", "```", ex["reply"], "```", ""]
     return lines
 
 
