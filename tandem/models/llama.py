@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from tandem.layers.attention import AttentionWorkspace, paged_attention
+from tandem.layers.linear import Embedding, Linear
 from tandem.layers.mlp import GatedMLP
 from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
@@ -38,10 +39,10 @@ class DecoderAttention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = arch.num_heads, arch.num_kv_heads, arch.head_dim
         self.scale = arch.head_dim ** -0.5
         h, d = arch.hidden_size, arch.head_dim
-        self.q_proj = nn.Linear(h, arch.num_heads * d, bias=opts.qkv_bias)
-        self.k_proj = nn.Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
-        self.v_proj = nn.Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
-        self.o_proj = nn.Linear(arch.num_heads * d, h, bias=opts.o_bias)
+        self.q_proj = Linear(h, arch.num_heads * d, bias=opts.qkv_bias)
+        self.k_proj = Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
+        self.v_proj = Linear(h, arch.num_kv_heads * d, bias=opts.qkv_bias)
+        self.o_proj = Linear(arch.num_heads * d, h, bias=opts.o_bias)
         self.q_norm = RMSNorm(d, arch.rms_norm_eps) if opts.qk_norm else None
         self.k_norm = RMSNorm(d, arch.rms_norm_eps) if opts.qk_norm else None
 
@@ -76,7 +77,7 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, arch: ModelArch, opts: DecoderOptions) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.embed_tokens = Embedding(arch.vocab_size, arch.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(arch, opts, i) for i in range(arch.num_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
@@ -88,7 +89,7 @@ class DecoderForCausalLM(nn.Module):
         super().__init__()
         self.arch = arch
         self.model = DecoderModel(arch, self.options(arch))
-        self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        self.lm_head = Linear(arch.hidden_size, arch.vocab_size, bias=False)
         # explicit device: the module may be built under torch.device("meta") before loading
         self.rotary = RotaryEmbedding(arch.head_dim, arch.rope, arch.max_position_embeddings, device)
         # gather buffers reused across layers and steps; one forward at a time per model
