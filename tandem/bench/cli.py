@@ -205,4 +205,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     topo.add_argument("--tandem-args", help='extra flags for `tandem up`; write --tandem-args="--flag value"')
     add_workload_args(topo, model_flag="--served-model")
     topo.set_defaults(func=_cmd_topology)
+
+    # engine microbenchmarks (throughput, batch-1 decode, cold start) live in engine_bench.py
+    from tandem.bench.engine_bench import register_engine
+    register_engine(sub)
     return bench
