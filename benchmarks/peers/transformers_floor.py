@@ -30,7 +30,7 @@ from tandem.bench.metrics import summarize
 from tandem.bench.plots import plot_cdfs, plot_timeline
 from tandem.bench.report import build_report, to_markdown, write_json
 from tandem.bench.sample import RequestSample
-from tandem.bench.serve import build_workload
+from tandem.bench.serve import build_workload, plots_available
 
 
 class TokenClock:
@@ -108,7 +108,7 @@ def main() -> int:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write_json(report, out / f"{label}.json")
-    plots = [] if not cfg.plots else [plot_cdfs({label: samples}, out / f"{label}-cdf.png"),
+    plots = [] if not (cfg.plots and plots_available()) else [plot_cdfs({label: samples}, out / f"{label}-cdf.png"),
                                       plot_timeline(samples, out / f"{label}-timeline.png")]
     summary = summarize(samples, cfg.slo)
     (out / f"{label}.md").write_text(to_markdown(report, summary, plots))

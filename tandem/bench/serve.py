@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,16 @@ def build_workload(cfg: BenchConfig, models: list[dict]) -> Workload:
     return agentic_workload(cfg.agentic)
 
 
+def plots_available() -> bool:
+    """matplotlib is optional: without it reports have no PNGs (and say so on stderr)."""
+    try:
+        import matplotlib  # noqa: F401
+        return True
+    except ImportError:
+        print("tandem bench: matplotlib is not installed; no plots (pip install matplotlib)", file=sys.stderr)
+        return False
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
@@ -127,7 +138,7 @@ async def run_bench(cfg: BenchConfig) -> BenchResult:
     json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
     write_json(report, json_path)
     plots: list[str] = []
-    if cfg.plots:
+    if cfg.plots and plots_available():
         from tandem.bench.plots import plot_cdfs, plot_timeline
         plots.append(plot_cdfs({label: samples}, out / f"{stem}-cdf.png"))
         plots.append(plot_timeline(samples, out / f"{stem}-timeline.png"))

@@ -29,7 +29,9 @@ def test_bench_serve_trace_writes_report_plots_and_compare(tmp_path, capsys):
     assert report["summary"]["ideal_cached_tokens"] == 48
     assert report["summary"]["cached_tokens"] == 48
     assert report["summary"]["goodput"] > 0
-    assert (out / "base-cdf.png").exists() and (out / "base-timeline.png").exists()
+    from tandem.bench.serve import plots_available
+    if plots_available():
+        assert (out / "base-cdf.png").exists() and (out / "base-timeline.png").exists()
     assert not (out / "again-cdf.png").exists()
     assert "| TTFT | 4 |" in (out / "base.md").read_text()
     capsys.readouterr()

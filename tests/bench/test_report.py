@@ -64,6 +64,7 @@ def test_timeline_counts_tokens_and_inflight():
 
 
 def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
     a = plot_cdfs({"a": samples()}, tmp_path / "cdf.png")
     b = plot_timeline(samples(), tmp_path / "tl.png")
     for p in (a, b):
