@@ -9,6 +9,7 @@ empty choices and the usage.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 import zlib
@@ -29,22 +30,68 @@ def system_fingerprint(model_name: str) -> str:
     return f"fp_{zlib.crc32(f'tandem/{model_name}'.encode()):08x}"
 
 
+def _byte_level_decoder() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2 and its descendants): each byte is one printable char.
+    Printable latin-1 bytes stand for themselves; the others are shifted to 256 and up."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    table, shifted = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + shifted)] = b
+            shifted += 1
+    return table
+
+
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece byte tokens
+
+
 class TokenTexts:
-    """Display text of single tokens (for logprobs), cached; bounded to `capacity` entries."""
+    """Display text and bytes of single tokens (for logprobs), cached, at most `capacity`.
+
+    A token that is only part of a UTF-8 character decodes to U+FFFD; for those the raw
+    bytes come from the token's vocabulary entry and the text reads "bytes:\\xe2\\x80",
+    as OpenAI shows them.
+    """
 
     def __init__(self, tokenizer, capacity: int = 65536) -> None:
         self._tok = tokenizer
-        self._cache: dict[int, str] = {}
+        self._cache: dict[int, tuple[str, list[int]]] = {}
         self._capacity = capacity
+        self._byte_level = _byte_level_decoder()
 
     def __call__(self, token_id: int) -> str:
-        text = self._cache.get(token_id)
-        if text is None:
+        return self.entry(token_id)[0]
+
+    def entry(self, token_id: int) -> tuple[str, list[int]]:
+        hit = self._cache.get(token_id)
+        if hit is None:
             if len(self._cache) >= self._capacity:
                 self._cache.clear()
-            text = self._tok.decode([token_id], skip_special_tokens=False)
-            self._cache[token_id] = text
-        return text
+            hit = self._cache[token_id] = self._lookup(token_id)
+        return hit
+
+    def _lookup(self, token_id: int) -> tuple[str, list[int]]:
+        text = self._tok.decode([token_id], skip_special_tokens=False)
+        if "\ufffd" not in text:
+            return text, list(text.encode())
+        raw = self._raw_bytes(token_id)
+        if raw is None:
+            return text, list(text.encode())
+        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw), raw
+
+    def _raw_bytes(self, token_id: int) -> list[int] | None:
+        (piece,) = self._tok.convert_ids_to_tokens([token_id])
+        if not piece:
+            return None
+        m = _BYTE_FALLBACK.fullmatch(piece)
+        if m:
+            return [int(m.group(1), 16)]
+        if all(ch in self._byte_level for ch in piece):
+            return [self._byte_level[ch] for ch in piece]
+        return None
 
 
 def _lp(value: float) -> float:
@@ -55,10 +102,12 @@ def chat_logprobs(lps: list[TokenLogprob], texts: TokenTexts) -> list[dict]:
     """Chat shape: [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]."""
     out = []
     for lp in lps:
-        tok = texts(lp.token_id)
-        out.append({"token": tok, "logprob": _lp(lp.logprob), "bytes": list(tok.encode()),
-                    "top_logprobs": [{"token": (t := texts(tid)), "logprob": _lp(v),
-                                      "bytes": list(t.encode())} for tid, v in lp.top]})
+        tok, raw = texts.entry(lp.token_id)
+        top = []
+        for tid, v in lp.top:
+            t, b = texts.entry(tid)
+            top.append({"token": t, "logprob": _lp(v), "bytes": b})
+        out.append({"token": tok, "logprob": _lp(lp.logprob), "bytes": raw, "top_logprobs": top})
     return out
 
 

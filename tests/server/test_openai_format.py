@@ -86,3 +86,20 @@ def test_chat_response_with_logprobs():
     assert c["finish_reason"] == "length"
     assert [e["token"] for e in c["logprobs"]["content"]] == ["a", "b"]
     assert [e["top_logprobs"] for e in c["logprobs"]["content"]] == [[], []]
+
+
+class _BytePieces:
+    """Byte-level BPE pieces: id 0 = 'Ġhi' (" hi"), 1 = 'â' (byte 0xE2 alone), 2 = '<0x80>'."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return {0: " hi", 1: "\ufffd", 2: "\ufffd"}[ids[0]]
+
+    def convert_ids_to_tokens(self, ids):
+        return [{0: "Ġhi", 1: "â", 2: "<0x80>"}[i] for i in ids]
+
+
+def test_partial_utf8_tokens_show_their_raw_bytes():
+    texts = TokenTexts(_BytePieces())
+    assert texts.entry(0) == (" hi", [32, 104, 105])
+    assert texts.entry(1) == ("bytes:\\xe2", [0xE2])
+    assert texts.entry(2) == ("bytes:\\x80", [0x80])

@@ -1,0 +1,225 @@
+"""The OpenAI client and raw HTTP against a live `tandem serve` (real engine, tiny random model)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from sse import events
+from tandem.testing.tiny_model import write_test_model
+
+REPO = Path(__file__).resolve().parents[2]
+NAME = "tiny"
+MAX_LEN = 256
+BLOCK = 16
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = write_test_model(tmp_path_factory.mktemp("model") / "tiny-llama")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tandem.cli", "serve", "--model", str(model), "--port", str(port),
+         "--threads", "1", "--device", "cpu", "--num-kv-blocks", "64", "--block-size", str(BLOCK),
+         "--max-model-len", str(MAX_LEN), "--served-model-name", NAME, "--log-level", "warning"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tandem serve exited:\n{proc.stdout.read().decode()}")
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("tandem serve did not become healthy in 120 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def ask(i: int) -> list[dict]:
+    return [{"role": "user", "content": f"Question {i}: what is the capital of France?"}]
+
+
+def greedy_chat(client, messages, **kw):
+    return client.chat.completions.create(model=NAME, messages=messages, temperature=0, **kw)
+
+
+def test_chat_non_streaming(client):
+    r = greedy_chat(client, ask(1), max_tokens=8)
+    assert r.id.startswith("chatcmpl-") and r.object == "chat.completion" and r.model == NAME
+    assert r.system_fingerprint.startswith("fp_")
+    (c,) = r.choices
+    assert c.message.role == "assistant" and isinstance(c.message.content, str)
+    assert c.finish_reason in ("stop", "length")
+    u = r.usage
+    assert 0 < u.completion_tokens <= 8 and u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert u.prompt_tokens_details.cached_tokens == 0
+
+
+def test_stream_equals_non_stream_and_reports_usage(client):
+    full = greedy_chat(client, ask(2), max_tokens=12, extra_body={"ignore_eos": True})
+    chunks = list(greedy_chat(client, ask(2), max_tokens=12, stream=True,
+                              stream_options={"include_usage": True},
+                              extra_body={"ignore_eos": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == full.choices[0].message.content
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+
+
+def test_repeated_prompt_reports_cached_tokens(client, server):
+    long = [{"role": "user", "content": "Tell me a story about " + "dragons and castles " * 12}]
+    first = greedy_chat(client, long, max_tokens=2)
+    second = greedy_chat(client, long, max_tokens=2)
+    assert first.usage.prompt_tokens > 2 * BLOCK
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached >= BLOCK and cached % BLOCK == 0 and cached < second.usage.prompt_tokens
+    metrics = httpx.get(server + "/metrics").text
+    hits = [line for line in metrics.splitlines() if line.startswith("tandem:prefix_cache_hits_total")]
+    assert hits and float(hits[0].rsplit(" ", 1)[1]) >= cached
+
+
+def test_stop_string_cuts_the_text(client):
+    base = greedy_chat(client, ask(3), max_tokens=24, extra_body={"ignore_eos": True})
+    text = base.choices[0].message.content
+    k = next((k for k in range(1, len(text) - 1)
+              if text[k:k + 2].isascii() and text[k:k + 2].isalpha() and text.find(text[k:k + 2]) == k),
+             None)
+    assert k is not None, f"no usable stop string in {text!r}"
+    r = greedy_chat(client, ask(3), max_tokens=24, stop=[text[k:k + 2], "@@never@@"],
+                    extra_body={"ignore_eos": True})
+    assert r.choices[0].message.content == text[:k] and r.choices[0].finish_reason == "stop"
+
+
+def test_seed_reproducible_and_choices_differ(client):
+    def sample(seed, n=1):
+        return client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=12,
+                                         temperature=1.0, seed=seed, n=n,
+                                         extra_body={"ignore_eos": True})
+    a, b = sample(123), sample(123)
+    assert a.choices[0].text == b.choices[0].text
+    many = sample(7, n=3)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert len({c.text for c in many.choices}) > 1
+    assert many.usage.completion_tokens == 36
+
+
+def test_completions_prompt_list_and_stream(client):
+    r = client.completions.create(model=NAME, prompt=["Hello", "The sky is"], max_tokens=4,
+                                  temperature=0, extra_body={"ignore_eos": True})
+    assert [c.index for c in r.choices] == [0, 1] and r.usage.completion_tokens == 8
+    parts = {0: "", 1: ""}
+    for ch in client.completions.create(model=NAME, prompt=["Hello", "The sky is"], max_tokens=4,
+                                        temperature=0, stream=True, extra_body={"ignore_eos": True}):
+        for c in ch.choices:
+            parts[c.index] += c.text
+    assert parts == {0: r.choices[0].text, 1: r.choices[1].text}
+
+
+def test_logprobs(client):
+    r = greedy_chat(client, ask(4), max_tokens=5, logprobs=True, top_logprobs=3,
+                    extra_body={"ignore_eos": True})
+    content = r.choices[0].logprobs.content
+    assert len(content) == 5
+    for e in content:
+        tops = [t.logprob for t in e.top_logprobs]
+        assert len(tops) == 3 and tops == sorted(tops, reverse=True)
+        assert e.logprob == pytest.approx(tops[0], abs=1e-4)  # greedy takes the best token
+        assert e.bytes is not None and e.logprob <= 0
+    c = client.completions.create(model=NAME, prompt="Hello", max_tokens=4, temperature=0, logprobs=2,
+                                  extra_body={"ignore_eos": True}).choices[0]
+    lp = c.logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
+
+
+def test_errors(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        greedy_chat(client, ask(5), max_tokens=0)
+    assert e.value.status_code == 400 and e.value.body["param"] == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=NAME, messages=ask(5), temperature=9)
+    assert e.value.body["param"] == "temperature"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="nope", messages=ask(5))
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.APIStatusError) as e:
+        client.completions.create(model=NAME, prompt=list(range(1, MAX_LEN + 10)), max_tokens=2)
+    assert e.value.status_code == 413
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=NAME, messages=ask(5),
+                                       response_format={"type": "json_object"})
+    assert "not supported yet" in e.value.message
+
+
+def test_workers_ai(server):
+    url = server + f"/client/v4/accounts/acc/ai/run/@cf/tandem/{NAME}"
+    body = {"messages": ask(6), "max_tokens": 6, "temperature": 0}
+    r = httpx.post(url, json=body, timeout=60)
+    assert r.status_code == 200
+    res = r.json()
+    assert res["success"] is True and res["result"]["usage"]["completion_tokens"] <= 6
+    s = httpx.post(url, json={**body, "stream": True}, timeout=60)
+    ev = events(s.text)
+    assert ev[-1] == "[DONE]" and "usage" in ev[-2]
+    assert "".join(e["response"] for e in ev[:-1]) == res["result"]["response"]
+    bad = httpx.post(server + "/client/v4/accounts/acc/ai/run/@cf/x/other", json=body)
+    assert bad.status_code == 404 and bad.json()["success"] is False
+
+
+def test_disconnect_mid_stream_frees_blocks(server):
+    body = {"model": NAME, "messages": ask(7), "max_tokens": 200, "stream": True,
+            "ignore_eos": True}
+    before = httpx.get(server + "/internal/stats").json()["generation_tokens"]
+    with httpx.Client(timeout=60) as http:
+        with http.stream("POST", server + "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            lines = r.iter_lines()  # kept open: closing this iterator would close the stream
+            for _ in range(6):      # three events
+                next(lines)
+            busy = http.get(server + "/internal/stats").json()
+            assert busy["num_running"] == 1 and busy["num_blocks_free"] < busy["num_blocks_total"], busy
+    deadline = time.monotonic() + 10
+    while True:
+        stats = httpx.get(server + "/internal/stats").json()
+        if stats["num_running"] == 0 and stats["num_waiting"] == 0 \
+                and stats["num_blocks_free"] == stats["num_blocks_total"]:
+            break
+        assert time.monotonic() < deadline, f"blocks not freed after a disconnect: {stats}"
+        time.sleep(0.05)
+    assert stats["generation_tokens"] - before < 200  # aborted, not run to max_tokens
