@@ -101,27 +101,30 @@ class Scheduler:
         preempted: list[Request] = []
         capacity_finished: list[Request] = []
 
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        scheduled: set[str] = set()
+        # decodes first, so that a long prefill chunk never delays a stream's next token
+        order = sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1)
+        for req in order:
+            if budget <= 0:
+                break
+            if req.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this step
             num_new = min(req.num_tokens - req.num_computed_tokens, budget)
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
-                victim = self.running.pop()
-                if victim is req:
-                    if not self.running and not seqs:
-                        capacity_finished.append(req)  # alone and still no room
-                    else:
-                        self._preempt(req)
-                        preempted.append(req)
+                # the most recently admitted request not yet scheduled this step gives way
+                victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
+                self.running.remove(victim)
+                if victim is req and not self.running:
+                    capacity_finished.append(req)  # alone in the cache and still no room
                     break
                 self._preempt(victim)
                 preempted.append(victim)
+                if victim is req:
+                    break
             else:
                 seqs.append(self._scheduled(req, num_new))
+                scheduled.add(req.request_id)
                 budget -= num_new
-                i += 1
-                continue
-            break  # req was preempted or finished: everything after it already was
 
         pulls: list[KVPull] = []
         if not preempted:

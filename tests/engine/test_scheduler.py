@@ -1,0 +1,75 @@
+"""Scheduler policy on the real cache manager, no model: exact order, budgets, preemption."""
+
+from tandem.config import SchedulerConfig
+from tandem.engine.request import Request, RequestStatus
+from tandem.engine.scheduler import Scheduler
+from tandem.kv.kv_cache_manager import KVCacheManager
+from tandem.types import SamplingParams
+
+
+def _req(rid, n):
+    return Request(rid, list(range(100, 100 + n)), SamplingParams(max_tokens=100))
+
+
+def _advance(sched, out, token=1):
+    """What the engine does after executing a step."""
+    for s in out.seqs:
+        s.request.num_computed_tokens += s.num_new_tokens
+        if s.sample:
+            s.request.append_token(token)
+
+
+def _plan(out):
+    return [(s.request.request_id, s.num_new_tokens, s.sample) for s in out.seqs]
+
+
+def test_chunked_prefill_and_decodes_first():
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=10), KVCacheManager(100, 4, False))
+    a, b = _req("a", 3), _req("b", 25)
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule()
+    assert _plan(out) == [("a", 3, True), ("b", 7, False)]
+    _advance(sched, out)
+    out = sched.schedule()
+    # a decodes (1 token) before b's next chunk takes the rest of the budget
+    assert _plan(out) == [("a", 1, True), ("b", 9, False)]
+    _advance(sched, out)
+    out = sched.schedule()
+    assert _plan(out) == [("a", 1, True), ("b", 9, True)]
+
+
+def test_max_num_seqs_limits_admission():
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=100, max_num_seqs=2),
+                      KVCacheManager(100, 4, False))
+    for rid in "abc":
+        sched.add(_req(rid, 4))
+    assert [s.request.request_id for s in sched.schedule().seqs] == ["a", "b"]
+    assert [r.request_id for r in sched.waiting] == ["c"]
+
+
+def test_latest_admitted_is_preempted_and_requeued_first():
+    kv = KVCacheManager(5, 4, False)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=100), kv)
+    a, b = _req("a", 8), _req("b", 8)
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule()
+    assert _plan(out) == [("a", 8, True), ("b", 8, True)]
+    _advance(sched, out)
+    # each needs a third block for its 9th token; one is free: a takes it, b gives way
+    out = sched.schedule()
+    assert _plan(out) == [("a", 1, True)]
+    assert out.preempted == [b] and b.status is RequestStatus.WAITING and b.num_preemptions == 1
+    assert list(sched.waiting)[0] is b and b.num_computed_tokens == 0
+    assert kv.block_ids("b") == [] and kv.block_ids("a") == [0, 1, 4]
+
+
+def test_request_alone_without_room_is_finished_for_length():
+    kv = KVCacheManager(2, 4, False)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=100), kv)
+    a = _req("a", 8)
+    sched.add(a)
+    _advance(sched, sched.schedule())
+    out = sched.schedule()
+    assert out.capacity_finished == [a] and not out.seqs
