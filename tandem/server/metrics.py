@@ -90,49 +90,70 @@ class ServerMetrics:
                                (*_LABELS, "finished_reason"), registry=r)
         r.register(_StatsCollector(stats, model_name))
 
+        self._bound: dict[str, _Bound] = {}
+
     def observer(self, arrival: float) -> "RequestObserver":
         """Track one engine request that arrived at `arrival` (time.monotonic())."""
-        return RequestObserver(self, self._model_name(), arrival)
+        name = self._model_name()
+        bound = self._bound.get(name)
+        if bound is None:
+            bound = self._bound[name] = _Bound(self, name)
+        return RequestObserver(bound, arrival)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
+class _Bound:
+    """The metrics' children for one model name, resolved once (labels() takes a lock)."""
+
+    def __init__(self, m: ServerMetrics, name: str) -> None:
+        self.ttft = m.ttft.labels(name)
+        self.itl = m.itl.labels(name)
+        self.e2e = m.e2e.labels(name)
+        self.queue = m.queue.labels(name)
+        self.prompt_tokens = m.prompt_tokens.labels(name)
+        self.generation_tokens = m.generation_tokens.labels(name)
+        self._success = m.success
+        self._name = name
+
+    def success(self, reason: str):
+        return self._success.labels(self._name, reason)
+
+
 class RequestObserver:
     """Feeds one engine request's deltas into the metrics, with the receive times."""
 
-    __slots__ = ("_m", "_name", "_arrival", "_last_token", "_counted", "finished")
+    __slots__ = ("_m", "_arrival", "_last_token", "_counted", "finished")
 
-    def __init__(self, metrics: ServerMetrics, model_name: str, arrival: float) -> None:
-        self._m = metrics
-        self._name = model_name
+    def __init__(self, bound: _Bound, arrival: float) -> None:
+        self._m = bound
         self._arrival = arrival
         self._last_token: float | None = None
         self._counted = 0          # output tokens seen so far
         self.finished = False
 
     def on_delta(self, delta: RequestDelta, now: float) -> None:
-        m, name = self._m, self._name
+        m = self._m
         if delta.new_token_ids:
             if self._last_token is None:
-                m.ttft.labels(name).observe(now - self._arrival)
+                m.ttft.observe(now - self._arrival)
             else:
-                m.itl.labels(name).observe(now - self._last_token)
+                m.itl.observe(now - self._last_token)
             self._last_token = now
             self._counted += len(delta.new_token_ids)
         if delta.finished and not self.finished:
             self.finished = True
-            m.e2e.labels(name).observe(now - self._arrival)
+            m.e2e.observe(now - self._arrival)
             t = delta.timings
             if t is not None and t.first_scheduled is not None:
-                m.queue.labels(name).observe(max(0.0, t.first_scheduled - t.arrival))
-            m.prompt_tokens.labels(name).inc(delta.num_prompt_tokens)
-            m.generation_tokens.labels(name).inc(delta.num_output_tokens or self._counted)
-            reason = delta.finish_reason.value if delta.finish_reason else "stop"
-            m.success.labels(name, reason).inc()
+                m.queue.observe(max(0.0, t.first_scheduled - t.arrival))
+            m.prompt_tokens.inc(delta.num_prompt_tokens)
+            m.generation_tokens.inc(delta.num_output_tokens or self._counted)
+            m.success(delta.finish_reason.value if delta.finish_reason else "stop").inc()
 
     def on_close(self) -> None:
         """The stream ended without a final delta (client gone, error): count an abort."""
         if not self.finished:
             self.finished = True
-            self._m.success.labels(self._name, "abort").inc()
+            self._m.success("abort").inc()

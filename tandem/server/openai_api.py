@@ -8,8 +8,10 @@ A client that disconnects cancels the run, which aborts its engine requests.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -19,11 +21,24 @@ from tandem.server.context import ServerContext
 from tandem.server.disconnect import ClientGone, until_disconnect
 from tandem.server.errors import BackendFailure, as_tandem_error, openai_error_body, openai_error_response
 from tandem.server.openai_format import OpenAIFormatter, make_id
-from tandem.server.openai_protocol import ParsedRequest, parse_chat, parse_completion
-from tandem.server.request_body import read_json_object
+from tandem.server.openai_protocol import ParseContext, ParsedRequest, parse_chat, parse_completion
+from tandem.server.request_body import read_json_body
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun
 from tandem.types import FinishReason, RequestDelta
+
+T = TypeVar("T")
+
+
+# Bodies this large are parsed (chat template + tokenization) on a worker thread, so that
+# the event loop keeps streaming other requests' tokens meanwhile. Small ones are cheaper inline.
+OFF_LOOP_BYTES = 32 * 1024
+
+
+async def parse_off_loop(parse: Callable[..., T], body: dict, pctx: ParseContext, size: int) -> T:
+    if size < OFF_LOOP_BYTES:
+        return parse(body, pctx)
+    return await asyncio.to_thread(parse, body, pctx)
 
 
 def check_delta(d: RequestDelta) -> RequestDelta:
@@ -80,8 +95,8 @@ async def _stream(run: GenerationRun, fmt: OpenAIFormatter) -> AsyncIterator[byt
 def openai_routes(ctx: ServerContext) -> list[Route]:
     async def handle(request: Request, parse) -> Response:
         try:
-            body = await read_json_object(request, ctx.config.max_body_bytes)
-            parsed = parse(body, ctx.parse_context())
+            body, size = await read_json_body(request, ctx.config.max_body_bytes)
+            parsed = await parse_off_loop(parse, body, ctx.parse_context(), size)
             return await serve_parsed(request, ctx, parsed)
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"

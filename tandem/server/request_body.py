@@ -15,6 +15,11 @@ def _too_large(max_bytes: int) -> BodyTooLarge:
 
 async def read_json_object(request: Request, max_bytes: int) -> dict:
     """The body parsed as a JSON object; BodyTooLarge (413) or InvalidRequest (400) otherwise."""
+    return (await read_json_body(request, max_bytes))[0]
+
+
+async def read_json_body(request: Request, max_bytes: int) -> tuple[dict, int]:
+    """Like read_json_object, with the body's size in bytes."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
@@ -25,7 +30,7 @@ async def read_json_object(request: Request, max_bytes: int) -> dict:
         if size > max_bytes:
             raise _too_large(max_bytes)
         chunks.append(chunk)
-    return parse_json_object(b"".join(chunks))
+    return parse_json_object(b"".join(chunks)), size
 
 
 def parse_json_object(raw: bytes) -> dict:

@@ -21,10 +21,10 @@ from tandem.server.context import ServerContext
 from tandem.server.disconnect import ClientGone, until_disconnect
 from tandem.server.errors import NotSupportedYet, as_tandem_error, workers_ai_error_body, workers_ai_error_response
 from tandem.server.fields import Fields, bad
-from tandem.server.openai_api import check_delta
+from tandem.server.openai_api import check_delta, parse_off_loop
 from tandem.server.openai_format import make_id, usage_dict
 from tandem.server.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
-from tandem.server.request_body import read_json_object
+from tandem.server.request_body import read_json_body
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun
 from tandem.types import SamplingParams
@@ -121,8 +121,10 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
         try:
             if request.query_params.get("queueRequest", "").lower() == "true":
                 raise NotSupportedYet("queueRequest")
-            body = await read_json_object(request, ctx.config.max_body_bytes)
-            parsed = parse_workers_ai(body, request.path_params["model"], ctx.parse_context())
+            body, size = await read_json_body(request, ctx.config.max_body_bytes)
+            model = request.path_params["model"]
+            parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
+                                          ctx.parse_context(), size)
             run = ctx.run(parsed.engine_requests(make_id("wai")))
             if not parsed.stream:
                 result = await until_disconnect(request, lambda: _collect(run))

@@ -119,3 +119,31 @@ def test_body_too_large_is_413(client):
 def test_models(client):
     body = client.get("/v1/models").json()
     assert body["object"] == "list" and body["data"][0]["id"] == "fake-model"
+
+
+def test_one_bad_prompt_in_a_list_fails_the_request_and_aborts_the_others(client, backend):
+    backend.kv_capacity = 10
+    backend.token_delay = 0.01
+    r = client.post("/v1/completions", json={"model": "fake-model", "prompt": [[5] * 3, [5] * 30],
+                                             "n": 2, "stream": True})
+    assert r.status_code == 413
+    assert backend.running == set()
+    started = [q.request_id for q in backend.seen if len(q.prompt_token_ids) == 3]
+    assert started and set(started) <= set(backend.aborted)
+
+
+def test_large_body_is_parsed_off_the_event_loop():
+    from starlette.testclient import TestClient
+
+    from fakes import FakeBackend
+    from tandem.server.app import build_app
+    from tandem.server.config import ServerConfig
+    from tandem.server.openai_api import OFF_LOOP_BYTES
+
+    backend = FakeBackend(max_model_len=10**6)
+    with TestClient(build_app(backend, ServerConfig())) as c:
+        content = "y" * OFF_LOOP_BYTES
+        r = c.post("/v1/chat/completions", json={"model": "fake-model", "max_tokens": 2,
+                                                 "messages": [{"role": "user", "content": content}]})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == len(backend.seen[0].prompt_token_ids) > OFF_LOOP_BYTES
