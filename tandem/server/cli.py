@@ -64,7 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
-    p.add_argument("--gateway", default=None, help="gateway URL to register with")
+    p.add_argument("--gateway", default=None,
+                   help="gateway URL to register with (heartbeats until shutdown)")
+    p.add_argument("--advertise-url", default=None,
+                   help="URL the gateway uses to reach this worker; default from --host/--port")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -92,9 +95,35 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     server = ServerConfig(served_model_name=args.served_model_name,
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
-                          gateway_url=args.gateway, log_level=args.log_level,
+                          gateway_url=args.gateway, advertise_url=args.advertise_url,
+                          log_level=args.log_level,
                           access_log=args.access_log)
     return engine, server
+
+
+def lifecycle(engine, config: ServerConfig):
+    """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
+    starts once the engine is ready and deregisters before the engine stops."""
+    if config.gateway_url is None:
+        return engine.start, engine.shutdown
+    from tandem.gateway.heartbeat import Heartbeat, HeartbeatConfig, advertised_url
+
+    beats: list[Heartbeat] = []
+
+    async def startup() -> None:
+        await engine.start()
+        hb = Heartbeat(HeartbeatConfig(
+            gateway_url=config.gateway_url, role=engine.role,
+            worker_url=config.advertise_url or advertised_url(config.host, config.port)))
+        await hb.start()
+        beats.append(hb)
+
+    async def shutdown() -> None:
+        for hb in beats:
+            await hb.stop()
+        await engine.shutdown()
+
+    return startup, shutdown
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -107,7 +136,8 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine(engine_config)
-    app = build_app(engine, server_config, startup=engine.start, shutdown=engine.shutdown)
+    startup, shutdown = lifecycle(engine, server_config)
+    app = build_app(engine, server_config, startup=startup, shutdown=shutdown)
     # loop="auto" takes uvloop and http="auto" httptools when they are installed.
     uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
                 log_level=server_config.log_level, access_log=server_config.access_log,

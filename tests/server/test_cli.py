@@ -43,3 +43,80 @@ def test_defaults():
     engine, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
     assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
+
+
+def test_lifecycle_without_gateway_is_the_engine_hooks():
+    class Engine:
+        async def start(self): ...
+        async def shutdown(self): ...
+
+    e = Engine()
+    _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    from tandem.server.cli import lifecycle
+    start, stop = lifecycle(e, server)
+    assert start == e.start and stop == e.shutdown
+
+
+def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shutdown():
+    import asyncio
+    import socket
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from tandem.server.cli import lifecycle
+
+    calls = []
+
+    async def register(request):
+        calls.append(("register", (await request.json())["url"]))
+        return JSONResponse({"heartbeat_interval_s": 0.05})
+
+    async def deregister(request):
+        calls.append(("deregister", (await request.json())["url"]))
+        return JSONResponse({})
+
+    class Engine:
+        role = "decode"
+
+        async def start(self):
+            calls.append(("start", None))
+
+        async def shutdown(self):
+            calls.append(("shutdown", None))
+
+    async def main():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        gw = uvicorn.Server(uvicorn.Config(
+            Starlette(routes=[Route("/internal/register", register, methods=["POST"]),
+                              Route("/internal/deregister", deregister, methods=["POST"])]),
+            host="127.0.0.1", port=port, log_level="warning"))
+        task = asyncio.create_task(gw.serve())
+        try:
+            for _ in range(200):
+                if gw.started:
+                    break
+                await asyncio.sleep(0.02)
+            _, server = configs_from_args(parse([
+                "serve", "--model", "/m", "--device", "cpu", "--port", "9123",
+                "--gateway", f"127.0.0.1:{port}"]))
+            start, stop = lifecycle(Engine(), server)
+            await start()
+            for _ in range(200):
+                if sum(c[0] == "register" for c in calls) >= 2:
+                    break
+                await asyncio.sleep(0.02)
+            await stop()
+        finally:
+            gw.should_exit = True
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    kinds = [c[0] for c in calls]
+    assert kinds[0] == "start" and kinds.count("register") >= 2
+    assert kinds[-2:] == ["deregister", "shutdown"]
+    assert ("register", "http://127.0.0.1:9123") in calls
