@@ -2,11 +2,12 @@
 
 "Ready" = a fresh process has imported tandem, loaded the model with Engine.from_config and
 produced the first token of a 1-token request. The parent times it from spawn to the child's
-JSON line on stdout; the child adds its own split (import, load, first request).
+JSON line on stdout (process exit is not counted); the child adds its own split (import, load, first request).
 
 Baselines, measured in the same run:
-- read: `cat` of the checkpoint's *.safetensors files to /dev/null;
-- interpreter: `python -c pass` and `python -c "import torch"`;
+- read: reading every byte of the checkpoint's *.safetensors files (read(2) into one 16 MiB
+  buffer, in this process; `cat > /dev/null` may skip the reads with copy_file_range);
+- interpreter: `python -c pass` and `python -c "import torch"` (each prints a line);
 - transformers (for reference): import, from_pretrained, one generated token.
 With `cold=True` the page cache is dropped (root only: /proc/sys/vm/drop_caches) before each
 timed process, so every number includes reading its files from disk; otherwise all are warm.
@@ -30,8 +31,8 @@ class ColdStartRun:
     cold: bool                  # page cache dropped before each timed process
     ready_s: float              # tandem: spawn -> first token
     child: dict                 # tandem child's own split: import_s, load_s, first_request_s
-    read_s: float               # cat *.safetensors > /dev/null
-    python_s: float             # python -c pass
+    read_s: float               # read(2) of every *.safetensors byte
+    python_s: float             # python -c pass (to its first printed line)
     import_torch_s: float       # python -c "import torch"
     hf_ready_s: float | None    # transformers: spawn -> first token (reference)
 
@@ -60,27 +61,42 @@ def _child_env() -> dict[str, str]:
 
 
 def _timed(cmd: list[str], cold: bool) -> tuple[float, str]:
+    """Seconds from spawn to the child's first stdout line (its exit is not counted), and the line."""
     if cold:
         drop_page_cache()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_child_env())
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_child_env())
+    line = proc.stdout.readline()
     seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return seconds, proc.stdout
+    _, err = proc.communicate()
+    if proc.returncode != 0 or not line:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
+    return seconds, line
+
+
+def read_files_s(files: list[str], cold: bool) -> float:
+    if cold:
+        drop_page_cache()
+    buf = bytearray(16 * 2**20)
+    t0 = time.perf_counter()
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while fh.readinto(buf):
+                pass
+    return time.perf_counter() - t0
 
 
 def measure(model_dir: str, dtype: str, threads: int, cold: bool, with_hf: bool = True) -> ColdStartRun:
     py = sys.executable
     child = [py, "-m", "tandem.bench.engine_cold_start", model_dir, dtype, str(threads)]
-    ready_s, out = _timed(child + ["tandem"], cold)
+    ready_s, line = _timed(child + ["tandem"], cold)
     hf_ready_s = _timed(child + ["hf"], cold)[0] if with_hf else None
     files = sorted(str(p) for p in Path(model_dir).glob("*.safetensors"))
-    read_s = _timed(["cat", *files], cold)[0] if files else 0.0
-    python_s = _timed([py, "-c", "pass"], cold)[0]
-    import_torch_s = _timed([py, "-c", "import torch"], cold)[0]
-    return ColdStartRun(cold, ready_s, json.loads(out.strip().splitlines()[-1]), read_s, python_s,
-                        import_torch_s, hf_ready_s)
+    read_s = read_files_s(files, cold)
+    python_s = _timed([py, "-c", "print(0)"], cold)[0]
+    import_torch_s = _timed([py, "-c", "import torch; print(0)"], cold)[0]
+    return ColdStartRun(cold, ready_s, json.loads(line), read_s, python_s, import_torch_s, hf_ready_s)
 
 
 def _child(model_dir: str, dtype: str, threads: int, which: str) -> dict:
