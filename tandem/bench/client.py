@@ -1,21 +1,23 @@
 """Streaming OpenAI client that times every chunk of a response.
 
-One httpx.AsyncClient is shared by all requests of a run (keep-alive connections, no per
-request setup). The SSE stream is parsed from raw bytes with orjson; the chunk's arrival time
-is taken once per network read, so events that arrive together share a time, as the user of
-a stream would see them. Per output chunk we count tokens from continuous usage stats when the
+Requests go over a small HTTP/1.1 client of our own (http1.py: keep-alive connections, cheap
+per chunk). The SSE stream is parsed from raw bytes with orjson; a chunk's arrival time is
+taken once per HTTP body chunk read, so events that arrive together share a time, as the user
+of a stream would see them. Per output chunk we count tokens from continuous usage stats when the
 server sends them, else one per chunk; the final usage (stream_options.include_usage) gives
 the authoritative totals and `cached_tokens`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
 import httpx
 import orjson
 
+from tandem.bench.http1 import ConnectionPool, HTTPError, Response
 from tandem.bench.sample import RequestSample
 
 ROUTE_HEADERS = ("x-tandem-prefill", "x-tandem-decode")
@@ -46,19 +48,15 @@ def render_chat_as_text(messages: list[dict]) -> str:
 
 
 class StreamingClient:
-    def __init__(self, cfg: ClientConfig, max_connections: int = 1024) -> None:
+    def __init__(self, cfg: ClientConfig) -> None:
         self.cfg = cfg
-        headers = {"Content-Type": "application/json"}
+        self._headers = {"Content-Type": "application/json"}
         if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self._http = httpx.AsyncClient(
-            base_url=cfg.base_url.rstrip("/"), headers=headers,
-            timeout=httpx.Timeout(cfg.request_timeout_s, connect=30.0),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections))
+            self._headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self._pool = ConnectionPool(cfg.base_url, read_timeout_s=cfg.request_timeout_s)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._pool.aclose()
 
     def build_body(self, max_tokens: int, prompt_ids=None, messages=None, tools=None) -> dict:
         cfg = self.cfg
@@ -88,21 +86,23 @@ class StreamingClient:
         start = time.perf_counter()
         sample.start = start - t0
         try:
-            async with self._http.stream("POST", path, content=content, headers=headers) as resp:
-                sample.status = resp.status_code
+            resp = await self._pool.post(path, content, {**self._headers, **(headers or {})})
+            try:
+                sample.status = resp.status
                 sample.headers = {k: resp.headers[k] for k in ROUTE_HEADERS if k in resp.headers}
-                if resp.status_code != 200:
-                    raw = await resp.aread()
-                    sample.error = f"http {resp.status_code}: {_error_message(raw)}"
+                if resp.status != 200:
+                    sample.error = f"http {resp.status}: {_error_message(await resp.read())}"
                 else:
                     await self._read_stream(resp, sample, start, parts)
-        except httpx.HTTPError as exc:
+            finally:
+                resp.release()
+        except (OSError, HTTPError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             sample.error = f"{type(exc).__name__}: {exc}"
         finally:
             sample.end = time.perf_counter() - t0
         return Reply(sample, "".join(parts))
 
-    async def _read_stream(self, resp: httpx.Response, sample: RequestSample, start: float,
+    async def _read_stream(self, resp: Response, sample: RequestSample, start: float,
                            parts: list[str]) -> None:
         chat = self.cfg.endpoint == "chat"
         keep = self.cfg.keep_text
@@ -110,7 +110,7 @@ class StreamingClient:
         done = False
         usage = None
         last_completion = 0   # completion_tokens of the last continuous usage seen
-        async for raw in resp.aiter_raw():
+        while (raw := await resp.next_chunk()) is not None:
             now = time.perf_counter() - start
             buf += raw
             *lines, buf = buf.split(b"\n")

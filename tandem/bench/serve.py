@@ -118,7 +118,7 @@ async def run_bench(cfg: BenchConfig) -> BenchResult:
             if errors:
                 bar.set_postfix(errors=errors, refresh=False)
 
-    client = StreamingClient(ccfg, max_connections=max(64, 2 * (cfg.load.concurrency or 0)))
+    client = StreamingClient(ccfg)
     try:
         samples = await run_workload(workload, client, cfg.load, on_done)
     finally:
