@@ -81,7 +81,7 @@ class FakeCluster:
                     ctx.append(tok)
                     out.append(tok)
                     streamed += 1
-                    done = tok == EOS or len(out) >= sp.max_tokens
+                    done = (tok == EOS and not sp.ignore_eos) or len(out) >= sp.max_tokens
                     common = dict(request_id=req.request_id, new_token_ids=[tok], new_text=f"<{tok}>",
                                   num_prompt_tokens=len(req.prompt_token_ids),
                                   num_cached_tokens=4 * (len(req.prompt_token_ids) // 8),
