@@ -175,7 +175,7 @@ class OpenAIFormatter:
         """Prompt tokens count once per prompt (choice j = 0), completions for every choice."""
         n = self.p.n
         firsts = self.choices[::n]
-        prompt = sum(c.prompt_tokens for c in firsts)
+        prompt = sum(c.prompt_tokens or len(ids) for c, ids in zip(firsts, self.p.prompts))
         cached = sum(c.cached_tokens for c in firsts)
         completion = sum(c.final_output_tokens or c.output_tokens for c in self.choices)
         return usage_dict(prompt, completion, cached)

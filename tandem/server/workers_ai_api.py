@@ -27,7 +27,7 @@ from tandem.server.openai_protocol import ParseContext, ParsedRequest, check_pro
 from tandem.server.request_body import read_json_body
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun
-from tandem.types import SamplingParams
+from tandem.types import RequestDelta, SamplingParams
 
 WORKERS_AI_PATH = "/client/v4/accounts/{account_id}/ai/run/{model:path}"
 DEFAULT_MAX_TOKENS = 256   # Workers AI's documented defaults
@@ -83,33 +83,46 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
                          stream=f.bool("stream", False))
 
 
+class _Usage:
+    """Usage of the one engine request; counts tokens itself for backends that do not."""
+
+    def __init__(self, num_prompt: int) -> None:
+        self.num_prompt = num_prompt
+        self.counted = 0
+
+    def add(self, d: RequestDelta) -> dict | None:
+        self.counted += len(d.new_token_ids)
+        if not d.finished:
+            return None
+        return usage_dict(d.num_prompt_tokens or self.num_prompt,
+                          d.num_output_tokens or self.counted, d.num_cached_tokens)
+
+
 async def _collect(run: GenerationRun) -> dict:
     texts, usage = [], None
+    tally = _Usage(len(run.requests[0].prompt_token_ids))
     try:
         await run.start()
         async for _, d in run.deltas():
             check_delta(d)
             texts.append(d.new_text)
-            if d.finished:
-                usage = _usage(d)
+            usage = tally.add(d) or usage
     finally:
         await run.aclose()
     return {"result": {"response": "".join(texts), "usage": usage},
             "success": True, "errors": [], "messages": []}
 
 
-def _usage(d) -> dict:
-    return usage_dict(d.num_prompt_tokens, d.num_output_tokens, d.num_cached_tokens)
-
-
 async def _stream(run: GenerationRun) -> AsyncIterator[bytes]:
+    tally = _Usage(len(run.requests[0].prompt_token_ids))
     try:
         async for _, d in run.deltas():
             check_delta(d)
+            usage = tally.add(d)
             if d.new_text:
                 yield sse_event({"response": d.new_text})
-            if d.finished:
-                yield sse_event({"response": "", "usage": _usage(d)}) + SSE_DONE
+            if usage is not None:
+                yield sse_event({"response": "", "usage": usage}) + SSE_DONE
     except Exception as exc:
         yield sse_event(workers_ai_error_body(as_tandem_error(exc))) + SSE_DONE
     finally:

@@ -62,6 +62,7 @@ class FakeBackend:
     token_delay: float = 0.0          # seconds between deltas
     fail_after: int | None = None     # raise RuntimeError after this many deltas
     kv_capacity: int | None = None    # prompts longer than this raise PromptTooLong (KV too small)
+    report_counts: bool = True        # False: deltas carry no token counts (a minimal backend)
     headers: dict = field(default_factory=lambda: {"x-tandem-prefill": "w1",
                                                     "x-tandem-decode": "w1"})
     tokenizer: ByteTokenizer = field(default_factory=ByteTokenizer)
@@ -122,8 +123,8 @@ class FakeBackend:
                 yield RequestDelta(
                     request_id=req.request_id, new_token_ids=[tid], new_text=piece,
                     finished=done, finish_reason=reason, logprobs=lps,
-                    num_prompt_tokens=len(req.prompt_token_ids), num_cached_tokens=cached,
-                    num_output_tokens=n_out,
+                    num_prompt_tokens=len(req.prompt_token_ids) if self.report_counts else 0,
+                    num_cached_tokens=cached, num_output_tokens=n_out if self.report_counts else 0,
                     timings=RequestTimings(arrival, arrival + 0.001, now, now) if done else None)
                 if done:
                     return

@@ -78,3 +78,17 @@ def test_errors_use_the_envelope(client):
     assert r.status_code == 400 and "not supported yet" in r.json()["errors"][0]["message"]
     r = client.post(URL, json={"prompt": "x" * 300})
     assert r.status_code == 413 and r.json()["success"] is False
+
+
+def test_usage_is_counted_when_the_backend_reports_no_counts(client, backend):
+    backend.report_counts = False
+    body = {"prompt": "hi", "max_tokens": 3}
+    usage = client.post(URL, json=body).json()["result"]["usage"]
+    n_prompt = len(backend.seen[0].prompt_token_ids)
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (n_prompt, 3)
+    ev = events(client.post(URL, json={**body, "stream": True}).text)
+    assert ev[-2]["usage"]["completion_tokens"] == 3
+    chat = client.post("/v1/chat/completions", json={"model": "fake-model", "max_tokens": 3,
+                                                     "messages": [{"role": "user", "content": "hi"}]})
+    assert chat.json()["usage"]["prompt_tokens"] == n_prompt
+    assert chat.json()["usage"]["completion_tokens"] == 3
