@@ -26,14 +26,17 @@ LONG = 600  # tokens for streams that must still run when a worker is killed
 
 
 def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str]]) -> LocalCluster:
-    """Workers `roles` (named by index) and gateways {name: (worker indexes, policy)}."""
+    """Workers `roles` (named w0, w1, ...; "prefill:shm" picks a KV transport) and gateways
+    {name: (worker indexes, policy)}."""
     taken: set[int] = set()
     procs: list[ProcSpec] = []
-    for i, role in enumerate(roles):
+    for i, spec in enumerate(roles):
+        role, _, transport = spec.partition(":")
+        extra = WORKER_ARGS + (("--kv-transport", transport) if transport else ())
         port = free_port(avoid=taken)
         taken.add(port)
         procs.append(worker_proc(f"w{i}", model, role, "127.0.0.1", port, (CORES[i % len(CORES)],),
-                                 WORKER_ARGS, "warning"))
+                                 extra, "warning"))
     for name, (idx, policy) in gateways.items():
         port = free_port(avoid=taken)
         taken.add(port)
@@ -126,8 +129,8 @@ def model(llama_dir):
 
 
 def test_greedy_identity_one_engine_colocated_disaggregated(model):
-    c = build(model, ["prefill", "decode", "both"],
-              {"gpd": ([0, 1], "default"), "gco": ([2], "default")})
+    c = build(model, ["prefill:tcp", "decode:tcp", "both", "prefill:shm", "decode:shm"],
+              {"gpd": ([0, 1], "default"), "gco": ([2], "default"), "gshm": ([3, 4], "default")})
     with running(c):
         prompts = [PROMPT, "Hello", "x" * 37 + " tail"]
         for prompt in prompts:
@@ -135,6 +138,7 @@ def test_greedy_identity_one_engine_colocated_disaggregated(model):
             colocated = complete(url(c, "gco"), prompt, 48)
             pd = complete(url(c, "gpd"), prompt, 48)
             assert text_of(colocated) == one and text_of(pd) == one
+            assert text_of(complete(url(c, "gshm"), prompt, 48)) == one
             assert colocated.headers["x-tandem-prefill"] == colocated.headers["x-tandem-decode"] \
                 == url(c, "w2")
             assert (pd.headers["x-tandem-prefill"], pd.headers["x-tandem-decode"]) \
