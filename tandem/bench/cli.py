@@ -66,6 +66,8 @@ def add_workload_args(p: argparse.ArgumentParser, model_flag: str = "--model") -
     ld.add_argument("--drain-timeout", type=float, default=120.0,
                     help="cancel requests still running this long after the last send (with --duration)")
     ld.add_argument("--seed", type=int, default=0)
+    ld.add_argument("--warmup", type=int, default=1,
+                    help="unrecorded short requests before the run (default 1)")
 
     c = p.add_argument_group("client")
     c.add_argument(model_flag, dest="served_model", help="model name (default: first of GET /v1/models)")
@@ -117,7 +119,7 @@ def config_from_args(args: argparse.Namespace, url: str | None = None) -> BenchC
         model=args.served_model, endpoint=args.endpoint, api_key=args.api_key,
         tokenizer=args.tokenizer, vocab_range=args.vocab_range, ignore_eos=args.ignore_eos,
         temperature=args.temperature, continuous_usage_stats=args.continuous_usage_stats,
-        request_timeout_s=args.request_timeout, out_dir=args.out, label=args.label,
+        request_timeout_s=args.request_timeout, warmup=args.warmup, out_dir=args.out, label=args.label,
         plots=not args.no_plots, progress=not args.no_progress,
         command=shlex.join(["tandem", *sys.argv[1:]]) if sys.argv else "")
 
@@ -167,7 +169,7 @@ def _cmd_topology(args: argparse.Namespace) -> int:
 
     cfg = TopologyConfig(model=args.model, configs=parse_configs(args.configs),
                          policies=tuple(p for p in (args.policies or "").split(",") if p),
-                         port=args.port, ready_timeout_s=args.ready_timeout, warmup=args.warmup,
+                         port=args.port, ready_timeout_s=args.ready_timeout,
                          tandem_args=_up_args(args),
                          out_dir=args.out)
     text = run_topology(cfg, lambda url: config_from_args(args, url=url))
@@ -197,7 +199,6 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     topo.add_argument("--policies", help="comma-separated gateway policies to try on each configuration")
     topo.add_argument("--port", type=int, default=8100, help="port of the gateway under test")
     topo.add_argument("--ready-timeout", type=float, default=600.0)
-    topo.add_argument("--warmup", type=int, default=2, help="unrecorded requests before each run")
     topo.add_argument("--worker-threads", type=int,
                       help="torch threads of every worker (passed as --worker-arg=--threads=N)")
     topo.add_argument("--worker-arg", action="append", default=[],

@@ -95,6 +95,17 @@ def distribution_rows(summary: Summary) -> list[str]:
     return rows
 
 
+def route_counts(samples: list[dict]) -> dict[str, int]:
+    """Requests per (prefill worker -> decode worker) from the gateway's response headers."""
+    counts: dict[str, int] = {}
+    for d in samples:
+        h = d.get("headers") or {}
+        if h:
+            key = f"{h.get('x-tandem-prefill', '?')} -> {h.get('x-tandem-decode', '?')}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def to_markdown(report: dict, summary: Summary, plots: list[str] = ()) -> str:
     meta = report["meta"]
     wl = meta.get("workload", {})
@@ -123,6 +134,10 @@ def to_markdown(report: dict, summary: Summary, plots: list[str] = ()) -> str:
               f"| ideal (infinite cache, from the workload) | {s.ideal_cached_tokens} | {_pct(s.ideal_cached_ratio)} |"]
     if s.cached_ratio is not None and s.ideal_cached_ratio:
         lines.append(f"| measured / ideal | | {_pct(s.cached_ratio / s.ideal_cached_ratio)} |")
+    routes = route_counts(report["samples"])
+    if routes:
+        lines += ["", "| routed to (x-tandem-prefill -> x-tandem-decode) | requests |", "|---|---:|"]
+        lines += [f"| {route} | {n} |" for route, n in sorted(routes.items())]
     if s.error_kinds:
         lines += ["", "Errors: " + ", ".join(f"{k}: {v}" for k, v in sorted(s.error_kinds.items()))]
     if plots:

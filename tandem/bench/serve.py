@@ -41,6 +41,7 @@ class BenchConfig:
     temperature: float = 0.0
     continuous_usage_stats: bool = False
     request_timeout_s: float = 600.0
+    warmup: int = 1                          # unrecorded short requests before the run (lazy init)
     out_dir: str = "bench-results"
     label: str | None = None
     plots: bool = True
@@ -85,6 +86,19 @@ def plots_available() -> bool:
         return False
 
 
+async def warm_up(client: StreamingClient, n: int) -> None:
+    """n short requests whose prompts share no full KV block with any workload prompt."""
+    import time
+
+    from tandem.bench.sample import RequestSample
+    for i in range(n):
+        messages = [{"role": "user", "content": f"Warm-up {i}."}]
+        body = client.build_body(4, prompt_ids=None, messages=messages)
+        reply = await client.send(body, RequestSample(request_id=f"warmup-{i}"), time.perf_counter())
+        if not reply.sample.ok:
+            raise RuntimeError(f"warm-up request failed: {reply.sample.error}")
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
@@ -120,6 +134,7 @@ async def run_bench(cfg: BenchConfig) -> BenchResult:
 
     client = StreamingClient(ccfg)
     try:
+        await warm_up(client, cfg.warmup)
         samples = await run_workload(workload, client, cfg.load, on_done)
     finally:
         await client.aclose()

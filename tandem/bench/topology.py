@@ -2,7 +2,7 @@
 
 For every configuration (colocated N workers, or P prefill + D decode workers) and, when it
 has more than one worker, every routing policy: start `tandem up` as a child process group on
-the same port and cores, wait for GET /health and a successful warmup request, run the
+the same port and cores, wait for GET /health and one successful request, run the
 workload exactly as `tandem bench serve` does, stop the group (SIGINT as Ctrl-C, then SIGTERM,
 then SIGKILL), and go on. The comparison table and a combined CDF plot go to <out>/.
 """
@@ -41,7 +41,6 @@ class TopologyConfig:
     policies: tuple[str, ...] = ()
     port: int = 8100
     ready_timeout_s: float = 600.0
-    warmup: int = 2
     tandem_args: tuple[str, ...] = ()
     out_dir: str = "bench-results/topology"
     stop_timeout_s: float = 30.0
@@ -99,12 +98,12 @@ def _log_tail(path: Path, n: int = 30) -> str:
         return ""
 
 
-def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, warmup: int, log: Path) -> None:
-    """GET /health until 200, then `warmup` successful completions (workers may register late)."""
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float, log: Path) -> None:
+    """GET /health until 200, then one successful completion (workers may register late)."""
     deadline = time.monotonic() + timeout_s
     done = 0
     with httpx.Client(timeout=30.0) as http:
-        while done < max(1, warmup):
+        while done < 1:
             if proc.poll() is not None:
                 raise RuntimeError(f"`tandem up` exited with {proc.returncode}:\n{_log_tail(log)}")
             if time.monotonic() > deadline:
@@ -157,7 +156,7 @@ def run_topology(cfg: TopologyConfig, bench_for_url: Callable[[str], BenchConfig
             proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
         try:
-            wait_ready(url, proc, cfg.ready_timeout_s, cfg.warmup, log)
+            wait_ready(url, proc, cfg.ready_timeout_s, log)
             bench = replace(bench_for_url(url), out_dir=str(out / label), label=label)
             result = run_bench_sync(bench)
         finally:

@@ -51,6 +51,15 @@ def test_markdown_summary_has_latency_throughput_and_cache(tmp_path):
     assert "output tokens/s" in md and "goodput (ttft <= 300 ms)" in md
     assert "| cached (measured" in md and "40.0%" in md and "50.0%" in md
     assert "![x-cdf](x-cdf.png)" in md
+    assert "routed to" not in md   # no gateway headers in these samples
+
+
+def test_route_counts_from_gateway_headers():
+    from tandem.bench.report import route_counts
+    rows = [{"headers": {"x-tandem-prefill": "p0", "x-tandem-decode": "d1"}},
+            {"headers": {"x-tandem-prefill": "p0", "x-tandem-decode": "d1"}},
+            {"headers": {"x-tandem-prefill": "w0", "x-tandem-decode": "w0"}}, {"headers": {}}]
+    assert route_counts(rows) == {"p0 -> d1": 2, "w0 -> w0": 1}
 
 
 def test_timeline_counts_tokens_and_inflight():

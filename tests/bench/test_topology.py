@@ -51,7 +51,7 @@ def test_run_topology_against_a_stand_in_up(tmp_path, monkeypatch):
                               "--vocab-range", "5:100", "--no-progress", "--no-plots"])
     port = free_port()
     cfg = TopologyConfig(model="m", configs=parse_configs(args.configs), policies=("round_robin",),
-                         port=port, ready_timeout_s=60, warmup=1, out_dir=str(tmp_path / "topo"),
+                         port=port, ready_timeout_s=60, out_dir=str(tmp_path / "topo"),
                          tandem_args=("--worker-arg=--threads=1",),
                          launcher=(sys.executable, str(Path(__file__).with_name("fake_up.py"))))
     text = run_topology(cfg, lambda url: config_from_args(args, url=url))
