@@ -108,6 +108,10 @@ def render_card(model_dir: Path, role: str) -> str:
         ev_loss = log.get("heldout_loss", {})
         lines += [
             f"- Command: `{log['command']}` (after the corpus and tokenizer steps below)",
+            *[f"  - from step {first}: `{cmd}`" for first, cmd in log.get("segments", [])
+              if len(log.get("segments", [])) > 1],
+            f"- Loss: next-token cross-entropy on every token, with tokens inside assistant replies weighted "
+            f"{log['config'].get('assistant_loss_weight', 1.0)}x (the logged and plotted loss is the plain mean).",
             f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
             f"({log['tokens'] / 1e6:.2f}M tokens, {log['epochs']} epochs), peak lr {log['config']['lr']}, cosine "
             f"decay, bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tandem.demo.corpus import CorpusConfig, build_corpus
-from tandem.demo.tokenizer_train import save_tokenizer_files, train_tokenizer, corpus_texts
+from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
 from tandem.demo.train import TrainConfig, lr_at, train
 
 pytest.importorskip("transformers")
@@ -55,3 +56,31 @@ def test_train_then_resume(prepared):
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(str(out))
     assert sum(p.numel() for p in model.parameters()) == log2["parameters"]
+
+
+def test_assistant_mask_covers_replies_through_im_end():
+    import numpy as np
+
+    from tandem.demo.train import assistant_mask
+
+    header, end = [1, 392, 201], 2
+    rows = np.array([[7, 7, 2, 1, 392, 201, 5, 6, 2, 1, 336, 201, 4, 2, 1, 392],
+                     [1, 392, 201, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]])
+    got = assistant_mask(rows, header, end).astype(int).tolist()
+    assert got[0] == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]   # row starting mid-reply: unknown, 0
+    assert got[1] == [0, 0, 0] + [1] * 13
+
+
+def test_weighted_loss_reduces_to_plain_mean_with_unit_weights():
+    from tandem.demo.train import weighted_loss
+
+    g = torch.Generator().manual_seed(0)
+    logits, ids = torch.randn(2, 9, 11, generator=g), torch.randint(0, 11, (2, 9), generator=g)
+    plain = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    w, mean = weighted_loss(logits, ids, torch.ones(2, 9))
+    assert float(w) == pytest.approx(float(plain)) == pytest.approx(mean)
+    weights = torch.ones(2, 9)
+    weights[:, 5:] = 0.0          # only the targets at positions 1..4 count
+    w, _ = weighted_loss(logits, ids, weights)
+    ref = torch.nn.functional.cross_entropy(logits[:, :4].flatten(0, 1), ids[:, 1:5].flatten())
+    assert float(w) == pytest.approx(float(ref), rel=1e-5)
