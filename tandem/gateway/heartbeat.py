@@ -33,6 +33,7 @@ class HeartbeatConfig:
     role: str                  # both | prefill | decode
     interval_s: float = 2.0    # until the gateway says otherwise
     timeout_s: float = 2.0
+    api_key: str | None = None  # Bearer key, when the gateway requires one
 
 
 def advertised_url(host: str, port: int) -> str:
@@ -57,7 +58,8 @@ class Heartbeat:
         self.draining = False
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(timeout=self.config.timeout_s)
+        headers = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
+        self._client = httpx.AsyncClient(timeout=self.config.timeout_s, headers=headers)
         self._task = asyncio.create_task(self._run())
 
     async def beat(self) -> float | None:

@@ -272,3 +272,43 @@ def test_prefix_aware_sends_shared_prefix_to_holder(pair):
     decisions = 'tandem:gateway_routing_decisions_total{policy="prefix_aware",pool="both",reason="prefix"}'
     assert metric(g, decisions) == 4
     assert_no_blocks_held(c)
+
+
+def test_tandem_up_serves_and_one_sigint_stops_everything(model):
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tandem.cli", "up", "--model", model, "--colocated", "2",
+         "--port", str(port), "--ready-timeout", "120",
+         "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "ready at" in line:
+                break
+        assert any("ready at" in ln for ln in lines), lines
+        curl = next(proc.stdout).strip() or next(proc.stdout).strip()
+        assert curl.startswith(f"curl http://127.0.0.1:{port}/v1/chat/completions")
+        workers = httpx.get(f"http://127.0.0.1:{port}/internal/workers").json()["workers"]
+        assert [w["role"] for w in workers] == ["both", "both"] and all(w["healthy"] for w in workers)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
+            "model": os.path.basename(model), "messages": [{"role": "user", "content": "Hello!"}],
+            "max_tokens": 8})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8
+        children = [int(x) for x in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                   text=True).stdout.split()]
+        assert len(children) == 3  # two workers and the gateway
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0
+        for pid in children:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
