@@ -96,7 +96,8 @@ class StreamingClient:
                     await self._read_stream(resp, sample, start, parts)
             finally:
                 resp.release()
-        except (OSError, HTTPError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        except (OSError, HTTPError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
+                ValueError) as exc:   # ValueError: a malformed SSE event (orjson) or chunk size
             sample.error = f"{type(exc).__name__}: {exc}"
         finally:
             sample.end = time.perf_counter() - t0

@@ -64,16 +64,20 @@ def timeline(samples: list[RequestSample], bin_s: float) -> dict[str, np.ndarray
     inflight_req = np.zeros(nbins)
     inflight_tok = np.zeros(nbins)
     for s in samples:
+        # chunks counted one token each when the server sent no per-chunk usage: scale them so
+        # that a request's chunks add up to its completion tokens from the final usage
+        counted = sum(s.chunk_tokens)
+        scale = s.completion_tokens / counted if counted and s.completion_tokens else 1.0
         if s.ok:
             for ct, n in zip(s.chunk_times, s.chunk_tokens):
-                tokens[min(nbins - 1, int((s.start + ct) / bin_s))] += n
+                tokens[min(nbins - 1, int((s.start + ct) / bin_s))] += n * scale
             done[min(nbins - 1, int(s.end / bin_s))] += 1
         mid = t + bin_s / 2
         live = (mid >= s.start) & (mid < s.end)
         inflight_req += live
         if live.any():
             abs_times = s.start + np.asarray(s.chunk_times)
-            cum = np.concatenate([[0], np.cumsum(s.chunk_tokens)]) if s.chunk_tokens else np.zeros(1)
+            cum = np.concatenate([[0], np.cumsum(s.chunk_tokens) * scale]) if s.chunk_tokens else np.zeros(1)
             generated = cum[np.searchsorted(abs_times, mid[live], side="right")] if s.chunk_tokens else 0
             inflight_tok[live] += s.prompt_tokens + generated
     return {"t": t, "tokens_per_s": tokens / bin_s, "requests_per_s": done / bin_s,

@@ -72,6 +72,14 @@ def test_timeline_counts_tokens_and_inflight():
     assert tl["inflight_tokens"][0] == 41   # t=0.25: r0's first chunk (0.2) is in
 
 
+def test_timeline_scales_chunks_to_usage_tokens():
+    s = RequestSample(request_id="r", start=0.0, end=1.0, chunk_times=[0.1, 0.6], chunk_tokens=[1, 1],
+                      prompt_tokens=10, completion_tokens=6, status=200)
+    tl = timeline([s], bin_s=0.5)
+    assert tl["tokens_per_s"].tolist() == [6.0, 6.0]          # 3 tokens per chunk, per 0.5 s
+    assert tl["inflight_tokens"].tolist() == [13.0, 16.0]     # sampled at 0.25 and 0.75
+
+
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
     a = plot_cdfs({"a": samples()}, tmp_path / "cdf.png")

@@ -132,6 +132,27 @@ def test_errors_are_recorded_not_raised(trace_path):
     del wl
 
 
+def test_malformed_event_is_an_error_sample():
+    from tandem.bench.sample import RequestSample
+
+    async def go():
+        async def handle(reader, writer):
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\ndata: {not json\n\n")
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = StreamingClient(ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m"))
+        s = RequestSample(request_id="x")
+        await client.send(client.build_body(2, prompt_ids=[1]), s, time.perf_counter())
+        await client.aclose()
+        server.close()
+        return s
+    s = asyncio.run(go())
+    assert s.status == 200 and s.error.startswith("JSONDecodeError")
+
+
 def test_unreachable_server_is_an_error_sample(trace_path):
     from tests.bench.fake_server import free_port
     wl = trace_workload(trace_path, TokenSpace(0, 1000), TraceConfig(time_scale=0.0, max_requests=2))
