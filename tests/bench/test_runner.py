@@ -138,7 +138,7 @@ def test_malformed_event_is_an_error_sample():
     async def go():
         async def handle(reader, writer):
             await reader.readuntil(b"\r\n\r\n")
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 16\r\n\r\ndata: {not json\n\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 17\r\n\r\ndata: {not json\n\n")
             await writer.drain()
             writer.close()
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
