@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.requests import Request
+
+if TYPE_CHECKING:
+    from tandem.server.run import GenerationRun
 
 T = TypeVar("T")
 
@@ -44,3 +47,12 @@ async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -
     if task.cancelled():
         raise ClientGone()
     return task.result()
+
+
+async def start_run(request: Request, run: "GenerationRun") -> None:
+    """run.start() unless the client leaves first; the run is closed if it does not start."""
+    try:
+        await until_disconnect(request, run.start)
+    except BaseException:
+        await run.aclose()
+        raise

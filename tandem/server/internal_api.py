@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from tandem.errors import InvalidRequest, TandemError
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, until_disconnect
+from tandem.server.disconnect import ClientGone, start_run
 from tandem.server.errors import as_tandem_error, openai_error_response
 from tandem.server.request_body import read_json_object
 from tandem.server.responses import json_response, ndjson_response
@@ -51,11 +51,7 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
             run = ctx.run([request_from_dict(body)])
-            try:
-                await until_disconnect(request, run.start)
-            except BaseException:
-                await run.aclose()
-                raise
+            await start_run(request, run)
             return ndjson_response(_lines(run), headers=run.info.headers)
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, until_disconnect
+from tandem.server.disconnect import ClientGone, start_run, until_disconnect
 from tandem.server.errors import BackendFailure, as_tandem_error, openai_error_body, openai_error_response
 from tandem.server.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai_protocol import ParseContext, ParsedRequest, parse_chat, parse_completion
@@ -56,11 +56,7 @@ async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedReque
     if not parsed.stream:
         body = await until_disconnect(request, lambda: _collect(run, fmt))
         return json_response(body, headers=run.info.headers)
-    try:
-        await until_disconnect(request, run.start)
-    except BaseException:
-        await run.aclose()
-        raise
+    await start_run(request, run)
     return sse_response(_stream(run, fmt), headers=run.info.headers)
 
 

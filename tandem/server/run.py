@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tandem.server.backend import Backend, ResponseInfo
-from tandem.server.metrics import RequestObserver, ServerMetrics
+from tandem.server.metrics import ServerMetrics
 from tandem.server.responses import aclose_quietly
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from tandem.errors import ModelNotFound
 from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, until_disconnect
+from tandem.server.disconnect import ClientGone, start_run, until_disconnect
 from tandem.server.errors import NotSupportedYet, as_tandem_error, workers_ai_error_body, workers_ai_error_response
 from tandem.server.fields import Fields, bad
 from tandem.server.openai_api import check_delta, parse_off_loop
@@ -142,11 +142,7 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             if not parsed.stream:
                 result = await until_disconnect(request, lambda: _collect(run))
                 return json_response(result, headers=run.info.headers)
-            try:
-                await until_disconnect(request, run.start)
-            except BaseException:
-                await run.aclose()
-                raise
+            await start_run(request, run)
             return sse_response(_stream(run), headers=run.info.headers)
         except (ClientGone, ClientDisconnect):
             return Response(status_code=499)
