@@ -130,7 +130,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from tandem.bench.sample import RequestSample
     from tandem.bench.serve import run_bench_sync
 
-    result = run_bench_sync(config_from_args(args))
+    import httpx
+    try:
+        result = run_bench_sync(config_from_args(args))
+    except (httpx.HTTPError, OSError, ValueError, RuntimeError) as exc:
+        print(f"tandem bench serve: {exc}", file=sys.stderr)
+        return 2
     samples = [RequestSample.from_dict(s) for s in result.report["samples"]]
     summary = summarize(samples, SLO(**result.report["meta"]["slo"]))
     print("\n".join(distribution_rows(summary)))
