@@ -52,3 +52,25 @@ def test_bench_serve_agentic_uses_chat(tmp_path):
     report = orjson.loads((tmp_path / "ag.json").read_bytes())
     assert report["meta"]["endpoint"] == "chat" and report["summary"]["completed"] == 4
     assert report["meta"]["workload"]["kind"] == "agentic"
+
+
+def test_flags_become_configs():
+    import argparse
+
+    from tandem.bench.cli import _up_args, config_from_args, register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    a = parser.parse_args(["bench", "serve", "--url", "http://h:1", "--agentic", "--request-rate", "2",
+                           "--slo-ttft-ms", "250", "--no-ignore-eos"])
+    cfg = config_from_args(a)
+    assert cfg.load.concurrency is None and cfg.agentic.session_rate == 2.0 and cfg.trace.request_rate is None
+    assert cfg.slo.ttft_s == 0.25 and cfg.ignore_eos is False
+    a = parser.parse_args(["bench", "serve", "--url", "u", "--agentic"])
+    assert config_from_args(a).load.concurrency == 4           # agentic default: closed loop
+    a = parser.parse_args(["bench", "serve", "--url", "u", "--trace", "t.jsonl", "--time-scale", "0.1"])
+    cfg = config_from_args(a)
+    assert cfg.load.concurrency is None and cfg.trace.time_scale == 0.1   # trace default: open loop
+    a = parser.parse_args(["bench", "topology", "--model", "m", "--configs", "colocated:1", "--agentic",
+                           "--worker-threads", "1", "--worker-arg=--block-size=32",
+                           "--tandem-args=--log-level warning"])
+    assert _up_args(a) == ("--worker-arg=--block-size=32", "--worker-arg=--threads=1", "--log-level", "warning")
