@@ -94,7 +94,7 @@ def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
 
     top = f.int("top_logprobs", None, 0, MAX_LOGPROBS)
     want = f.bool("logprobs", False)
-    if top is not None and not want:
+    if top and not want:
         raise bad("top_logprobs", "requires 'logprobs': true")
     logprobs = (top or 0) if want else None
 

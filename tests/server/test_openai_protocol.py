@@ -56,6 +56,7 @@ def test_max_completion_tokens_wins_and_stop_list():
 def test_logprobs_without_top_logprobs_means_zero_alternatives():
     assert chat(logprobs=True).sampling.logprobs == 0
     assert chat(logprobs=False).sampling.logprobs is None
+    assert chat(logprobs=False, top_logprobs=0).sampling.logprobs is None  # some clients send 0
 
 
 @pytest.mark.parametrize("kw,param", [
