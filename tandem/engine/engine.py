@@ -112,11 +112,11 @@ class Engine:
         total = n + len(er.resume_output_ids)
         if total >= self.max_model_len:
             raise PromptTooLong(f"the prompt has {total} tokens; this model's context is "
-                                f"{self.max_model_len} tokens, leaving no room to generate", param="messages")
+                                f"{self.max_model_len} tokens, leaving no room to generate")
         needed = total // self.layout.block_size + 1
         if needed > self.num_blocks:
             raise PromptTooLong(f"the prompt has {total} tokens but the KV cache holds only "
-                                f"{self.num_blocks * self.layout.block_size}", param="messages")
+                                f"{self.num_blocks * self.layout.block_size}")
         if er.kv_handle is not None:
             if self.transport is None:
                 raise InvalidRequest("this worker has no KV transport; it cannot take a kv_handle",
