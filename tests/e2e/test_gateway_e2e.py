@@ -312,3 +312,36 @@ def test_tandem_up_serves_and_one_sigint_stops_everything(model):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_worker_self_registers_and_deregisters_on_shutdown(model):
+    import signal
+
+    gport, wport = free_port(), free_port()
+    gateway = f"http://127.0.0.1:{gport}"
+    g = gateway_proc(model, "127.0.0.1", gport, [], "default", GATEWAY_ARGS)
+    w = worker_proc("w0", model, "both", "127.0.0.1", wport, (CORES[0],),
+                    WORKER_ARGS + ("--gateway", gateway), "warning")
+    c = LocalCluster([ProcSpec("gateway", g.cmd, g.url, None), w])
+    try:
+        c.start()
+        deadline = time.monotonic() + 120
+        while True:
+            c.check_alive()
+            try:
+                ws = httpx.get(gateway + "/internal/workers", timeout=5).json()["workers"]
+                if ws and ws[0]["healthy"]:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "worker never registered"
+            time.sleep(0.2)
+        assert ws[0]["url"] == w.url and ws[0]["static"] is False
+        r = complete(gateway, PROMPT, 4)
+        assert r.headers["x-tandem-decode"] == w.url
+        c.kill("w0", signal.SIGTERM)  # graceful: deregisters before the engine stops
+        assert httpx.get(gateway + "/internal/workers", timeout=5).json()["workers"] == []
+        r = httpx.post(gateway + "/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    finally:
+        c.stop()
