@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
     g.add_argument("--unhealthy-after", type=int, default=3, help="failed polls before unhealthy")
+    g.add_argument("--max-in-flight", type=int, default=256,
+                   help="requests open on one worker before it counts as saturated (429 when all are)")
+    g.add_argument("--max-waiting", type=int, default=128,
+                   help="requests a worker reports waiting before it counts as saturated")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     g.set_defaults(func=gateway)
@@ -57,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def gateway_config_from_args(args: argparse.Namespace):
     from tandem.gateway.config import GatewayConfig, RegistryConfig
+    from tandem.router.admission import AdmissionLimits
 
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
@@ -64,7 +69,8 @@ def gateway_config_from_args(args: argparse.Namespace):
         model_path=args.model, served_model_name=args.served_model_name, host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
-                                unhealthy_after=args.unhealthy_after))
+                                unhealthy_after=args.unhealthy_after),
+        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting))
 
 
 def gateway(args: argparse.Namespace) -> int:

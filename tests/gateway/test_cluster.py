@@ -32,3 +32,19 @@ def test_plan_has_workers_then_gateway_on_distinct_ports():
 def test_curl_line():
     line = curl_line("http://127.0.0.1:8000", "tiny")
     assert line.startswith("curl http://127.0.0.1:8000/v1/chat/completions") and '"model": "tiny"' in line
+
+
+def test_gateway_flags_build_config():
+    import argparse
+
+    from tandem.gateway.cli import gateway_config_from_args, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["gateway", "--prefill", "http://a:1", "--decode", "http://b:2",
+                              "--worker", "c:3", "--policy", "prefix_aware", "--decode-policy",
+                              "token_aware", "--max-waiting", "7", "--port", "9000"])
+    cfg = gateway_config_from_args(args)
+    assert (cfg.prefill, cfg.decode, cfg.workers) == (("http://a:1",), ("http://b:2",), ("c:3",))
+    assert (cfg.policy, cfg.decode_policy, cfg.port, cfg.admission.max_waiting) == \
+        ("prefix_aware", "token_aware", 9000, 7)
