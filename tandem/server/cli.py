@@ -15,6 +15,7 @@ import sys
 
 from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
 from tandem.server.config import ServerConfig
+from tandem.transfer.base import TransferConfig
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -61,11 +62,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_positive, default=None, help="torch threads")
     p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
                    help="KV handoff transport (prefill/decode roles default to tcp)")
+    p.add_argument("--kv-pin-timeout", type=float, default=TransferConfig.pin_timeout_s,
+                   help="prefill role: seconds handed-over KV blocks stay pinned without a pull")
+    p.add_argument("--kv-transfer-port", type=int, default=0,
+                   help="port of the KV transfer control server (0: a free port)")
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--gateway", default=None,
                    help="gateway URL to register with (heartbeats until shutdown)")
+    p.add_argument("--gateway-api-key", default=None,
+                   help="Bearer key for registering with a gateway that requires one")
     p.add_argument("--advertise-url", default=None,
                    help="URL the gateway uses to reach this worker; default from --host/--port")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
@@ -91,11 +98,14 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           enable_prefix_caching=not args.no_prefix_caching),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs),
-        role=args.role, num_threads=args.threads, kv_transport=args.kv_transport)
+        role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
+        transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
+                                port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout))
     server = ServerConfig(served_model_name=args.served_model_name,
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
-                          gateway_url=args.gateway, advertise_url=args.advertise_url,
+                          gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,
+                          advertise_url=args.advertise_url,
                           log_level=args.log_level,
                           access_log=args.access_log)
     return engine, server
@@ -114,7 +124,8 @@ def lifecycle(engine, config: ServerConfig):
         await engine.start()
         hb = Heartbeat(HeartbeatConfig(
             gateway_url=config.gateway_url, role=engine.role,
-            worker_url=config.advertise_url or advertised_url(config.host, config.port)))
+            worker_url=config.advertise_url or advertised_url(config.host, config.port),
+            api_key=config.gateway_api_key))
         await hb.start()
         beats.append(hb)
 

@@ -15,6 +15,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with
+    gateway_api_key: str | None = None    # Bearer key the gateway requires for registration
     advertise_url: str | None = None      # how the gateway reaches this worker; None: from host/port
     log_level: str = "info"
     access_log: bool = False
