@@ -56,12 +56,43 @@ def _messages(ex: Exchange) -> list[dict]:
     return out
 
 
-def _pick_scenarios(rng: random.Random, k: int):
-    fns, weights = zip(*TOOL_SCENARIOS)
-    return rng.choices(fns, weights=weights, k=k)
+def _pick(rng: random.Random, scenarios) -> tuple:
+    return rng.choices(scenarios, weights=[w for _, w, _ in scenarios])[0]
 
 
-def make_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...]) -> dict:
+def _tools_for(rng: random.Random, needed: set[str], n_total: int) -> list[dict]:
+    catalog = tool_catalog()
+    others = [t for t in catalog if t["function"]["name"] not in needed]
+    tools = [t for t in catalog if t["function"]["name"] in needed]
+    tools += rng.sample(others, max(0, n_total - len(tools)))
+    rng.shuffle(tools)
+    return tools
+
+
+def _sparse_tool_exchanges(rng: random.Random, verses) -> tuple[list[dict], list[Exchange]]:
+    """1-3 independent requests; 2-5 tools offered (those needed plus random others)."""
+    n = rng.choices([1, 2, 3], weights=[0.65, 0.28, 0.07])[0]
+    picked = [_pick(rng, TOOL_SCENARIOS) for _ in range(n)]
+    exchanges = [fn(rng, verses) for fn, _, _ in picked]
+    needed = {name for ex in exchanges for name in ex.tool_names}
+    return _tools_for(rng, needed, rng.randint(2, 5)), exchanges
+
+
+def _dense_tool_exchanges(rng: random.Random, verses) -> tuple[list[dict], list[Exchange]]:
+    """2-4 tools offered and 1-5 requests that use only those tools: more tool calls per token."""
+    first = _pick(rng, TOOL_SCENARIOS)
+    tools = _tools_for(rng, set(first[2]), rng.randint(2, 4))
+    offered = {t["function"]["name"] for t in tools}
+    usable = [s for s in TOOL_SCENARIOS if set(s[2]) <= offered]
+    n = rng.choices([1, 2, 3, 4, 5], weights=[0.15, 0.2, 0.25, 0.2, 0.2])[0]
+    picked = [first] + [_pick(rng, usable) for _ in range(n - 1)]
+    return tools, [fn(rng, verses) for fn, _, _ in picked]
+
+
+LAYOUTS = {"sparse": _sparse_tool_exchanges, "dense": _dense_tool_exchanges}
+
+
+def make_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...], layout: str = "dense") -> dict:
     rng = transcript_rng(seed, split, index)
     if rng.random() < 0.05:   # plain chat, no tools offered
         exchanges = [rng.choice([_direct(rng, None), _recite(rng, verses)])]
@@ -69,17 +100,8 @@ def make_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...]
         msgs = [{"role": "system", "content": system}] + [m for ex in exchanges for m in _messages(ex)]
         return {"tools": None, "messages": msgs}
 
-    n_tool = rng.choices([1, 2, 3], weights=[0.65, 0.28, 0.07])[0]
-    tool_ex = [fn(rng, verses) for fn in _pick_scenarios(rng, n_tool)]
-    needed = sorted({n for ex in tool_ex for n in ex.tool_names})
-    catalog = tool_catalog()
-    others = [t for t in catalog if t["function"]["name"] not in needed]
-    n_total = max(len(needed), rng.randint(2, 5))
-    tools = [t for t in catalog if t["function"]["name"] in needed] + rng.sample(others, n_total - len(needed))
-    rng.shuffle(tools)
+    tools, exchanges = LAYOUTS[layout](rng, verses)
     names = [t["function"]["name"] for t in tools]
-
-    exchanges: list[Exchange] = list(tool_ex)
     if rng.random() < 0.12:
         exchanges.insert(0, _direct(rng, names))
     if rng.random() < 0.15:

@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--agent-train", type=int, default=6000)
     p.add_argument("--agent-heldout", type=int, default=300)
+    p.add_argument("--layout", default="dense", choices=["sparse", "dense"],
+                   help="sparse: 1-3 requests, 2-5 tools; dense: 1-5 requests over 2-4 tools")
     p.set_defaults(func=_build_corpus)
 
     p = sub.add_parser("train-tokenizer", help="byte-level BPE on the training split")
@@ -48,7 +50,8 @@ def register(subparsers) -> None:
 def _build_corpus(a: argparse.Namespace) -> None:
     from tandem.demo.corpus import CorpusConfig, build_corpus
 
-    m = build_corpus(a.out, CorpusConfig(seed=a.seed, agent_train=a.agent_train, agent_heldout=a.agent_heldout))
+    m = build_corpus(a.out, CorpusConfig(seed=a.seed, agent_train=a.agent_train, agent_heldout=a.agent_heldout,
+                                        layout=a.layout))
     print(json.dumps(m, indent=1))
 
 

@@ -31,6 +31,7 @@ class CorpusConfig:
     agent_train: int = 6000            # transcripts; ~75% of training tokens with the KJV's ~1.1M
     agent_heldout: int = 300
     kjv_heldout_fraction: float = 0.03  # of the 1189 chapters
+    layout: str = "dense"              # transcript layout, see agent_transcripts.LAYOUTS
 
 
 def split_chapters(chapters: list[Chapter], cfg: CorpusConfig) -> tuple[list[Chapter], list[Chapter]]:
@@ -47,12 +48,12 @@ def _digest(text: str) -> str:
 
 def build_transcripts(cfg: CorpusConfig, verses) -> tuple[list[dict], list[dict]]:
     template = compile_template()
-    train = [make_transcript(cfg.seed, "train", i, verses) for i in range(cfg.agent_train)]
+    train = [make_transcript(cfg.seed, "train", i, verses, cfg.layout) for i in range(cfg.agent_train)]
     seen = {_digest(render(template, t["messages"], t["tools"])) for t in train}
     held: list[dict] = []
     i = 0
     while len(held) < cfg.agent_heldout:
-        t = make_transcript(cfg.seed, "heldout", i, verses)
+        t = make_transcript(cfg.seed, "heldout", i, verses, cfg.layout)
         i += 1
         d = _digest(render(template, t["messages"], t["tools"]))
         if d not in seen:

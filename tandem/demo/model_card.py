@@ -12,7 +12,8 @@ EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-targ
                 "--draft models/tandem-demo-draft")
 SETUP_COMMANDS = (
     "apt-get install -y bible-kjv   # provides the `bible` command\n"
-    "python -m tandem demo build-corpus --out /tmp/tandem-demo/corpus\n"
+    "python -m tandem demo build-corpus --layout sparse --out /tmp/tandem-demo/corpus\n"
+    "python -m tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
     "python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer"
 )
 
@@ -84,15 +85,17 @@ def render_card(model_dir: Path, role: str) -> str:
         "- King James Bible (public domain), from Debian's `bible-kjv` package: one document per chapter; "
         "a seeded 3% of chapters is held out.",
         "- Generated agent transcripts (`tandem/demo/agent_transcripts.py`, `scenarios.py`): a system prompt, "
-        f"2-5 of {len(tool_catalog())} tools with JSON-schema parameters "
-        f"({', '.join(t['function']['name'] for t in tool_catalog())}), one to three user requests, "
-        "tool calls whose arguments validate against the schema and match the request, tool results and final "
-        "answers, plus some greetings and tool-free chat. Held-out transcripts come from a separate seed stream, "
+        f"a few of {len(tool_catalog())} tools with JSON-schema parameters "
+        f"({', '.join(t['function']['name'] for t in tool_catalog())}), user requests, "
+        "tool calls (single, parallel and chained) whose arguments validate against the schema and match the "
+        "request, tool results and final answers, plus some greetings and tool-free chat. Two layouts: "
+        "`sparse` (1-3 requests, 2-5 tools offered) and `dense` (1-5 requests using only the 2-4 tools offered: "
+        "about 1.7x more tool calls per token). Held-out transcripts come from a separate seed stream, "
         "with exact duplicates of training transcripts removed.",
     ]
     if corpus:
         f = corpus["files"]
-        lines.append(f"- Corpus seed {corpus['config']['seed']}: {f['kjv.train.jsonl']['documents']} training / "
+        lines.append(f"- Final corpus (layout `{corpus['config'].get('layout', 'sparse')}`, seed {corpus['config']['seed']}): {f['kjv.train.jsonl']['documents']} training / "
                      f"{f['kjv.heldout.jsonl']['documents']} held-out chapters, "
                      f"{f['agent.train.jsonl']['documents']} training / {f['agent.heldout.jsonl']['documents']} "
                      f"held-out transcripts; transcripts are {corpus['agent_share_of_train_characters'] * 100:.0f}% "

@@ -360,10 +360,14 @@ def verse(rng, verses) -> Exchange:
                     f"{v.reference}: \"{v.text}\"")
 
 
-# scenario -> relative weight; multi-step and parallel ones are rarer
-TOOL_SCENARIOS: tuple[tuple[Scenario, float], ...] = (
-    (weather, 3.0), (weather_pair, 0.7), (weather_then_email, 0.6), (search, 2.0), (read_file, 1.5),
-    (write_file, 1.0), (list_directory, 1.0), (list_then_read, 0.7), (email, 1.5), (calculator, 1.5),
-    (calendar, 1.5), (stock, 1.2), (currency, 1.2), (translate, 1.0), (timer, 1.0), (clock, 1.0),
-    (clock_pair, 0.5), (todo, 1.2), (directions, 1.2), (verse, 1.2),
+# (scenario, relative weight, tools it calls); multi-step and parallel ones are rarer
+TOOL_SCENARIOS: tuple[tuple[Scenario, float, tuple[str, ...]], ...] = (
+    (weather, 3.0, ("get_weather",)), (weather_pair, 0.7, ("get_weather",)),
+    (weather_then_email, 0.6, ("get_weather", "send_email")), (search, 2.0, ("search_web",)),
+    (read_file, 1.5, ("read_file",)), (write_file, 1.0, ("write_file",)), (list_directory, 1.0, ("list_directory",)),
+    (list_then_read, 0.7, ("list_directory", "read_file")), (email, 1.5, ("send_email",)),
+    (calculator, 1.5, ("calculator",)), (calendar, 1.5, ("create_calendar_event",)),
+    (stock, 1.2, ("get_stock_price",)), (currency, 1.2, ("convert_currency",)), (translate, 1.0, ("translate_text",)),
+    (timer, 1.0, ("set_timer",)), (clock, 1.0, ("get_time",)), (clock_pair, 0.5, ("get_time",)),
+    (todo, 1.2, ("create_todo",)), (directions, 1.2, ("get_directions",)), (verse, 1.2, ("lookup_verse",)),
 )

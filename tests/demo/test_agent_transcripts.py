@@ -21,10 +21,11 @@ def test_catalog_names_are_unique():
     assert len(names) == len(set(names)) >= 12
 
 
-def test_every_generated_call_validates_and_is_offered(verses):
+@pytest.mark.parametrize("layout", ["sparse", "dense"])
+def test_every_generated_call_validates_and_is_offered(verses, layout):
     calls = 0
     for i in range(600):
-        tr = make_transcript(7, "train", i, verses)
+        tr = make_transcript(7, "train", i, verses, layout)
         schemas = tools_by_name(tr["tools"] or [])
         assert len(schemas) == len(tr["tools"] or [])
         for j in tool_call_turns(tr):
@@ -40,7 +41,7 @@ def test_each_scenario_validates_many_draws(verses):
     import random
 
     schemas = tools_by_name(tool_catalog())
-    for fn, _ in TOOL_SCENARIOS:
+    for fn, _, tools in TOOL_SCENARIOS:
         rng = random.Random(fn.__name__)
         for _ in range(200):
             ex = fn(rng, verses)
@@ -48,6 +49,7 @@ def test_each_scenario_validates_many_draws(verses):
                 assert len(step.calls) == len(step.results)
                 for name, args in step.calls:
                     assert validate(args, schemas[name]) == [], (fn.__name__, args)
+                    assert name in tools, f"{fn.__name__} calls {name}, not declared in TOOL_SCENARIOS"
                     json.dumps(args)
 
 
@@ -79,3 +81,14 @@ def test_arguments_come_from_the_request(verses):
 def test_generation_is_deterministic(verses):
     assert make_transcript(5, "train", 42, verses) == make_transcript(5, "train", 42, verses)
     assert make_transcript(5, "train", 42, verses) != make_transcript(6, "train", 42, verses)
+
+
+def test_dense_layout_offers_few_tools_and_many_calls(verses):
+    n_tools, n_calls = [], []
+    for i in range(300):
+        tr = make_transcript(9, "train", i, verses, "dense")
+        if tr["tools"]:
+            n_tools.append(len(tr["tools"]))
+            n_calls.append(len(tool_call_turns(tr)))
+    assert max(n_tools) <= 4 and min(n_tools) >= 2
+    assert sum(n_calls) / len(n_calls) > 3.0
