@@ -22,9 +22,13 @@ mkdir -p "${OUT:=bench-results/peers}"; OUT=$(cd "$OUT" && pwd); export OUT
 READY_TIMEOUT=${READY_TIMEOUT:-600}
 
 cd "$REPO"
-"$PY" -m tandem serve --model "$MODEL" --host 127.0.0.1 --port "$PORT" >"$OUT/tandem-server.log" 2>&1 &
+setsid "$PY" -m tandem serve --model "$MODEL" --host 127.0.0.1 --port "$PORT" >"$OUT/tandem-server.log" 2>&1 &
 SERVER=$!
-stop_tandem() { kill -INT $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true; }
+stop_tandem() {
+  kill -INT -"$SERVER" 2>/dev/null || return 0
+  for _ in $(seq 20); do kill -0 "$SERVER" 2>/dev/null || break; sleep 1; done
+  kill -KILL -"$SERVER" 2>/dev/null || true
+}
 trap stop_tandem EXIT
 for _ in $(seq "$READY_TIMEOUT"); do
   if ! kill -0 $SERVER 2>/dev/null; then echo "tandem serve exited:" >&2; tail -30 "$OUT/tandem-server.log" >&2; exit 1; fi

