@@ -9,7 +9,7 @@ from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.testing.tiny_model import write_test_model
 
-from fake_workers import FakeCluster, greedy
+from tests.gateway.fake_workers import FakeCluster, greedy
 
 P0, D0, B0 = "http://127.0.0.1:9100", "http://127.0.0.1:9200", "http://127.0.0.1:9300"
 

@@ -17,7 +17,7 @@ from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, FinishReason, SamplingParams
 from prometheus_client import CollectorRegistry
 
-from fake_workers import EOS, FakeCluster, greedy
+from tests.gateway.fake_workers import EOS, FakeCluster, greedy
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 

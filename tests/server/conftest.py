@@ -1,7 +1,7 @@
 import pytest
 from starlette.testclient import TestClient
 
-from fakes import FakeBackend
+from tests.server.fakes import FakeBackend
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import uvicorn
 
-from fakes import FakeBackend
+from tests.server.fakes import FakeBackend
 from tandem.server import wire
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from sse import events
+from tests.server.sse import events
 from tandem.testing.tiny_model import write_test_model
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 from starlette.testclient import TestClient
 
-from fakes import FakeBackend
+from tests.server.fakes import FakeBackend
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 

@@ -1,4 +1,4 @@
-from sse import events
+from tests.server.sse import events
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -135,7 +135,7 @@ def test_one_bad_prompt_in_a_list_fails_the_request_and_aborts_the_others(client
 def test_large_body_is_parsed_off_the_event_loop():
     from starlette.testclient import TestClient
 
-    from fakes import FakeBackend
+    from tests.server.fakes import FakeBackend
     from tandem.server.app import build_app
     from tandem.server.config import ServerConfig
     from tandem.server.openai_api import OFF_LOOP_BYTES

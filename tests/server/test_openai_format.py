@@ -1,7 +1,7 @@
 import math
 
-from fakes import ByteTokenizer
-from sse import events
+from tests.server.fakes import ByteTokenizer
+from tests.server.sse import events
 from tandem.server.openai_format import (OpenAIFormatter, TokenTexts, chat_logprobs,
                                          completion_logprobs, usage_dict)
 from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion

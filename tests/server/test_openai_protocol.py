@@ -1,6 +1,6 @@
 import pytest
 
-from fakes import ByteTokenizer
+from tests.server.fakes import ByteTokenizer
 from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
 from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion
 

@@ -1,7 +1,7 @@
 import pytest
 
-from fakes import ByteTokenizer
-from sse import events
+from tests.server.fakes import ByteTokenizer
+from tests.server.sse import events
 from tandem.errors import TandemError
 from tandem.server.openai_protocol import ParseContext
 from tandem.server.workers_ai_api import model_matches, parse_workers_ai
