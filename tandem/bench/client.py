@@ -111,6 +111,7 @@ class StreamingClient:
         done = False
         usage = None
         last_completion = 0   # completion_tokens of the last continuous usage seen
+        finish_time = None    # when a choice reported its finish_reason
         while (raw := await resp.next_chunk()) is not None:
             now = time.perf_counter() - start
             buf += raw
@@ -151,6 +152,7 @@ class StreamingClient:
                             parts.append(text)
                     if choice.get("finish_reason"):
                         sample.finish_reason = choice["finish_reason"]
+                        finish_time = now
         if sample.error is None and not done:
             sample.error = "incomplete stream: no [DONE]"
         if usage:
@@ -162,6 +164,11 @@ class StreamingClient:
         else:
             sample.prompt_tokens = sample.expected_prompt_tokens
             sample.completion_tokens = sum(sample.chunk_tokens)
+        if not sample.chunk_times and sample.completion_tokens > 0 and finish_time is not None:
+            # tokens were generated but all decoded to no text (e.g. special tokens): the user
+            # saw the whole answer at once, at the finishing chunk
+            sample.chunk_times.append(finish_time)
+            sample.chunk_tokens.append(sample.completion_tokens)
         if sample.error is None and not sample.chunk_times:
             sample.error = "empty stream: no output chunk"
 

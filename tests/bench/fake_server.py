@@ -25,6 +25,7 @@ class FakeState:
     chunk_tokens: int = 1
     token_delay_s: float = 0.002
     block_size: int = 16
+    empty_text: bool = False       # every chunk's text is "" (tokens that decode to nothing)
     cached_blocks: set = field(default_factory=set)
     inflight: int = 0
     max_inflight: int = 0
@@ -90,7 +91,7 @@ def make_app(state: FakeState) -> FastAPI:
                     await asyncio.sleep(state.token_delay_s)
                     k = min(state.chunk_tokens, n - sent)
                     sent += k
-                    text = " tok" * k
+                    text = "" if state.empty_text else " tok" * k
                     choice = ({"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text})
                     if sent == n:
                         choice["finish_reason"] = "length"

@@ -88,6 +88,14 @@ def test_multi_token_chunks_with_continuous_usage(trace_path):
         assert s.chunk_tokens == [1, 1] and s.completion_tokens == 6
 
 
+def test_tokens_without_text_count_at_the_finishing_chunk(trace_path):
+    wl = trace_workload(trace_path, TokenSpace(0, 1000), TraceConfig(time_scale=0.0, max_requests=1))
+    with FakeServer(FakeState(empty_text=True)) as server:
+        (s,) = run(wl, server)
+    assert s.ok and s.completion_tokens == 6
+    assert len(s.chunk_times) == 1 and s.chunk_tokens == [6] and s.ttft > 0
+
+
 def test_closed_loop_respects_concurrency_and_max_requests(trace_path):
     wl = trace_workload(trace_path, TokenSpace(0, 1000), TraceConfig())
     with FakeServer(FakeState(token_delay_s=0.01)) as server:
