@@ -29,6 +29,7 @@ from tandem.bench.cli import add_workload_args, config_from_args
 from tandem.bench.metrics import summarize
 from tandem.bench.plots import plot_cdfs, plot_timeline
 from tandem.bench.report import build_report, to_markdown, write_json
+from tandem.bench.runner import chat_ideal_cached_tokens
 from tandem.bench.sample import RequestSample
 from tandem.bench.serve import build_workload, plots_available
 
@@ -96,6 +97,9 @@ def main() -> int:
                 completion_tokens=int(new.numel()), expected_prompt_tokens=turn.expected_prompt_tokens,
                 expected_output_tokens=turn.max_tokens, ideal_cached_tokens=turn.ideal_cached_tokens,
                 finish_reason="length", status=200))
+            if not workload.uses_token_ids:   # same definition as tandem bench serve (usage-based)
+                samples[-1].ideal_cached_tokens = chat_ideal_cached_tokens(
+                    samples[-1], turn.expected_prompt_tokens, samples[-2] if k > 0 else None)
             print(f"\r{len(samples)} requests", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
 

@@ -143,14 +143,14 @@ async def _run_session(session: Session, workload: Workload, client: StreamingCl
             on_done(sample)
             raise
         if not workload.uses_token_ids:
-            sample.ideal_cached_tokens = _chat_ideal(sample, turn.expected_prompt_tokens, prev)
+            sample.ideal_cached_tokens = chat_ideal_cached_tokens(sample, turn.expected_prompt_tokens, prev)
         on_done(sample)
         if not sample.ok:
             return   # a session cannot go on without its answer
         prev, prev_text = sample, reply.text
 
 
-def _chat_ideal(sample: RequestSample, planned_prompt: int, prev: RequestSample | None) -> int:
+def chat_ideal_cached_tokens(sample: RequestSample, planned_prompt: int, prev: RequestSample | None) -> int:
     """Ideal hits in the server's own tokens, from usage.
 
     Turn k > 0: everything the previous turn sent and generated, minus its last token

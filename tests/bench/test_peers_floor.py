@@ -28,3 +28,17 @@ def test_transformers_floor_on_a_tiny_model(llama_dir, tmp_path):
     assert all(0 < s["ttft"] <= s["e2e"] for s in samples)
     assert samples[1]["start"] >= samples[0]["end"]          # one request at a time
     assert report["summary"]["ideal_cached_tokens"] == 16    # block 0 repeats
+
+
+def test_transformers_floor_agentic_ideal_uses_real_token_counts(llama_dir, tmp_path):
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks/peers/transformers_floor.py"),
+                          "--model", str(llama_dir), "--agentic", "--sessions", "1", "--turns", "2",
+                          "--system-tokens", "10", "--tool-tokens", "4", "--num-tools", "1", "--user-tokens", "4",
+                          "--tool-result-tokens", "4", "--output-tokens", "3", "--out", str(tmp_path),
+                          "--label", "floor", "--no-plots"],
+                         capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    first, second = orjson.loads((tmp_path / "floor.json").read_bytes())["samples"]
+    assert first["ideal_cached_tokens"] == 0
+    assert second["ideal_cached_tokens"] == first["prompt_tokens"] + first["completion_tokens"] - 1
+    assert second["prompt_tokens"] > second["ideal_cached_tokens"]
