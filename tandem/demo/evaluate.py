@@ -32,7 +32,7 @@ from tandem.demo.corpus import load_texts, read_jsonl
 from tandem.demo.schema_check import check_tool_call_turn
 from tandem.demo.tools import tools_by_name
 
-DEFAULT_CORPUS = "/tmp/tandem-demo/corpus"
+DEFAULT_CORPUS = "/tmp/tandem-demo/corpus-dense"   # the corpus of the final training stage
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class EvalConfig:
     corpus_dir: str = DEFAULT_CORPUS
     window: int = 1024                 # perplexity window (the training row length)
     ppl_docs: int = 100                # held-out documents per part for perplexity (KJV has 36)
-    toolcall_transcripts: int = 150    # held-out transcripts whose tool-call turns are scored
+    toolcall_transcripts: int = 100    # held-out transcripts whose tool-call turns are scored (~3 turns each)
     agreement_transcripts: int = 60
     max_new_tokens: int = 160
     dtype: str = "bfloat16"            # the shipped dtype, as served

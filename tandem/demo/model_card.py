@@ -9,7 +9,7 @@ from pathlib import Path
 from tandem.demo.tools import tool_catalog
 
 EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-target "
-                "--draft models/tandem-demo-draft")
+                "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
 SETUP_COMMANDS = (
     "apt-get install -y bible-kjv   # provides the `bible` command\n"
     "python -m tandem demo build-corpus --layout sparse --out /tmp/tandem-demo/corpus\n"
@@ -110,22 +110,25 @@ def render_card(model_dir: Path, role: str) -> str:
     if log:
         ev_loss = log.get("heldout_loss", {})
         lines += [
-            f"- Command: `{log['command']}` (after the corpus and tokenizer steps below)",
-            *[f"  - from step {first}: `{cmd}`" for first, cmd in log.get("segments", [])
-              if len(log.get("segments", [])) > 1],
+            f"- Command(s): the last lines of the pipeline below"
+            + (f" (one per segment; the run resumed from its checkpoint at steps "
+               f"{', '.join(str(f) for f, _ in log['segments'][1:])})" if len(log.get("segments", [])) > 1 else "")
+            + ".",
             f"- Loss: next-token cross-entropy on every token, with tokens inside assistant replies weighted "
             f"{log['config'].get('assistant_loss_weight', 1.0)}x (the logged and plotted loss is the plain mean).",
             f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
-            f"({log['tokens'] / 1e6:.2f}M tokens, {log['epochs']} epochs), peak lr {log['config']['lr']}, cosine "
+            f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, cosine "
             f"decay, bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
             f"a machine shared with other jobs.",
             f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
             f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "
             f"of training (first rows of each part): {ev_loss}.",
+            *([f"- Note: {log['notes']}"] if log.get("notes") else []),
             f"- Versions: {log['versions']}.", "",
             "![loss curve](loss_curve.png)", "",
         ]
-    lines += ["Full pipeline:", "", "```", SETUP_COMMANDS, log.get("command", ""), "```", "",
+    commands = [cmd for _, cmd in log.get("segments", [])] or [log.get("command", "")]
+    lines += ["Full pipeline:", "", "```", SETUP_COMMANDS, *commands, "```", "",
               "## Evaluation", ""]
     lines += _eval_section(role, ev)
     lines += ["## Limitations", "",
