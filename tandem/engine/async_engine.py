@@ -67,6 +67,10 @@ class AsyncEngine:
         return self._engine.loaded.name
 
     @property
+    def model_path(self) -> str:
+        return self.config.model.path
+
+    @property
     def max_model_len(self) -> int:
         return self._engine.max_model_len
 

@@ -108,7 +108,8 @@ def openai_routes(ctx: ServerContext) -> list[Route]:
     async def models(request: Request) -> Response:
         return json_response({"object": "list", "data": [{
             "id": ctx.served_name, "object": "model", "created": int(time.time()),
-            "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len}]})
+            "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len,
+            "root": getattr(ctx.backend, "model_path", None) or ctx.served_name}]})
 
     return [Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
