@@ -119,6 +119,10 @@ class AsyncEngine:
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id, None))
 
+    def release_kv(self, request_id: str) -> None:
+        """Prefill role: the gateway gave up on handing this request's blocks over."""
+        self._commands.put(("release", request_id, None))
+
     def stats(self) -> EngineStats:
         return self._stats
 
@@ -171,6 +175,8 @@ class AsyncEngine:
                     accepted.set_exception(exc)
                 else:
                     accepted.set_result(None)
+            elif kind == "release":
+                self._engine.withdraw_handed_over(arg)
             elif kind == "abort":
                 delta = self._engine.abort(arg)
                 if delta is not None:

@@ -249,6 +249,13 @@ class Engine:
         self.handed_over.add(req.request_id)
         return self._finish(req, None, [token], text, logprobs, keep_blocks=True, kv_handle=handle)
 
+    def withdraw_handed_over(self, request_id: str) -> bool:
+        """No decode worker will pull this request's blocks: let the transport release them."""
+        if request_id not in self.handed_over:
+            return False
+        self.transport.source.withdraw(request_id)
+        return True
+
     def _release_handed_over(self) -> None:
         if not self.handed_over:
             return

@@ -21,11 +21,12 @@ load estimate returns to zero when the gateway is idle.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -34,7 +35,7 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import HashMemo, Router
-from tandem.gateway.worker_client import WorkerFailed, stream_generate
+from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
 from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
@@ -57,6 +58,7 @@ class GatewayParts:
     metrics: GatewayMetrics | None
     forget_worker: Callable[[str], None]     # drop a dead worker's index entries and load offset
     session_of: Callable[[], str | None]     # the HTTP request's x-session-affinity
+    background: set = field(default_factory=set)  # fire-and-forget calls still running
 
 
 class GatewayBackend:
@@ -206,11 +208,28 @@ class _Flow:
             self._set_headers(p_url, p_url)
             yield self._rewrite(first)
             return
-        decode = self.p.router.choose("decode", memo, self.session, exclude)
-        d_url = decode.worker.url
-        self._set_headers(p_url, d_url)
-        yield self._rewrite(first, finished=False)
+        got_token = False
+        try:
+            decode = self.p.router.choose("decode", memo, self.session, exclude)
+            d_url = decode.worker.url
+            self._set_headers(p_url, d_url)
+            yield self._rewrite(first, finished=False)
+            async with aclosing(self._decode(d_url, first, p_url)) as deltas:
+                async for d in deltas:
+                    got_token = got_token or bool(d.new_token_ids)
+                    yield d
+        finally:
+            if not got_token:  # the decode worker may never have seen the handle
+                self._release_later(p_url, first.kv_handle.request_id)
+
+    def _release_later(self, url: str, request_id: str) -> None:
+        task = asyncio.get_running_loop().create_task(release_kv(self.p.client, url, request_id))
+        self.p.background.add(task)
+        task.add_done_callback(self.p.background.discard)
+
+    async def _decode(self, d_url: str, first: RequestDelta, p_url: str) -> AsyncIterator[RequestDelta]:
         dreq = self._worker_request("d", kv_handle=first.kv_handle)
+        tracker = self.p.tracker
         tracker.dispatch(dreq.request_id, d_url, pending=0,
                          context=len(dreq.prompt_token_ids) + len(self.sent))
         got_token = False

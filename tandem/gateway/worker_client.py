@@ -71,3 +71,13 @@ async def stream_generate(client: httpx.AsyncClient, url: str, req: EngineReques
     except (httpx.TransportError, orjson.JSONDecodeError) as exc:
         raise WorkerFailed(url, f"stream broke: {exc!r}", hard=True) from exc
     raise WorkerFailed(url, "stream ended without a final delta", hard=True)
+
+
+async def release_kv(client: httpx.AsyncClient, url: str, request_id: str) -> None:
+    """Tell a prefill worker that nobody will pull `request_id`'s blocks. Best effort: the
+    worker's pin timeout frees them anyway if this call does not arrive."""
+    try:
+        await client.post(f"{url}/internal/kv_release", content=orjson.dumps({"request_id": request_id}),
+                          headers={"content-type": "application/json"}, timeout=2.0)
+    except httpx.HTTPError as exc:
+        log.info("could not release KV of %s on %s: %s", request_id, url, exc)

@@ -7,6 +7,8 @@ finish_reason "error". Closing the HTTP request aborts the engine request.
 GET /internal/stats: EngineStats as JSON plus kv_layout and role, and what the gateway needs to
 route: instance_id (new at every start: a restarted worker has a new cache), hash_seed and
 block size (to hash prompts like the worker), model name, max_model_len, transport address.
+POST /internal/kv_release {"request_id"}: a prefill worker's handed-over blocks will not be pulled
+(the gateway could not start the decode call); they are freed without waiting for the pin timeout.
 GET /internal/kv_events?since=SEQ: the backend's KV event batch (tandem.kv.events); 404 for a
 backend without events.
 """
@@ -73,7 +75,22 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
                 InvalidRequest(f"'since' must be a non-negative integer, got {raw!r}", param="since"))
         return json_response(read(int(raw)).to_dict())
 
+    async def kv_release(request: Request) -> Response:
+        release = getattr(ctx.backend, "release_kv", None)
+        if release is None:
+            return openai_error_response(NotFound("this backend hands over no KV blocks"))
+        try:
+            body = await read_json_object(request, ctx.config.max_body_bytes)
+            request_id = body.get("request_id")
+            if not isinstance(request_id, str):
+                raise InvalidRequest("'request_id' must be a string", param="request_id")
+        except Exception as exc:
+            return openai_error_response(exc)
+        release(request_id)
+        return json_response({"released": request_id})
+
     return [Route("/internal/generate", generate, methods=["POST"]),
+            Route("/internal/kv_release", kv_release, methods=["POST"]),
             Route("/internal/stats", stats, methods=["GET"]),
             Route("/internal/kv_events", kv_events, methods=["GET"])]
 

@@ -25,14 +25,15 @@ CORES = sorted(os.sched_getaffinity(0))
 LONG = 600  # tokens for streams that must still run when a worker is killed
 
 
-def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str]]) -> LocalCluster:
+def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str]],
+          worker_args: tuple[str, ...] = ()) -> LocalCluster:
     """Workers `roles` (named w0, w1, ...; "prefill:shm" picks a KV transport) and gateways
     {name: (worker indexes, policy)}."""
     taken: set[int] = set()
     procs: list[ProcSpec] = []
     for i, spec in enumerate(roles):
         role, _, transport = spec.partition(":")
-        extra = WORKER_ARGS + (("--kv-transport", transport) if transport else ())
+        extra = WORKER_ARGS + worker_args + (("--kv-transport", transport) if transport else ())
         port = free_port(avoid=taken)
         taken.add(port)
         procs.append(worker_proc(f"w{i}", model, role, "127.0.0.1", port, (CORES[i % len(CORES)],),
@@ -185,6 +186,20 @@ def test_prefill_worker_killed_request_succeeds_elsewhere(model):
         assert all(r.headers["x-tandem-prefill"] == url(c, "w0") for r in results)
         assert metric(g, "tandem:gateway_retries_total") >= 1
         assert_no_blocks_held(c)
+
+
+def test_prefill_blocks_freed_at_once_when_no_decode_worker_takes_them(model):
+    # a pin timeout far beyond the test's wait: only the gateway's release can free the blocks
+    c = build(model, ["prefill", "decode"], {"g": ([0, 1], "round_robin")},
+              worker_args=("--kv-pin-timeout", "600"))
+    with running(c):
+        g = url(c, "g")
+        complete(g, PROMPT, 4)
+        c.kill("w1")
+        body = {"model": "m", "prompt": PROMPT + "again", "max_tokens": 4, "temperature": 0}
+        r = httpx.post(g + "/v1/completions", json=body, timeout=120)
+        assert r.status_code >= 500 or "error" in r.text
+        assert_no_blocks_held(c, timeout_s=10)
 
 
 def test_affinity_keeps_session_and_moves_it_when_worker_dies(model):
