@@ -5,6 +5,8 @@ Format:
     <|im_start|>user\n{text}<|im_end|>\n
     <|im_start|>assistant\n{text}\n<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>\n
     <|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n   (consecutive tool messages share one turn)
+A conversation without a system message gets DEFAULT_SYSTEM (every training transcript has one, so a
+bare user turn would otherwise be unlike anything the demo models saw).
 The renderer uses the same Jinja settings as transformers' apply_chat_template (trim_blocks, lstrip_blocks,
 a tojson that keeps non-ASCII and '<' unescaped), so both produce the same string; a test checks this.
 """
@@ -30,9 +32,8 @@ CHAT_TEMPLATE = (
     "{%- if messages and messages[0].role == 'system' %}"
     "{%- set system_message = messages[0].content %}{%- set loop_messages = messages[1:] %}"
     "{%- else %}"
-    "{%- set system_message = '" + DEFAULT_SYSTEM + "' if tools else none %}{%- set loop_messages = messages %}"
+    "{%- set system_message = '" + DEFAULT_SYSTEM + "' %}{%- set loop_messages = messages %}"
     "{%- endif %}"
-    "{%- if system_message is not none %}"
     "{{- '<|im_start|>system\\n' + system_message }}"
     "{%- if tools %}"
     "{{- '\\n\\n' + " + json.dumps(TOOLS_PREAMBLE) + " }}"
@@ -42,7 +43,6 @@ CHAT_TEMPLATE = (
     "{{- " + json.dumps(TOOLS_POSTAMBLE) + " }}"
     "{%- endif %}"
     "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
     "{%- for message in loop_messages %}"
     "{%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}"
     "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"

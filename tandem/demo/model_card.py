@@ -133,7 +133,13 @@ def render_card(model_dir: Path, role: str) -> str:
     lines += _eval_section(role, ev)
     lines += ["## Limitations", "",
               "Tiny and narrow: it imitates its templates, invents facts, and degrades past 1024 tokens of context. "
-              "Use it for demos and for measuring the serving stack, never for answers.", ""]
+              "Use it for demos and for measuring the serving stack, never for answers."]
+    if ev is not None:
+        lines += ["", "Undertrained for copying: the target picks the right tool and emits schema-valid arguments, but "
+                  "rarely copies argument values from the request or the tool result "
+                  f"({ev['tool_calls']['exact_match_share'] * 100:.1f}% exact calls; see the examples). Training "
+                  "is resumable (`--resume` with a larger `--minutes`) when the machine has CPU to spare."]
+    lines.append("")
     return "\n".join(lines)
 
 

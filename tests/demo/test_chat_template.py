@@ -45,8 +45,9 @@ def test_tools_and_calls_render_in_hermes_style():
     assert text.endswith("<|im_start|>assistant\n")
 
 
-def test_default_system_prompt_only_with_tools():
-    assert render(compile_template(), *CONVERSATIONS[0]) == "<|im_start|>user\nHi<|im_end|>\n"
+def test_default_system_prompt_when_none_given():
+    assert render(compile_template(), *CONVERSATIONS[0]) == \
+        f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
     assert render(compile_template(), *CONVERSATIONS[2]).startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM}\n\n# Tools")
 
 
