@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import torch
 
@@ -19,17 +20,23 @@ def request(prompt, max_tokens=8, prefill_only=False, **sampling) -> EngineReque
                          prefill_only=prefill_only)
 
 
-def run(engine, requests, max_steps=10_000):
+def run(engine, requests, max_steps=10_000, timeout_s=120.0):
     """Add all requests, step until done; returns {request_id: [deltas]}."""
     for r in requests:
         engine.add_request(r)
     out = {r.request_id: [] for r in requests}
-    for _ in range(max_steps):
-        if not engine.requests:  # blocks handed over to a decode worker may still be pinned
-            return out
+    deadline = time.monotonic() + timeout_s
+    steps = 0
+    while engine.requests:  # blocks handed over to a decode worker may still be pinned
+        if steps >= max_steps or time.monotonic() > deadline:
+            raise AssertionError("engine did not finish within the step and time bounds")
+        if engine.has_runnable():
+            steps += 1
+        else:
+            time.sleep(0.001)  # only KV pulls in flight
         for d in engine.step():
             out[d.request_id].append(d)
-    raise AssertionError("engine did not finish within the step bound")
+    return out
 
 
 def tokens(deltas) -> list[int]:
