@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine).
+# Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine),
+# bible-kjv (the public-domain text `tandem demo build-corpus` trains the demo models on).
 set -euo pipefail
-want=(libibverbs1)
+want=(libibverbs1 bible-kjv)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
