@@ -74,15 +74,3 @@ def _evaluate(a: argparse.Namespace) -> None:
 
     res = evaluate(config_from_args(a))
     print(json.dumps({k: v for k, v in res.items() if k != "config"}, indent=1))
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Standalone entry point: `python -m tandem.demo.cli demo ...` (tandem/cli.py wires `register`)."""
-    parser = argparse.ArgumentParser(prog="tandem")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    args.func(args)
-
-
-if __name__ == "__main__":
-    main()

@@ -104,14 +104,3 @@ def up(args: argparse.Namespace) -> int:
                        policy=args.policy, worker_args=tuple(args.worker_arg),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level)
     return run_cluster(spec)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tandem")
-    register(parser.add_subparsers(dest="verb", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

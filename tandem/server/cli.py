@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import logging
 import re
-import sys
 
 from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
 from tandem.server.config import ServerConfig
@@ -154,14 +153,3 @@ def serve(args: argparse.Namespace) -> int:
                 log_level=server_config.log_level, access_log=server_config.access_log,
                 timeout_graceful_shutdown=5)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tandem")
-    register(parser.add_subparsers(dest="verb", required=True))
-    args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
