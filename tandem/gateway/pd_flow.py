@@ -74,6 +74,14 @@ class GatewayBackend:
                  ) -> AsyncIterator[RequestDelta]:
         return _Flow(self.parts, req, info).run()
 
+    def ready(self) -> bool:
+        """A request can be served now: a colocated worker, or a prefill and a decode worker."""
+        try:
+            self.parts.router.mode()
+        except NoHealthyWorker:
+            return False
+        return True
+
     def abort(self, request_id: str) -> None:
         """Nothing to do: closing the stream returned by `generate` closes the worker calls,
         which aborts the requests there."""

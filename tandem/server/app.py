@@ -66,9 +66,12 @@ class BearerAuth:
 
 def _health_routes(ctx: ServerContext) -> list[Route]:
     async def health(request: Request) -> Response:
-        if ctx.ready:
+        # a backend over remote workers (the gateway) is ready only while it can route
+        backend_ready = getattr(ctx.backend, "ready", None)
+        if ctx.ready and (backend_ready is None or backend_ready()):
             return json_response({"status": "ok"})
-        return json_response({"status": "starting"}, status=503)
+        return json_response({"status": "starting" if not ctx.ready else "no healthy worker"},
+                             status=503)
 
     async def metrics(request: Request) -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -77,6 +77,17 @@ def test_no_worker_is_503_with_retry_after(model_dir):
         assert r.json()["error"]["code"] == "no_healthy_worker"
         r = c.post("/client/v4/accounts/a/ai/run/@cf/x/tiny", json={"prompt": "x"})
         assert r.status_code == 503 and r.json()["success"] is False
+        assert c.get("/health").status_code == 503  # a load balancer must not send traffic here
+
+
+def test_health_waits_for_both_pools(model_dir):
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    with c:
+        assert c.get("/health").status_code == 200
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    cluster.dead.add(D0)
+    with c:
+        assert c.get("/health").status_code == 503
 
 
 def test_registration_drain_and_workers_listing(model_dir):
