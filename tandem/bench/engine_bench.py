@@ -70,9 +70,10 @@ class EngineBenchConfig:
     num_requests: int = 64
     prompt_range: tuple[int, int] = (32, 512)
     output_range: tuple[int, int] = (16, 128)
-    hf_batch_sizes: tuple[int, ...] = (8, 16)
+    hf_batch_sizes: tuple[int, ...] = (16, 32)  # 8 lost to 16 in every trial on 2 CPU cores
     decode_prompt: int = 128
     decode_tokens: int = 128
+    decode_repeats: int = 3              # batch-1 runs are short and noisy: an odd count, a true median
     max_num_batched_tokens: int = 512    # tandem's token budget per step
     parts: tuple[str, ...] = ("throughput", "decode", "cold")
     cold: str = "auto"                   # auto (drop the page cache if allowed) | warm
@@ -140,12 +141,10 @@ def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def _median_run(runs: list[dict], key: str) -> dict:
-    """The run whose `key` is the median (lower median for an even count), with all values listed."""
-    ordered = sorted(runs, key=lambda r: r[key])
-    pick = dict(ordered[(len(ordered) - 1) // 2])
-    pick["all_" + key] = [r[key] for r in runs]
-    return pick
+def _median_run(runs: list[dict]) -> dict:
+    """Each numeric field's median over the repetitions (the mean of two), plus every run."""
+    med = {k: _median([r[k] for r in runs]) for k, v in runs[0].items() if isinstance(v, (int, float))}
+    return {**med, "repeats": len(runs), "runs": runs}
 
 
 def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
@@ -202,8 +201,8 @@ def _throughput(cfg, dtype, llm, hf, workloads, pad_id) -> dict:
             hf_runs[b].append(run)
             print(f"[{dtype}] throughput rep {rep}: transformers bs={b} {run['output_tps']:.1f} out tok/s "
                   f"({run['seconds']:.1f}s)", file=sys.stderr)
-    tandem = _median_run(tandem_runs, "output_tps")
-    per_batch = {b: _median_run(runs, "output_tps") for b, runs in hf_runs.items() if runs}
+    tandem = _median_run(tandem_runs)
+    per_batch = {b: _median_run(runs) for b, runs in hf_runs.items() if runs}
     best_b = max(per_batch, key=lambda b: per_batch[b]["output_tps"])
     best = per_batch[best_b]
     wl = workloads[0]
@@ -231,7 +230,7 @@ def _decode(cfg, dtype, llm, hf, vocab: int, pad_id: int) -> dict:
     from tandem.bench.engine_measure import FIRST_PROMPT_ID, hf_decode, tandem_decode
 
     tandem_runs, hf_runs, agree = [], [], []
-    for rep in range(cfg.repeats):
+    for rep in range(cfg.decode_repeats):
         rng = random.Random(cfg.seed + 77 + rep)
         prompt = [rng.randrange(FIRST_PROMPT_ID, vocab) for _ in range(cfg.decode_prompt)]
         t = tandem_decode(llm, prompt, cfg.decode_tokens, f"decode-{rep}")
@@ -241,8 +240,8 @@ def _decode(cfg, dtype, llm, hf, vocab: int, pad_id: int) -> dict:
         agree.append(_agreement(t.tokens, h.tokens))
         print(f"[{dtype}] decode rep {rep}: tandem {1e3 * t.tpot_s:.2f} ms/token, transformers "
               f"{1e3 * h.tpot_s:.2f} ms/token", file=sys.stderr)
-    tandem = _median_run(tandem_runs, "tpot_s")
-    hf_med = _median_run(hf_runs, "tpot_s")
+    tandem = _median_run(tandem_runs)
+    hf_med = _median_run(hf_runs)
     return {
         "prompt_tokens": cfg.decode_prompt, "new_tokens": cfg.decode_tokens,
         "tandem": tandem, "transformers": hf_med,
@@ -445,9 +444,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-requests", type=int, default=d.num_requests)
     p.add_argument("--prompt-range", default="32:512", help="prompt tokens LO:HI, uniform (default 32:512)")
     p.add_argument("--output-range", default="16:128", help="output tokens LO:HI, uniform (default 16:128)")
-    p.add_argument("--hf-batch-sizes", default="8,16", help="transformers batch sizes to try (default 8,16)")
+    p.add_argument("--hf-batch-sizes", default=",".join(map(str, d.hf_batch_sizes)),
+                   help="transformers batch sizes to try (default 16,32)")
     p.add_argument("--decode-prompt", type=int, default=d.decode_prompt)
     p.add_argument("--decode-tokens", type=int, default=d.decode_tokens)
+    p.add_argument("--decode-repeats", type=int, default=d.decode_repeats,
+                   help="batch-1 decode repetitions (default 3)")
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens)
     p.add_argument("--parts", default=",".join(d.parts), help="subset of throughput,decode,cold")
     p.add_argument("--cold", choices=("auto", "warm"), default=d.cold,
@@ -473,6 +475,7 @@ def config_from_args(args: argparse.Namespace, command: str) -> EngineBenchConfi
         num_requests=args.num_requests, prompt_range=_range(args.prompt_range),
         output_range=_range(args.output_range), hf_batch_sizes=_ints(args.hf_batch_sizes),
         decode_prompt=args.decode_prompt, decode_tokens=args.decode_tokens,
+        decode_repeats=args.decode_repeats,
         max_num_batched_tokens=args.max_num_batched_tokens, parts=parts, cold=args.cold,
         hf_cold_start=not args.no_hf_cold_start, out=args.out, seed=args.seed, command=command)
 

@@ -54,7 +54,7 @@ def test_engine_bench_report(llama_dir, tmp_path, capsys):
         rc = main(["--model-dir", str(llama_dir), "--dtypes", "float32", "--threads", "1",
                    "--repeats", "1", "--num-requests", "5", "--prompt-range", "8:24",
                    "--output-range", "2:6", "--hf-batch-sizes", "2,4", "--decode-prompt", "12",
-                   "--decode-tokens", "5", "--cold", "warm", "--no-hf-cold-start",
+                   "--decode-tokens", "5", "--decode-repeats", "3", "--cold", "warm", "--no-hf-cold-start",
                    "--out", str(tmp_path)])
     finally:
         torch.set_num_threads(threads)
@@ -84,10 +84,11 @@ def test_engine_bench_report(llama_dir, tmp_path, capsys):
 
     d = r["decode"]
     for side in ("tandem", "transformers"):
-        assert d[side]["num_tokens"] == 5
+        assert d[side]["num_tokens"] == 5 and d[side]["repeats"] == 3 and len(d[side]["runs"]) == 3
+        assert d[side]["tpot_s"] == sorted(r["tpot_s"] for r in d[side]["runs"])[1]   # the median
         assert 0 < d[side]["tpot_s"] < 10 and 0 < d[side]["ttft_s"] < 10
     # float32, batch 1: tandem's greedy tokens equal transformers'
-    assert d["greedy_tokens_matching"] == [5]
+    assert d["greedy_tokens_matching"] == [5, 5, 5]
     assert d["ratio_tpot"] > 0
 
     c = r["cold_start"]
