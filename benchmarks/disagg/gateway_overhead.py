@@ -9,7 +9,10 @@ Starts one `tandem serve` worker (pinned to --worker-core, one torch thread) and
    - streaming, max_tokens=1: send -> first SSE chunk carrying a token (TTFT).
    Every request has the same prompt, so the worker's prefix cache is in the same state for
    both paths. Added latency = p50(gateway) - p50(direct), and the p50 of the paired differences.
-2. relay: --streams concurrent streaming requests with max_tokens=--max-tokens (ignore_eos),
+2. CPU per request: --pairs sequential requests per path, the worker's and the gateway's CPU
+   time (/proc/<pid>/stat) divided by the count: what the gateway computes per request, apart
+   from the time it waits for a core on a shared machine.
+3. relay: --streams concurrent streaming requests with max_tokens=--max-tokens (ignore_eos),
    replaced as they finish, for --relay-seconds through the gateway; the gateway's CPU time
    (utime + stime from /proc/<pid>/stat) over that window against the tokens it relayed
    (sum of usage.completion_tokens of requests that finished in the window) and the SSE chunks.
@@ -150,6 +153,25 @@ async def latency_phase(direct: str, gateway: str, model: str, pairs: int, seed:
     return out
 
 
+async def cpu_phase(direct: str, gateway: str, model: str, n: int, pids: dict[str, int]) -> dict:
+    """CPU seconds per request of each process, `n` sequential requests per path (non-streaming,
+    then streaming): separates what the gateway computes from time spent waiting for a core."""
+    prompt = "Say one word about the weather in the city today please."
+    out = {}
+    for name, url in (("direct", direct), ("gateway", gateway)):
+        pool = ConnectionPool(url)
+        for stream in (False, True):
+            payload = body(model, stream, 1, prompt)
+            await one(pool, payload, stream)
+            cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
+            for _ in range(n):
+                await one(pool, payload, stream)
+            key = f"{name}_{'stream' if stream else 'nonstream'}"
+            out[key] = {k: 1000 * (cpu_seconds(pid) - cpu0[k]) / n for k, pid in pids.items()}
+        await pool.aclose()
+    return out   # ms of CPU per request, per process
+
+
 async def relay_phase(url: str, model: str, streams: int, max_tokens: int, seconds: float,
                       pid_of_interest: int | None) -> dict:
     pool = ConnectionPool(url)
@@ -250,6 +272,8 @@ def main() -> int:
                 "direct_p50": 1000 * pct(d, 50), "gateway_p50": 1000 * pct(g, 50),
                 "direct_p90": 1000 * pct(d, 90), "gateway_p90": 1000 * pct(g, 90),
                 "added_p50": 1000 * (pct(g, 50) - pct(d, 50)), "paired_diff_p50": 1000 * pct(diffs, 50)}
+        res["cpu_ms_per_request"] = asyncio.run(cpu_phase(
+            direct, gateway, model, a.pairs, {"worker": worker.pid, "gateway": gw.pid}))
         gw_cpu0 = cpu_seconds(gw.pid)
         res["relay_gateway"] = asyncio.run(relay_phase(gateway, model, a.streams, a.max_tokens,
                                                        a.relay_seconds, gw.pid))
