@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import httpx
@@ -19,6 +20,8 @@ import orjson
 from tandem.errors import TandemError
 from tandem.server import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta
+
+log = logging.getLogger(__name__)
 
 
 class WorkerFailed(Exception):
