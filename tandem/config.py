@@ -35,6 +35,9 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 512   # token budget of one step (decodes first, then prefill chunks)
     max_num_seqs: int = 64              # requests running at once
     enable_chunked_prefill: bool = True  # split a prompt across steps when it exceeds the budget
+    # While other requests wait, one prompt's chunk takes at most this many tokens of a step,
+    # so a short prompt (a tool result) is not queued behind a long one. 0: no cap.
+    long_prefill_token_threshold: int = 256
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,7 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget)
+            num_new = min(req.num_tokens - req.num_computed_tokens, budget, self._chunk_cap(0))
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
                 # the most recently admitted request not yet scheduled this step gives way
                 victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
@@ -145,7 +145,7 @@ class Scheduler:
             num_new = req.num_tokens - hit.num_tokens
             if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                 break
-            num_new = min(num_new, budget)
+            num_new = min(num_new, budget, self._chunk_cap(1))
             if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
                 break
             self.waiting.popleft()
@@ -156,6 +156,11 @@ class Scheduler:
             seqs.append(self._scheduled(req, num_new))
             budget -= num_new
         return budget
+
+    def _chunk_cap(self, others_behind: int) -> int:
+        """Largest prefill chunk while more than `others_behind` requests wait for admission."""
+        cap = self.config.long_prefill_token_threshold
+        return cap if cap and len(self.waiting) > others_behind else self.config.max_num_batched_tokens
 
     def _admit_pull(self, req: Request, hit: PrefixHit, pulls: list[KVPull]) -> bool:
         handle = req.kv_handle

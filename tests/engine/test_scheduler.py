@@ -73,3 +73,17 @@ def test_request_alone_without_room_is_finished_for_length():
     _advance(sched, sched.schedule())
     out = sched.schedule()
     assert out.capacity_finished == [a] and not out.seqs
+
+
+def test_long_prefill_leaves_room_for_a_waiting_prompt():
+    config = SchedulerConfig(max_num_batched_tokens=10, long_prefill_token_threshold=4)
+    sched = Scheduler(config, KVCacheManager(100, 4, False))
+    long = _req("long", 40)
+    sched.add(long)
+    out = sched.schedule()
+    assert _plan(out) == [("long", 10, False)]  # alone: the whole budget
+    _advance(sched, out)
+    sched.add(_req("short", 3))
+    out = sched.schedule()
+    # someone waits: the long prompt's chunk is capped, the short prompt starts at once
+    assert _plan(out) == [("long", 4, False), ("short", 3, True)]
