@@ -58,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-batched-tokens", type=_positive,
                    default=SchedulerConfig.max_num_batched_tokens)
     p.add_argument("--max-num-seqs", type=_positive, default=SchedulerConfig.max_num_seqs)
+    p.add_argument("--long-prefill-token-threshold", type=int,
+                   default=SchedulerConfig.long_prefill_token_threshold,
+                   help="largest prefill chunk of one prompt while others wait (0: no cap)")
     p.add_argument("--threads", type=_positive, default=None, help="torch threads")
     p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
                    help="KV handoff transport (prefill/decode roles default to tcp)")
@@ -96,7 +99,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           num_blocks=args.num_kv_blocks,
                           enable_prefix_caching=not args.no_prefix_caching),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
-                                  max_num_seqs=args.max_num_seqs),
+                                  max_num_seqs=args.max_num_seqs,
+                                  long_prefill_token_threshold=args.long_prefill_token_threshold),
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
                                 port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout))
