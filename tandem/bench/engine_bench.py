@@ -148,13 +148,13 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
-    from tandem.bench.engine_measure import (hf_decode, hf_throughput, load_hf_model, offline_workload,
-                                             tandem_decode, tandem_throughput)
+    from tandem.bench.engine_measure import load_hf_model, offline_workload
 
     model_dir = ensure_model(cfg, dtype)
     result: dict = {"model_dir": model_dir}
-    vocab = json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
-    pad_id = 0
+    model_cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    vocab = model_cfg["vocab_size"]
+    pad_id = model_cfg.get("pad_token_id") or 0  # left padding for transformers (masked out)
     workloads = [offline_workload(cfg.num_requests, cfg.prompt_range, cfg.output_range, vocab,
                                   lengths_seed=cfg.seed, tokens_seed=cfg.seed + 1000 * (r + 1))
                  for r in range(cfg.repeats)]
