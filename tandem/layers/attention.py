@@ -103,14 +103,17 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
     # q [n, H, D], k/v [n, KVH, D] -> [n, H, D]
     n, H, D = q.shape
     kvh = k.shape[1]
-    qt = q.transpose(0, 1)                                              # [H, n, D]
+    # 4-D inputs (a batch of one): 3-D ones send CPU SDPA to its slow math fallback
+    qt = q.transpose(0, 1).unsqueeze(0)                                 # [1, H, n, D]
     if chunk.mask is None:
-        o = F.scaled_dot_product_attention(qt, k.transpose(0, 1), v.transpose(0, 1), is_causal=True,
+        o = F.scaled_dot_product_attention(qt, k.transpose(0, 1).unsqueeze(0),
+                                           v.transpose(0, 1).unsqueeze(0), is_causal=True,
                                            scale=scale, enable_gqa=kvh != H)
     else:
         ctx = chunk.mask.shape[1]
         kc, vc = _gather(kv_cache, layer, chunk.block_ids, ws)
-        kc, vc = kc[:ctx].transpose(0, 1), vc[:ctx].transpose(0, 1)  # [KVH, ctx, D]
+        kc = kc[:ctx].transpose(0, 1).unsqueeze(0)                      # [1, KVH, ctx, D]
+        vc = vc[:ctx].transpose(0, 1).unsqueeze(0)
         o = F.scaled_dot_product_attention(qt, kc, vc, attn_mask=chunk.mask, scale=scale,
                                            enable_gqa=kvh != H)
-    return o.transpose(0, 1)                                            # [n, H, D]
+    return o[0].transpose(0, 1)                                         # [n, H, D]
