@@ -9,7 +9,6 @@ Training is deterministic; the trained JSON is cached per process (keyed on voca
 from __future__ import annotations
 
 import functools
-import json
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 

@@ -53,7 +53,6 @@ def prompts(n, vocab=512, seed=0, min_len=3, max_len=60):
 
 
 def hf_greedy(model_dir, prompt, max_tokens) -> list[int]:
-    from transformers import AutoModelForCausalLM
 
     model = _hf_model(model_dir)
     ids = torch.tensor([prompt])

@@ -3,7 +3,6 @@
 import asyncio
 import socket
 
-import pytest
 import uvicorn
 
 from tandem.gateway.app import build_gateway_app

@@ -13,7 +13,6 @@ import torch
 
 from tests.transfer.kv_peer import as_bytes, pattern, peer_main
 from tests.transfer.stalled_reader import stalled_reader_main
-from tandem.errors import KVLayoutMismatch
 from tandem.kv.layout import KVLayout
 from tandem.transfer import TransferConfig, TransferConnectionError, UnknownTransfer, make_transport
 from tandem.types import KVHandle
