@@ -55,6 +55,7 @@ class Monitor:
 
     async def poll_worker(self, w: Worker) -> None:
         timeout = self.registry.config.request_timeout_s
+        polled_at = self.tracker.now()
         try:
             r = await self.client.get(f"{w.url}/internal/stats", timeout=timeout)
             r.raise_for_status()
@@ -74,7 +75,7 @@ class Monitor:
         if not was_healthy and w.healthy:
             log.info("worker %s (%s) is healthy", w.url, w.role)
         self.tracker.report(w.url, int(stats.get("waiting_prefill_tokens", 0)),
-                            int(stats.get("running_context_tokens", 0)))
+                            int(stats.get("running_context_tokens", 0)), polled_at)
         await self.poll_events(w)
 
     async def poll_events(self, w: Worker) -> None:

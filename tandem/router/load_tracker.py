@@ -14,6 +14,13 @@ estimate becomes `max(0, tracked + offset)`: exact at report time, then followin
 own changes until the next report replaces the offset. A report older than `max_offset_age_s`
 no longer applies.
 
+A report is a consistent snapshot only if the gateway's own view of that worker did not change
+while the poll was in flight: a request that finished (or was dispatched) between sending the poll
+and reading its reply would otherwise leave a phantom offset of its whole context until the next
+report. So `report` takes the time the poll was sent and is ignored when a dispatch, prefill hand
+over or finish on that worker happened after it; the previous offset keeps applying. (Single
+tokens are not counted as changes: the worker's context grows with them on both sides.)
+
 Not thread-safe: the gateway uses it from its event loop only.
 """
 
@@ -48,16 +55,23 @@ class LoadTracker:
     def __init__(self, max_offset_age_s: float = 5.0, clock=time.monotonic) -> None:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._offsets: dict[str, _Offset] = {}
+        self._changed_at: dict[str, float] = {}   # worker -> last dispatch/prefill_done/finish
         self._max_age = max_offset_age_s
         self._clock = clock
 
+    def now(self) -> float:
+        """The tracker's clock: pass its value, read before sending a poll, to `report`."""
+        return self._clock()
+
     def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0) -> None:
         self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context))
+        self._changed_at[worker] = self._clock()
 
     def prefill_done(self, request_id: str, worker: str, context: int) -> None:
         e = self._entries.get((request_id, worker))
         if e is not None:
             e.pending, e.context = 0, context
+            self._changed_at[worker] = self._clock()
 
     def tokens(self, request_id: str, worker: str, n: int = 1) -> None:
         e = self._entries.get((request_id, worker))
@@ -65,7 +79,8 @@ class LoadTracker:
             e.context += n
 
     def finish(self, request_id: str, worker: str) -> None:
-        self._entries.pop((request_id, worker), None)
+        if self._entries.pop((request_id, worker), None) is not None:
+            self._changed_at[worker] = self._clock()
 
     def _tracked(self, worker: str) -> TokenLoad:
         p = d = n = 0
@@ -74,10 +89,17 @@ class LoadTracker:
                 p, d, n = p + e.pending, d + e.context, n + 1
         return TokenLoad(p, d, n)
 
-    def report(self, worker: str, prefill_tokens: int, decode_tokens: int) -> None:
+    def report(self, worker: str, prefill_tokens: int, decode_tokens: int,
+               polled_at: float | None = None) -> bool:
+        """Store the correction from a worker's report; `polled_at` is `now()` read before the
+        poll was sent (None: the report is known to be consistent). False: the report raced
+        with one of the gateway's own changes and was ignored."""
+        if polled_at is not None and self._changed_at.get(worker, float("-inf")) >= polled_at:
+            return False
         t = self._tracked(worker)
         self._offsets[worker] = _Offset(prefill_tokens - t.prefill_tokens,
                                         decode_tokens - t.decode_tokens, self._clock())
+        return True
 
     def forget(self, worker: str) -> None:
         """Drop a worker's correction (it left or restarted); its requests end on their own."""

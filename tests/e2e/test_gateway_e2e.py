@@ -273,13 +273,17 @@ def test_prefix_aware_sends_shared_prefix_to_holder(pair):
     shared = "You are an agent with these tools and this long history. " * 25  # ~300 tokens
     first = complete(g, shared + " question 0", 4)
     holder = first.headers["x-tandem-decode"]
-    deadline = time.monotonic() + 10  # KV events reach the gateway on its next poll
+    # KV events reach the gateway on its next poll; load reports too (the previous test's streams
+    # ran through another gateway, which this one sees only in the workers' reports).
+    deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         ws = {w["url"]: w for w in httpx.get(g + "/internal/workers").json()["workers"]}
-        if ws[holder]["cached_blocks"] > 0:
+        idle = all(w["inflight_prefill_tokens"] == w["inflight_decode_tokens"] == 0
+                   for w in ws.values())
+        if ws[holder]["cached_blocks"] > 0 and idle:
             break
         time.sleep(0.1)
-    assert ws[holder]["cached_blocks"] > 0
+    assert ws[holder]["cached_blocks"] > 0 and idle, ws
     for i in range(1, 5):
         r = complete(g, shared + f" question {i}", 4)
         assert r.headers["x-tandem-decode"] == holder

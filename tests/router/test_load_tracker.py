@@ -48,3 +48,23 @@ def test_report_corrects_then_follows_own_changes_then_expires():
     lt.report("a", 0, 0)
     lt.forget("a")
     assert lt.load("a") == TokenLoad(500, 1001, 2)
+
+
+def test_report_that_raced_with_a_finish_is_ignored():
+    """Poll sent while r1 ran; the reply, read after r1 finished, still counts r1's context.
+    Applying it would charge the worker a phantom 300 tokens until the next poll."""
+    clock = Clock()
+    lt = LoadTracker(clock=clock)
+    lt.dispatch("r1", "a", pending=0, context=300)
+    clock.t += 1
+    polled_at = lt.now()
+    clock.t += 0.01
+    lt.finish("r1", "a")
+    clock.t += 0.01
+    assert lt.report("a", 0, 300, polled_at) is False
+    assert lt.load("a") == TokenLoad(0, 0, 0)
+    # the next poll, sent after the finish, applies
+    polled_at = lt.now()
+    clock.t += 0.01
+    assert lt.report("a", 0, 50, polled_at) is True
+    assert lt.load("a") == TokenLoad(0, 50, 0)
