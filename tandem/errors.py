@@ -24,6 +24,14 @@ class InvalidRequest(TandemError):
     """A parameter has the wrong type or an out-of-range value (400)."""
 
 
+class ChatTemplateError(InvalidRequest):
+    """The template rejected the conversation (raise_exception), failed to render, or does not
+    parse (400, param messages)."""
+
+    def __init__(self, message: str, param: str | None = "messages") -> None:
+        super().__init__(message, param)
+
+
 class PromptTooLong(TandemError):
     """The prompt cannot fit the model's context or the whole KV cache (413)."""
 

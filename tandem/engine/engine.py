@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,10 +23,11 @@ from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel, load_model
 from tandem.models.tokenizer import Tokenizer
 from tandem.runner.model_runner import ModelRunner
-from tandem.transfer.base import Transport
-from tandem.transfer.factory import allocate_kv, make_transport
 from tandem.types import (EngineRequest, EngineStats, FinishReason, KVHandle, RequestDelta,
                           RequestTimings, TokenLogprob)
+
+if TYPE_CHECKING:
+    from tandem.transfer.base import Transport
 
 
 def layout_of(loaded: LoadedModel, block_size: int) -> KVLayout:
@@ -79,6 +81,8 @@ class Engine:
         kind = config.resolved_transport
         if kind is None:
             return cls(config, loaded, tokenizer)
+        from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
+
         layout = layout_of(loaded, config.cache.block_size)
         num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
         kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)

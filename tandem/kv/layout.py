@@ -7,6 +7,7 @@ transfer or a store moves a block with a single (pointer, size) pair.
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import asdict, dataclass
 
 import torch
@@ -39,7 +40,19 @@ class KVLayout:
         return n * torch.empty((), dtype=self.torch_dtype).element_size()
 
     def allocate(self, num_blocks: int, device: str | torch.device = "cpu") -> torch.Tensor:
-        return torch.zeros((num_blocks, *self.block_shape), dtype=self.torch_dtype, device=device)
+        """A zero-filled KV tensor. Zeros matter: attention reads padding blocks under a mask,
+        and 0 * NaN garbage would still be NaN. On the CPU the memory is an anonymous mapping,
+        which the kernel zero-fills page by page on first touch, so a large cache costs nothing
+        at start-up (torch.zeros would write every byte before the first request)."""
+        shape = (num_blocks, *self.block_shape)
+        if torch.device(device).type != "cpu":
+            return torch.zeros(shape, dtype=self.torch_dtype, device=device)
+        nbytes = num_blocks * self.block_nbytes
+        if nbytes == 0:
+            return torch.zeros(shape, dtype=self.torch_dtype)
+        # the tensor keeps the mapping alive (torch.frombuffer holds a reference to it)
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        return torch.frombuffer(buf, dtype=self.torch_dtype).view(shape)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -14,14 +14,9 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from tandem.errors import InvalidRequest
+from tandem.errors import ChatTemplateError
 
-
-class ChatTemplateError(InvalidRequest):
-    """The template rejected the conversation (raise_exception) or failed to render (400, param messages)."""
-
-    def __init__(self, message: str, param: str | None = "messages") -> None:
-        super().__init__(message, param)
+__all__ = ["ChatTemplateError", "compile_template", "render"]
 
 
 def _raise_exception(message: str):

@@ -14,8 +14,7 @@ from typing import Iterable, Sequence
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 
-from tandem.errors import ModelLoadError
-from tandem.models.chat_template import ChatTemplateError, compile_template, render
+from tandem.errors import ChatTemplateError, ModelLoadError
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
 
@@ -32,7 +31,7 @@ class Tokenizer:
         ids = ([eos_id] if eos_id is not None else []) + list(extra_eos_ids)
         self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))  # eos_token first, no repeats
         self.chat_template = chat_template
-        self._template = compile_template(chat_template) if chat_template else None
+        self._template = None  # compiled on first use: jinja2 costs ~0.1 s that an engine may never need
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "Tokenizer":
@@ -73,8 +72,12 @@ class Tokenizer:
 
         Raises ChatTemplateError when the model has no template or the template rejects the input.
         """
-        if self._template is None:
+        if not self.chat_template:
             raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
+        from tandem.models.chat_template import compile_template, render
+
+        if self._template is None:
+            self._template = compile_template(self.chat_template)  # ChatTemplateError if it does not parse
         variables = {k: v for k, v in self.special_tokens.items()}
         variables.update(kwargs)
         return render(self._template, messages=messages, tools=tools,

@@ -12,9 +12,8 @@ import argparse
 import logging
 import re
 
-from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, TransferConfig
 from tandem.server.config import ServerConfig
-from tandem.transfer.base import TransferConfig
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,

@@ -21,23 +21,10 @@ import abc
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from tandem.config import TransferConfig  # noqa: F401 - part of this module's interface
 from tandem.types import KVHandle
 
 KINDS = ("tcp", "shm", "mooncake")
-
-
-@dataclass(frozen=True)
-class TransferConfig:
-    host: str = "127.0.0.1"            # address the control server binds and advertises
-    port: int = 0                      # control server port; 0 = a free port
-    pin_timeout_s: float = 30.0        # offered blocks are released if no pull is in progress by then
-    connect_timeout_s: float = 5.0     # sink: connecting to a source's control server
-    io_timeout_s: float = 30.0         # any single socket send/recv; bounds how long a stalled peer holds pins
-    max_concurrent_pulls: int = 4      # sink: threads serving pull_async
-    shm_dir: str = "/dev/shm"          # where allocate_kv(kind="shm") puts the KV file
-    mooncake_protocol: str = "tcp"     # tcp | rdma
-    mooncake_device: str = ""          # rdma device names for Mooncake ("" = auto / none for tcp)
-    mooncake_bind_address: str = "127.0.0.1"  # MC_TCP_BIND_ADDRESS: the address Mooncake advertises
 
 
 class TransferError(Exception):

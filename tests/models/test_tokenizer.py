@@ -110,3 +110,13 @@ def test_missing_tokenizer_json(tmp_path):
     (path / "tokenizer.json").unlink()
     with pytest.raises(ModelLoadError, match="tokenizer.json"):
         Tokenizer.from_dir(path)
+
+
+def test_template_that_does_not_parse_fails_the_chat_request_not_the_load(tmp_path):
+    """Completions still work with a broken template; a chat request gets a 400-class error."""
+    path = write_test_model(tmp_path)
+    (path / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
+    tok = Tokenizer.from_dir(path)
+    assert tok.encode("hello")
+    with pytest.raises(ChatTemplateError, match="does not parse"):
+        tok.apply_chat_template([{"role": "user", "content": "x"}])
