@@ -27,12 +27,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tandem.errors import InvalidRequest
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.http_client import ClientConfig, HTTPClient
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import Router, pools_policies
 from tandem.gateway.session import SessionMiddleware, current_session
+from tandem.gateway.worker_client import WorkerHTTP
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
@@ -141,8 +143,11 @@ def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
 
 
 def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_model_len: int,
-                      transport: httpx.AsyncBaseTransport | None = None) -> Starlette:
-    """`transport` replaces the network for the calls to workers (tests)."""
+                      transport: httpx.AsyncBaseTransport | None = None,
+                      worker_http: WorkerHTTP | None = None) -> Starlette:
+    """`transport` replaces the network for the monitor's polls, `worker_http` for the
+    generate and kv_release calls (tests). Polls are rare and use httpx; the per-request calls
+    use the gateway's own keep-alive client."""
     registry = Registry(config.registry)
     for url in config.workers:
         registry.add_static(url, None)
@@ -159,8 +164,9 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
         timeout=httpx.Timeout(config.registry.request_timeout_s, connect=config.connect_timeout_s),
         limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
         transport=transport)
+    http = worker_http or HTTPClient(ClientConfig(connect_timeout_s=config.connect_timeout_s))
     monitor = Monitor(registry, index, tracker, client)
-    parts = GatewayParts(config, registry, router, tracker, client, None, monitor.forget,
+    parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
                          current_session)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
@@ -174,6 +180,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
         await client.aclose()
+        if worker_http is None:   # ours to close
+            await http.aclose()
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
                                  api_keys=config.api_keys, host=config.host, port=config.port)

@@ -28,14 +28,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-import httpx
-
 from tandem.errors import NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import HashMemo, Router
-from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
+from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
 from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
@@ -54,7 +52,7 @@ class GatewayParts:
     registry: Registry
     router: Router
     tracker: LoadTracker
-    client: httpx.AsyncClient
+    http: WorkerHTTP                         # calls to workers' /internal/generate and kv_release
     metrics: GatewayMetrics | None
     forget_worker: Callable[[str], None]     # drop a dead worker's index entries and load offset
     session_of: Callable[[], str | None]     # the HTTP request's x-session-affinity
@@ -231,7 +229,7 @@ class _Flow:
                 self._release_later(p_url, first.kv_handle.request_id)
 
     def _release_later(self, url: str, request_id: str) -> None:
-        task = asyncio.get_running_loop().create_task(release_kv(self.p.client, url, request_id))
+        task = asyncio.get_running_loop().create_task(release_kv(self.p.http, url, request_id))
         self.p.background.add(task)
         task.add_done_callback(self.p.background.discard)
 
@@ -276,7 +274,7 @@ class _Flow:
 
     async def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
         try:
-            async with aclosing(stream_generate(self.p.client, url, wreq)) as deltas:
+            async with aclosing(stream_generate(self.p.http, url, wreq)) as deltas:
                 async for d in deltas:
                     yield d
         except WorkerFailed as exc:

@@ -7,21 +7,45 @@
 - the worker could not serve it (connection refused or reset, timeout, 5xx, 429/503, a stream
   that breaks or ends without a final delta, a final delta with finish_reason=error):
   `WorkerFailed`, which the flow answers by retrying or migrating elsewhere.
+The HTTP layer is anything with `WorkerHTTP.stream` (tandem.gateway.http_client.HTTPClient in
+the gateway; tests adapt httpx mock transports to it).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
 
-import httpx
 import orjson
 
 from tandem.errors import TandemError
+from tandem.gateway.http_client import ConnectFailed, HTTPFailure, ResponseTimeout
 from tandem.server import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
 log = logging.getLogger(__name__)
+
+GENERATE_PATH = "/internal/generate"
+RELEASE_PATH = "/internal/kv_release"
+
+
+class WorkerResponse(Protocol):
+    status: int
+
+    def lines(self) -> AsyncIterator[bytes]: ...
+
+    async def read(self) -> bytes: ...
+
+    def expect_end(self) -> None: ...
+
+
+class WorkerHTTP(Protocol):
+    """Raises tandem.gateway.http_client's ConnectFailed, ResponseTimeout, ConnectionBroken."""
+
+    def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
+               read_timeout_s: float = 120.0) -> AbstractAsyncContextManager[WorkerResponse]: ...
 
 
 class WorkerFailed(Exception):
@@ -44,43 +68,43 @@ def error_from_body(status: int, body: bytes) -> TandemError:
     return err
 
 
-async def stream_generate(client: httpx.AsyncClient, url: str, req: EngineRequest,
+async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest,
                           read_timeout_s: float = 120.0) -> AsyncIterator[RequestDelta]:
     """Deltas of `req` on worker `url`; ends after the final delta (finished=True)."""
     body = orjson.dumps(wire.request_to_dict(req))
-    timeout = httpx.Timeout(connect=client.timeout.connect, read=read_timeout_s,
-                            write=read_timeout_s, pool=read_timeout_s)
     try:
-        async with client.stream("POST", f"{url}/internal/generate", content=body, timeout=timeout,
-                                 headers={"content-type": "application/json"}) as r:
-            if r.status_code != 200:
-                data = await r.aread()
-                if 400 <= r.status_code < 500 and r.status_code != 429:
-                    raise error_from_body(r.status_code, data)
-                raise WorkerFailed(url, f"answered {r.status_code}: {data[:200]!r}", hard=False)
-            async for line in r.aiter_lines():
+        async with http.stream("POST", url, GENERATE_PATH, body, read_timeout_s) as r:
+            if r.status != 200:
+                data = await r.read()
+                if 400 <= r.status < 500 and r.status != 429:
+                    raise error_from_body(r.status, data)
+                raise WorkerFailed(url, f"answered {r.status}: {data[:200]!r}", hard=False)
+            async for line in r.lines():
                 if not line.strip():
                     continue
                 delta = wire.delta_from_dict(orjson.loads(line))
-                if delta.finished and delta.finish_reason is FinishReason.ERROR:
-                    raise WorkerFailed(url, f"request failed: {delta.error}", hard=False)
+                if delta.finished:
+                    r.expect_end()  # the worker ends the body now: keep the connection
+                    if delta.finish_reason is FinishReason.ERROR:
+                        raise WorkerFailed(url, f"request failed: {delta.error}", hard=False)
                 yield delta
                 if delta.finished:
                     return
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+    except ConnectFailed as exc:
         raise WorkerFailed(url, f"cannot connect: {exc}", hard=True) from exc
-    except httpx.TimeoutException as exc:  # slow, not necessarily dead: health polls decide
-        raise WorkerFailed(url, f"timed out: {exc!r}", hard=False) from exc
-    except (httpx.TransportError, orjson.JSONDecodeError) as exc:
+    except ResponseTimeout as exc:  # slow, not necessarily dead: health polls decide
+        raise WorkerFailed(url, f"timed out: {exc}", hard=False) from exc
+    except (HTTPFailure, orjson.JSONDecodeError) as exc:
         raise WorkerFailed(url, f"stream broke: {exc!r}", hard=True) from exc
     raise WorkerFailed(url, "stream ended without a final delta", hard=True)
 
 
-async def release_kv(client: httpx.AsyncClient, url: str, request_id: str) -> None:
+async def release_kv(http: WorkerHTTP, url: str, request_id: str) -> None:
     """Tell a prefill worker that nobody will pull `request_id`'s blocks. Best effort: the
     worker's pin timeout frees them anyway if this call does not arrive."""
     try:
-        await client.post(f"{url}/internal/kv_release", content=orjson.dumps({"request_id": request_id}),
-                          headers={"content-type": "application/json"}, timeout=2.0)
-    except httpx.HTTPError as exc:
+        async with http.stream("POST", url, RELEASE_PATH,
+                               orjson.dumps({"request_id": request_id}), 2.0) as r:
+            await r.read()
+    except HTTPFailure as exc:
         log.info("could not release KV of %s on %s: %s", request_id, url, exc)

@@ -8,10 +8,12 @@ after k tokens (like kill -9 mid-stream).
 from __future__ import annotations
 
 import asyncio
+from contextlib import asynccontextmanager
 
 import httpx
 import orjson
 
+from tandem.gateway.http_client import ConnectFailed, ConnectionBroken, ResponseTimeout
 from tandem.server import wire
 from tandem.types import FinishReason, KVHandle, RequestDelta, RequestTimings
 
@@ -102,3 +104,45 @@ class FakeCluster:
                         return
 
         return Body()
+
+
+class HttpxWorkerHTTP:
+    """The gateway's `WorkerHTTP` interface over an httpx client, so that the flow tests can run
+    on an httpx MockTransport; httpx errors become the gateway client's errors."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @asynccontextmanager
+    async def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
+                     read_timeout_s: float = 120.0):
+        try:
+            async with self.client.stream(method, base_url + path, content=body,
+                                          timeout=read_timeout_s) as r:
+                yield _HttpxResponse(r)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ConnectFailed(str(exc)) from exc
+        except httpx.TimeoutException as exc:
+            raise ResponseTimeout(str(exc)) from exc
+        except httpx.TransportError as exc:
+            raise ConnectionBroken(repr(exc)) from exc
+
+
+class _HttpxResponse:
+    def __init__(self, r: httpx.Response) -> None:
+        self._r = r
+        self.status = r.status_code
+
+    async def lines(self):
+        async for line in self._r.aiter_lines():
+            yield line.encode()
+
+    async def read(self) -> bytes:
+        return await self._r.aread()
+
+    def expect_end(self) -> None:
+        pass
+
+
+def worker_http(cluster: FakeCluster) -> HttpxWorkerHTTP:
+    return HttpxWorkerHTTP(httpx.AsyncClient(transport=cluster.transport()))

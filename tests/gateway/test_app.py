@@ -9,7 +9,7 @@ from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.testing.tiny_model import write_test_model
 
-from tests.gateway.fake_workers import FakeCluster, greedy
+from tests.gateway.fake_workers import FakeCluster, greedy, worker_http
 
 P0, D0, B0 = "http://127.0.0.1:9100", "http://127.0.0.1:9200", "http://127.0.0.1:9300"
 
@@ -27,7 +27,8 @@ def client_for(model_dir, roles, **cfg):
                            model_path=model_dir, served_model_name="tiny",
                            registry=RegistryConfig(poll_interval_s=30), **cfg)
     tok, name, max_len = model_facts(model_dir, config.served_model_name)
-    app = build_gateway_app(config, tok, name, max_len, transport=cluster.transport())
+    app = build_gateway_app(config, tok, name, max_len, transport=cluster.transport(),
+                            worker_http=worker_http(cluster))
     return cluster, TestClient(app)
 
 

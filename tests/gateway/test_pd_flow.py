@@ -17,7 +17,7 @@ from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, FinishReason, SamplingParams
 from prometheus_client import CollectorRegistry
 
-from tests.gateway.fake_workers import EOS, FakeCluster, greedy
+from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 
@@ -34,7 +34,8 @@ def build(roles, policy="round_robin", **cfg):
                     on_decision=metrics.on_decision)
     client = httpx.AsyncClient(transport=cluster.transport())
     monitor = Monitor(reg, index, tracker, client)
-    parts = GatewayParts(config, reg, router, tracker, client, metrics, monitor.forget, lambda: None)
+    parts = GatewayParts(config, reg, router, tracker, HttpxWorkerHTTP(client), metrics, monitor.forget,
+                         lambda: None)
     return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
 
 
