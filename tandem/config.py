@@ -52,6 +52,13 @@ class SchedulerConfig:
     # so a short prompt (a tool result) is not queued behind a long one. 0: no cap.
     long_prefill_token_threshold: int = 256
 
+    @classmethod
+    def offline(cls, max_num_seqs: int = 256) -> "SchedulerConfig":
+        """Throughput settings for offline batches (LLM.generate), where no stream waits for its
+        next token: larger steps run the model's matrix products at better efficiency on the CPU
+        (benchmarks/engine_bench.py measured 2048 best of 512-4096), and no chunk cap."""
+        return cls(max_num_batched_tokens=2048, max_num_seqs=max_num_seqs, long_prefill_token_threshold=0)
+
 
 @dataclass(frozen=True)
 class EngineConfig:

@@ -153,9 +153,21 @@ def left_padded(prompts: list[list[int]], pad_token_id: int) -> tuple[torch.Tens
     return ids, mask
 
 
-def hf_throughput(model, wl: OfflineWorkload, batch_size: int, pad_token_id: int) -> ThroughputRun:
-    order = sorted(range(len(wl.prompts)), key=lambda i: wl.output_lens[i], reverse=True)
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+HF_ORDERS = ("sorted", "arrival")
+
+
+def hf_throughput(model, wl: OfflineWorkload, batch_size: int, pad_token_id: int,
+                  order: str = "sorted") -> ThroughputRun:
+    """`generate` over left-padded batches of `batch_size` requests, each batch decoding until its
+    longest request ends. order "sorted": requests by requested output length, longest first, so
+    that a batch wastes little decoding (transformers' best case, which needs the lengths in
+    advance); "arrival": in workload order, as a caller with a queue of requests would batch them."""
+    if order not in HF_ORDERS:
+        raise ValueError(f"order must be one of {HF_ORDERS}, not {order!r}")
+    order_ids = list(range(len(wl.prompts)))
+    if order == "sorted":
+        order_ids.sort(key=lambda i: wl.output_lens[i], reverse=True)
+    batches = [order_ids[i:i + batch_size] for i in range(0, len(order_ids), batch_size)]
     computed = 0
     t0 = time.perf_counter()
     for batch in batches:

@@ -1,4 +1,8 @@
-"""Offline batch generation on one engine, for scripts and benchmarks (like vLLM's `LLM`)."""
+"""Offline batch generation on one engine, for scripts and benchmarks (like vLLM's `LLM`).
+
+For throughput, give it `EngineConfig(..., scheduler=SchedulerConfig.offline())`: the default
+scheduler is tuned for streams waiting on their next token.
+"""
 
 from __future__ import annotations
 

@@ -72,8 +72,11 @@ def test_engine_bench_report(llama_dir, tmp_path, capsys):
     assert 5 * 8 <= wl["prompt_tokens"] <= 5 * 24 and 5 * 2 <= wl["output_tokens"] <= 5 * 6
     assert t["tandem"]["output_tokens"] == wl["output_tokens"] == t["transformers"]["output_tokens"]
     assert t["tandem"]["cached_tokens"] == 0          # fresh token ids: no prefix-cache hits
-    assert t["transformers"]["best_batch_size"] in (2, 4)
-    assert set(t["transformers_by_batch_size"]) == {"2", "4"}
+    assert t["transformers"]["batch_size"] in (2, 4) and t["transformers"]["order"] in ("sorted", "arrival")
+    assert set(t["transformers_by_setting"]) == {"sorted/2", "sorted/4", "arrival/2", "arrival/4"}
+    # the goal's baseline is the fastest transformers setting of all
+    assert t["transformers"]["output_tps"] == max(o["output_tps"] for o in t["transformers_by_order"].values())
+    assert t["ratio_output_tps_by_order"][t["transformers"]["order"]] == t["ratio_output_tps"]
     # padded batches compute at least the useful tokens
     assert t["transformers"]["computed_tokens"] >= wl["prompt_tokens"] + wl["output_tokens"]
     for side in ("tandem", "transformers"):
@@ -102,3 +105,19 @@ def test_engine_bench_report(llama_dir, tmp_path, capsys):
     md = (tmp_path / "engine_bench.md").read_text()
     assert "offline output tok/s" in md and "batch-1 decode ms/token" in md and "start to first token" in md
     assert "engine_bench.json" in capsys.readouterr().out
+
+
+def test_hf_batches_in_arrival_order_compute_more_padding_than_sorted():
+    from tandem.bench.engine_measure import hf_throughput
+
+    class Echo:  # stands in for a transformers model: generate appends zeros, shapes are real
+        def generate(self, input_ids, attention_mask, max_new_tokens, **kw):
+            return torch.cat([input_ids, torch.zeros(input_ids.shape[0], max_new_tokens, dtype=torch.long)], 1)
+
+    wl = offline_workload(8, (4, 9), (1, 30), 512, lengths_seed=3, tokens_seed=1)
+    sorted_run = hf_throughput(Echo(), wl, 4, 0, "sorted")
+    arrival = hf_throughput(Echo(), wl, 4, 0, "arrival")
+    assert sorted_run.output_tokens == arrival.output_tokens == wl.output_tokens
+    assert sorted_run.computed_tokens < arrival.computed_tokens
+    with pytest.raises(ValueError):
+        hf_throughput(Echo(), wl, 4, 0, "random")
