@@ -18,7 +18,6 @@ import logging
 import time
 from pathlib import Path
 
-import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -143,11 +142,8 @@ def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
 
 
 def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_model_len: int,
-                      transport: httpx.AsyncBaseTransport | None = None,
                       worker_http: WorkerHTTP | None = None) -> Starlette:
-    """`transport` replaces the network for the monitor's polls, `worker_http` for the
-    generate and kv_release calls (tests). Polls are rare and use httpx; the per-request calls
-    use the gateway's own keep-alive client."""
+    """`worker_http` replaces the gateway's HTTP client to workers (tests)."""
     registry = Registry(config.registry)
     for url in config.workers:
         registry.add_static(url, None)
@@ -160,12 +156,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                               make_policy(config.prefill_policy) if config.prefill_policy else None,
                               make_policy(config.decode_policy) if config.decode_policy else None)
     router = Router(registry, index, tracker, policies, config.admission)
-    client = httpx.AsyncClient(
-        timeout=httpx.Timeout(config.registry.request_timeout_s, connect=config.connect_timeout_s),
-        limits=httpx.Limits(max_connections=4096, max_keepalive_connections=256),
-        transport=transport)
     http = worker_http or HTTPClient(ClientConfig(connect_timeout_s=config.connect_timeout_s))
-    monitor = Monitor(registry, index, tracker, client)
+    monitor = Monitor(registry, index, tracker, http)
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
                          current_session)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
@@ -179,7 +171,6 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     async def shutdown() -> None:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await client.aclose()
         if worker_http is None:   # ours to close
             await http.aclose()
 

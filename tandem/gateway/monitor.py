@@ -13,9 +13,11 @@ import logging
 import time
 from collections.abc import Callable
 
-import httpx
+import orjson
 
+from tandem.gateway.http_client import HTTPFailure
 from tandem.gateway.registry import Registry, Worker
+from tandem.gateway.worker_client import WorkerHTTP
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.prefix_index import PrefixIndex
 
@@ -24,11 +26,11 @@ log = logging.getLogger(__name__)
 
 class Monitor:
     def __init__(self, registry: Registry, index: PrefixIndex, tracker: LoadTracker,
-                 client: httpx.AsyncClient, clock: Callable[[], float] = time.monotonic) -> None:
+                 http: WorkerHTTP, clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = registry
         self.index = index
         self.tracker = tracker
-        self.client = client
+        self.http = http
         self.clock = clock
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -53,14 +55,20 @@ class Monitor:
         self.index.clear(url)
         self.tracker.forget(url)
 
+    async def _get_json(self, url: str, path: str) -> tuple[int, object]:
+        """(status, parsed JSON body or None when the status is not 2xx)."""
+        async with self.http.stream("GET", url, path, b"",
+                                    self.registry.config.request_timeout_s) as r:
+            body = await r.read()
+            return r.status, (orjson.loads(body) if 200 <= r.status < 300 else None)
+
     async def poll_worker(self, w: Worker) -> None:
-        timeout = self.registry.config.request_timeout_s
         polled_at = self.tracker.now()
         try:
-            r = await self.client.get(f"{w.url}/internal/stats", timeout=timeout)
-            r.raise_for_status()
-            stats = r.json()
-        except (httpx.HTTPError, ValueError) as exc:
+            status, stats = await self._get_json(w.url, "/internal/stats")
+            if not isinstance(stats, dict):
+                raise ValueError(f"/internal/stats answered {status}")
+        except (HTTPFailure, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             if self.registry.poll_failed(w.url):
                 log.warning("worker %s is unhealthy after %d failed polls: %s",
                             w.url, w.failures, exc)
@@ -81,14 +89,11 @@ class Monitor:
     async def poll_events(self, w: Worker) -> None:
         epoch = w.epoch
         try:
-            r = await self.client.get(f"{w.url}/internal/kv_events", params={"since": w.kv_since},
-                                      timeout=self.registry.config.request_timeout_s)
-            if r.status_code == 404:
-                return  # a worker without prefix caching events: prefix routing sees nothing there
-            r.raise_for_status()
-            reply = r.json()
-        except (httpx.HTTPError, ValueError):
+            _, reply = await self._get_json(w.url, f"/internal/kv_events?since={w.kv_since}")
+        except (HTTPFailure, ValueError):
             return  # the stats poll judges health; events are retried next round
+        if not isinstance(reply, dict):
+            return  # 404: a worker without prefix caching events (prefix routing sees nothing there)
         if w.epoch != epoch or self.registry.get(w.url) is not w:
             return  # it went unhealthy or left while we waited: this reply is stale
         w.kv_since = self.index.apply(w.url, reply)

@@ -27,8 +27,7 @@ def client_for(model_dir, roles, **cfg):
                            model_path=model_dir, served_model_name="tiny",
                            registry=RegistryConfig(poll_interval_s=30), **cfg)
     tok, name, max_len = model_facts(model_dir, config.served_model_name)
-    app = build_gateway_app(config, tok, name, max_len, transport=cluster.transport(),
-                            worker_http=worker_http(cluster))
+    app = build_gateway_app(config, tok, name, max_len, worker_http=worker_http(cluster))
     return cluster, TestClient(app)
 
 

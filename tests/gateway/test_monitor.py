@@ -8,6 +8,8 @@ from tandem.gateway.registry import Registry
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.prefix_index import PrefixIndex
 
+from tests.gateway.fake_workers import HttpxWorkerHTTP
+
 
 class FakeWorkers:
     """httpx MockTransport handler: per host, stats and an event log; `down` hosts refuse."""
@@ -38,8 +40,8 @@ def setup(unhealthy_after=2):
     fake = FakeWorkers()
     reg = Registry(RegistryConfig(unhealthy_after=unhealthy_after))
     index, tracker = PrefixIndex(), LoadTracker()
-    client = httpx.AsyncClient(transport=httpx.MockTransport(fake))
-    return fake, reg, index, tracker, Monitor(reg, index, tracker, client, clock=lambda: 0.0)
+    http = HttpxWorkerHTTP(httpx.AsyncClient(transport=httpx.MockTransport(fake)))
+    return fake, reg, index, tracker, Monitor(reg, index, tracker, http, clock=lambda: 0.0)
 
 
 def test_poll_marks_healthy_feeds_index_and_load():

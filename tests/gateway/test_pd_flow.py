@@ -32,10 +32,9 @@ def build(roles, policy="round_robin", **cfg):
     metrics = GatewayMetrics(CollectorRegistry(), reg, tracker)
     router = Router(reg, index, tracker, pools_policies(make_policy(policy)), config.admission,
                     on_decision=metrics.on_decision)
-    client = httpx.AsyncClient(transport=cluster.transport())
-    monitor = Monitor(reg, index, tracker, client)
-    parts = GatewayParts(config, reg, router, tracker, HttpxWorkerHTTP(client), metrics, monitor.forget,
-                         lambda: None)
+    http = HttpxWorkerHTTP(httpx.AsyncClient(transport=cluster.transport()))
+    monitor = Monitor(reg, index, tracker, http)
+    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget, lambda: None)
     return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
 
 
