@@ -408,7 +408,9 @@ def run(cfg: VsConfig) -> dict:
     report = {"schema": "tandem.bench.engine-vllm/1",
               "meta": {"command": cfg.command, "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
                        "machine": machine(), "threads": cfg.threads, "load_avg_start": _load(),
-                       "config": {k: v for k, v in asdict(cfg).items() if k != "command"}},
+                       "config": {k: v for k, v in asdict(cfg).items() if k != "command"},
+                       "decode_timing": "per engine step that returns tokens: tandem Engine.step, vLLM "
+                                        "LLMEngine.step with DELTA outputs (RequestOutput.metrics is None)"},
               "results": {}}
     for dtype in cfg.dtypes:
         report["results"][dtype] = bench_dtype(cfg, dtype, logs)
