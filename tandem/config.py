@@ -32,6 +32,9 @@ class ModelConfig:
     served_name: str | None = None    # name in /v1/models; default: the directory's name
     max_model_len: int | None = None  # default: the config's max_position_embeddings
     show_progress: bool = True        # progress bar while loading weights
+    # CPU bfloat16: linear weights packed once into oneDNN's layout (tandem.layers.linear), faster
+    # matrix products for one copy of them in RAM in place of the memory-mapped checkpoint
+    pack_weights: bool = True
 
 
 @dataclass(frozen=True)

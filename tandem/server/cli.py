@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N; auto: cuda when available")
+    p.add_argument("--no-pack-weights", dest="pack_weights", action="store_false",
+                   help="CPU bfloat16: keep the checkpoint's memory-mapped weights instead of packing "
+                        "them into oneDNN's layout (less RAM, slower matrix products)")
     p.add_argument("--max-model-len", type=_positive, default=None,
                    help="default: the model's max_position_embeddings")
     p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
@@ -93,7 +96,8 @@ def _device(name: str) -> str:
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
-                          served_name=args.served_model_name, max_model_len=args.max_model_len),
+                          served_name=args.served_model_name, max_model_len=args.max_model_len,
+                          pack_weights=args.pack_weights),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           num_blocks=args.num_kv_blocks,
                           enable_prefix_caching=not args.no_prefix_caching),

@@ -1,6 +1,7 @@
 """Engine behaviour: prefix cache, limits, abort, sampling, stop conditions."""
 
 import pytest
+import torch
 
 from tandem.errors import InvalidRequest, PromptTooLong
 from tandem.types import FinishReason
@@ -124,3 +125,28 @@ def test_stats_count_tokens_and_usage(llama_dir, make_engine):
     s = engine.stats()
     assert s.prompt_tokens == sum(map(len, ps)) and s.generation_tokens == 10
     assert s.num_running == 0 and s.num_waiting == 0 and s.kv_cache_usage == 0.0
+
+
+def test_packed_bfloat16_weights_give_the_same_greedy_tokens(llama_dir):
+    """CPU bfloat16 loads pack the linear weights (oneDNN layout); outputs must not change."""
+    import dataclasses
+
+    from tandem.engine.engine import Engine
+    from tandem.layers.linear import Linear, can_pack
+    from tests.conftest import assert_all_blocks_free, engine_config
+
+    if not can_pack(torch.bfloat16, torch.device("cpu")):
+        pytest.skip("this torch has no oneDNN ops")
+    outs = []
+    for pack in (True, False):
+        cfg = engine_config(llama_dir, dtype="bfloat16")
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pack_weights=pack))
+        engine = Engine.from_config(cfg)
+        linears = [m for m in engine.loaded.model.modules() if isinstance(m, Linear)]
+        assert all((m.packed_weight is not None) == pack for m in linears)
+        reqs = [request(p, max_tokens=12) for p in prompts(6, seed=21)]
+        res = run(engine, reqs)
+        outs.append([tokens(res[r.request_id]) for r in reqs])
+        assert_all_blocks_free(engine)
+        engine.shutdown()
+    assert outs[0] == outs[1]

@@ -1,0 +1,44 @@
+"""Packed CPU bfloat16 linears: bitwise equal to F.linear, the checkpoint weight released."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tandem.layers.linear import Linear, can_pack, pack_linears
+
+pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")),
+                                reason="this torch has no oneDNN ops")
+
+
+def _linear(n_in: int, n_out: int, bias: bool, seed: int) -> Linear:
+    g = torch.Generator().manual_seed(seed)
+    m = Linear(n_in, n_out, bias=bias)
+    m.weight = torch.nn.Parameter(torch.randn(n_out, n_in, generator=g).to(torch.bfloat16), requires_grad=False)
+    if bias:
+        m.bias = torch.nn.Parameter(torch.randn(n_out, generator=g).to(torch.bfloat16), requires_grad=False)
+    return m
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [0, 1, 3, 64, 257])
+def test_packed_equals_unpacked_bitwise(rows, bias):
+    m = _linear(96, 160, bias, seed=rows)
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    with torch.inference_mode():
+        ref = F.linear(x, m.weight, m.bias)
+        m.pack()
+        assert torch.equal(m(x), ref)
+
+
+def test_pack_linears_drops_the_weights_and_keeps_biases():
+    model = torch.nn.Sequential(_linear(32, 48, True, 0), torch.nn.ReLU(), _linear(48, 16, False, 1))
+    assert pack_linears(model) == 2
+    assert [n for n, _ in model.named_parameters()] == ["0.bias"]
+    assert pack_linears(model) == 0  # already packed
+
+
+def test_only_cpu_bfloat16_is_packed():
+    assert can_pack(torch.bfloat16, torch.device("cpu"))
+    assert not can_pack(torch.float32, torch.device("cpu"))
+    assert not can_pack(torch.float16, torch.device("cpu"))
+    assert not can_pack(torch.bfloat16, torch.device("cuda"))
