@@ -169,7 +169,7 @@ def _tail(path: Path, lines: int = 30) -> str:
 def tandem_child(conf: dict) -> None:
     import torch
 
-    from tandem.bench.engine_bench import EngineBenchConfig, _tandem_llm
+    from tandem.bench.engine_bench import EngineBenchConfig, tandem_llm
     from tandem.bench.engine_measure import tandem_decode
     from tandem.types import SamplingParams
 
@@ -178,7 +178,7 @@ def tandem_child(conf: dict) -> None:
     # the scheduler settings of `tandem bench engine` unless overridden
     budget = {"max_num_batched_tokens": conf["max_num_batched_tokens"]} if conf["max_num_batched_tokens"] else {}
     bench_cfg = EngineBenchConfig(threads=conf["threads"], num_requests=conf["num_requests"], **budget)
-    llm = _tandem_llm(conf["model"], conf["dtype"], bench_cfg, conf["kv_tokens"])
+    llm = tandem_llm(conf["model"], conf["dtype"], bench_cfg, conf["kv_tokens"])
     _reply({"ready": True, "build_s": time.perf_counter() - t0, "torch": torch.__version__,
             "max_num_batched_tokens": bench_cfg.max_num_batched_tokens,
             "scheduler": repr(llm.engine.config.scheduler)})

@@ -122,7 +122,9 @@ def count_params(model_dir: str) -> int:
 
 
 # --- one dtype ----------------------------------------------------------------------------------
-def _tandem_llm(model_dir: str, dtype: str, cfg: EngineBenchConfig, kv_tokens: int):
+def tandem_llm(model_dir: str, dtype: str, cfg: EngineBenchConfig, kv_tokens: int):
+    """tandem's offline engine as the benchmarks run it (peers scripts use it too): room in the KV
+    cache for the whole workload, the step budget and chunk cap of `cfg`."""
     from tandem.config import CacheConfig, EngineConfig, ModelConfig
     from tandem.engine.llm import LLM
     from tandem.kv.layout import KVLayout
@@ -167,7 +169,7 @@ def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
     kv_tokens = workloads[0].prompt_tokens + workloads[0].output_tokens
     if "throughput" in cfg.parts or "decode" in cfg.parts:
         t0 = time.perf_counter()
-        llm = _tandem_llm(model_dir, dtype, cfg, kv_tokens)
+        llm = tandem_llm(model_dir, dtype, cfg, kv_tokens)
         hf = load_hf_model(model_dir, dtype)
         print(f"[{dtype}] engines loaded in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
         _warm_up(llm, hf, vocab, pad_id)
