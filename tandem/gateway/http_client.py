@@ -70,7 +70,7 @@ class _Origin:
 
 
 class Response:
-    """Status and headers of one response; its body is read with `chunks`, `lines` or `read`."""
+    """Status and headers of one response; its body is read with `next_data`, `lines` or `read`."""
 
     def __init__(self, client: "HTTPClient", origin: _Origin, conn: _Conn, status: int,
                  headers: dict[str, str], read_timeout_s: float) -> None:
@@ -86,34 +86,35 @@ class Response:
         self.complete = self._left == 0 and not self._chunked
         self._expect_end = False
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """Body data as it arrives (one HTTP chunk per item when chunked)."""
+    async def next_data(self) -> bytes | None:
+        """The next piece of body data as it arrives (one HTTP chunk when chunked), None at
+        the end. A plain coroutine, not a generator: it runs once per ndjson line."""
+        if self.complete:
+            return None
         reader = self._conn.reader
         try:
-            while not self.complete:
-                async with asyncio.timeout(self._timeout):
-                    if self._chunked:
-                        data = await _read_chunk(reader)
-                    elif self._left is not None:
-                        data = await reader.read(min(self._left, 65536))
-                        if not data:
-                            raise ConnectionBroken("connection closed before the end of the body")
-                        self._left -= len(data)
-                    else:
-                        data = await reader.read(65536)
-                if not data or self._left == 0:
-                    self.complete = True
-                if data:
-                    yield data
+            async with asyncio.timeout(self._timeout):
+                if self._chunked:
+                    data = await _read_chunk(reader)
+                elif self._left is not None:
+                    data = await reader.read(min(self._left, 65536))
+                    if not data:
+                        raise ConnectionBroken("connection closed before the end of the body")
+                    self._left -= len(data)
+                else:
+                    data = await reader.read(65536)
         except TimeoutError as exc:
             raise ResponseTimeout(f"no data for {self._timeout} s") from exc
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError) as exc:
             raise ConnectionBroken(f"connection broke mid-body: {exc!r}") from exc
+        if not data or self._left == 0:
+            self.complete = True
+        return data or None
 
     async def lines(self) -> AsyncIterator[bytes]:
         """The body split at b"\\n" (without it); the last line may lack one."""
         rest = b""
-        async for data in self.chunks():
+        while (data := await self.next_data()) is not None:
             if not rest and data[-1:] == b"\n" and data.count(b"\n") == 1:
                 yield data[:-1]   # the usual case: one ndjson line per HTTP chunk
                 continue
@@ -124,7 +125,10 @@ class Response:
             yield rest
 
     async def read(self) -> bytes:
-        return b"".join([data async for data in self.chunks()])
+        parts = []
+        while (data := await self.next_data()) is not None:
+            parts.append(data)
+        return b"".join(parts)
 
     def expect_end(self) -> None:
         """The caller stops reading; keep the connection once the body's end has arrived."""
@@ -244,7 +248,7 @@ class HTTPClient:
         response._timeout = self.config.drain_timeout_s
         response._expect_end = False
         try:
-            async for _ in response.chunks():
+            while await response.next_data() is not None:
                 pass
         except HTTPFailure:
             pass

@@ -143,7 +143,7 @@ class _Flow:
                                               f"{self.retries} attempts; last: {exc}") from exc
                     log.warning("request %s: %s; retrying elsewhere", self.req.request_id, exc)
                     if self.p.metrics:
-                        self.p.metrics.retries.labels(getattr(exc, "pool", "both")).inc()
+                        self.p.metrics.retries.labels(exc.pool).inc()
             except TandemError as exc:
                 if not self.sent:
                     raise
@@ -270,16 +270,10 @@ class _Flow:
                         num_prompt_tokens=d.num_prompt_tokens, num_cached_tokens=d.num_cached_tokens,
                         num_output_tokens=d.num_output_tokens, kv_handle=d.kv_handle,
                         timings=d.timings)
-        raise WorkerFailed(url, "prefill ended without a final delta", hard=False)
+        raise WorkerFailed(url, "prefill ended without a final delta", False, "prefill")
 
-    async def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
-        try:
-            async with aclosing(stream_generate(self.p.http, url, wreq)) as deltas:
-                async for d in deltas:
-                    yield d
-        except WorkerFailed as exc:
-            exc.pool = pool  # type: ignore[attr-defined]
-            raise
+    def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
+        return stream_generate(self.p.http, url, wreq, pool)
 
     # --- rewriting --------------------------------------------------------------------------
     def _set_headers(self, prefill_url: str, decode_url: str) -> None:

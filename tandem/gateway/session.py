@@ -35,6 +35,9 @@ class SessionMiddleware:
             if name == SESSION_HEADER:
                 value = raw.decode("latin-1").strip()[:MAX_SESSION_ID] or None
                 break
+        if value is None and _session.get() is None:
+            await self.app(scope, receive, send)   # nothing to carry (the common case)
+            return
         token = _session.set(value)
         try:
             await self.app(scope, receive, send)

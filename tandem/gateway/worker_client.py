@@ -49,10 +49,11 @@ class WorkerHTTP(Protocol):
 
 
 class WorkerFailed(Exception):
-    def __init__(self, url: str, message: str, hard: bool) -> None:
+    def __init__(self, url: str, message: str, hard: bool, pool: str = "both") -> None:
         super().__init__(f"worker {url}: {message}")
         self.url = url
         self.hard = hard  # the worker looks dead (connection level), not just this request
+        self.pool = pool  # the role the worker was called in (metrics label)
 
 
 def error_from_body(status: int, body: bytes) -> TandemError:
@@ -68,9 +69,9 @@ def error_from_body(status: int, body: bytes) -> TandemError:
     return err
 
 
-async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest,
+async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest, pool: str = "both",
                           read_timeout_s: float = 120.0) -> AsyncIterator[RequestDelta]:
-    """Deltas of `req` on worker `url`; ends after the final delta (finished=True)."""
+    """Deltas of `req` on worker `url` (called in role `pool`); ends after the final delta."""
     body = orjson.dumps(wire.request_to_dict(req))
     try:
         async with http.stream("POST", url, GENERATE_PATH, body, read_timeout_s) as r:
@@ -78,7 +79,7 @@ async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest,
                 data = await r.read()
                 if 400 <= r.status < 500 and r.status != 429:
                     raise error_from_body(r.status, data)
-                raise WorkerFailed(url, f"answered {r.status}: {data[:200]!r}", hard=False)
+                raise WorkerFailed(url, f"answered {r.status}: {data[:200]!r}", False, pool)
             async for line in r.lines():
                 if not line.strip():
                     continue
@@ -86,17 +87,17 @@ async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest,
                 if delta.finished:
                     r.expect_end()  # the worker ends the body now: keep the connection
                     if delta.finish_reason is FinishReason.ERROR:
-                        raise WorkerFailed(url, f"request failed: {delta.error}", hard=False)
+                        raise WorkerFailed(url, f"request failed: {delta.error}", False, pool)
                 yield delta
                 if delta.finished:
                     return
     except ConnectFailed as exc:
-        raise WorkerFailed(url, f"cannot connect: {exc}", hard=True) from exc
+        raise WorkerFailed(url, f"cannot connect: {exc}", True, pool) from exc
     except ResponseTimeout as exc:  # slow, not necessarily dead: health polls decide
-        raise WorkerFailed(url, f"timed out: {exc}", hard=False) from exc
+        raise WorkerFailed(url, f"timed out: {exc}", False, pool) from exc
     except (HTTPFailure, orjson.JSONDecodeError) as exc:
-        raise WorkerFailed(url, f"stream broke: {exc!r}", hard=True) from exc
-    raise WorkerFailed(url, "stream ended without a final delta", hard=True)
+        raise WorkerFailed(url, f"stream broke: {exc!r}", True, pool) from exc
+    raise WorkerFailed(url, "stream ended without a final delta", True, pool)
 
 
 async def release_kv(http: WorkerHTTP, url: str, request_id: str) -> None:

@@ -175,6 +175,28 @@ def test_decode_worker_killed_mid_stream_client_gets_identical_output(model):
         assert_no_blocks_held(c)
 
 
+def test_client_disconnect_mid_stream_aborts_the_request_on_the_worker(model):
+    # the gateway keeps worker connections alive between requests; a stream the client leaves
+    # must still close its worker connection, which is what aborts the request there
+    c = build(model, ["both"], {"g": ([0], "default")})
+    with running(c):
+        g, w = url(c, "g"), url(c, "w0")
+        body = {"model": "m", "prompt": PROMPT, "max_tokens": 1500, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", g + "/v1/completions", json=body, timeout=120) as r:
+            seen = 0
+            for line in r.iter_lines():
+                seen += line.startswith("data: {")
+                if seen == 5:
+                    break   # leaving the block closes the client's connection
+        assert_no_blocks_held(c)   # waits until the worker runs nothing
+        finished = 'tandem:request_success_total{finished_reason="%s",model_name="m"}'
+        assert metric(w, finished % "abort") == 1
+        assert metric(w, finished % "length") == 0
+        assert text_of(complete(g, "Hello", 4))   # the gateway serves on
+        assert metric(w, finished % "length") == 1
+
+
 def test_prefill_worker_killed_request_succeeds_elsewhere(model):
     c = build(model, ["prefill", "prefill", "decode"], {"g": ([0, 1, 2], "round_robin")})
     with running(c):
