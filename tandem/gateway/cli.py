@@ -74,6 +74,8 @@ def gateway_config_from_args(args: argparse.Namespace):
 
 
 def gateway(args: argparse.Namespace) -> int:
+    import gc
+
     import uvicorn
 
     from tandem.gateway.app import build_gateway_app, model_facts
@@ -83,6 +85,10 @@ def gateway(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name)
     app = build_gateway_app(config, tokenizer, name, max_len)
+    # Everything imported so far lives as long as the process: keep it out of the collector's
+    # full passes, which would otherwise walk ~10^5 objects (~100 ms) in the request path.
+    gc.collect()
+    gc.freeze()
     uvicorn.run(app, host=config.host, port=config.port, loop="auto", http="auto",
                 log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5)
     return 0

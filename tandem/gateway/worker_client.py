@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Protocol
 
 import orjson
@@ -80,17 +80,19 @@ async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest, pool: 
                 if 400 <= r.status < 500 and r.status != 429:
                     raise error_from_body(r.status, data)
                 raise WorkerFailed(url, f"answered {r.status}: {data[:200]!r}", False, pool)
-            async for line in r.lines():
-                if not line.strip():
-                    continue
-                delta = wire.delta_from_dict(orjson.loads(line))
-                if delta.finished:
-                    r.expect_end()  # the worker ends the body now: keep the connection
-                    if delta.finish_reason is FinishReason.ERROR:
-                        raise WorkerFailed(url, f"request failed: {delta.error}", False, pool)
-                yield delta
-                if delta.finished:
-                    return
+            # closed explicitly: an async generator left to the garbage collector costs a task
+            async with aclosing(r.lines()) as lines:
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    delta = wire.delta_from_dict(orjson.loads(line))
+                    if delta.finished:
+                        r.expect_end()  # the worker ends the body now: keep the connection
+                        if delta.finish_reason is FinishReason.ERROR:
+                            raise WorkerFailed(url, f"request failed: {delta.error}", False, pool)
+                    yield delta
+                    if delta.finished:
+                        return
     except ConnectFailed as exc:
         raise WorkerFailed(url, f"cannot connect: {exc}", True, pool) from exc
     except ResponseTimeout as exc:  # slow, not necessarily dead: health polls decide
