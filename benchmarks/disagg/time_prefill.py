@@ -23,21 +23,9 @@ from pathlib import Path
 
 import httpx
 
+from tandem.testing.server_process import wait_healthy
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_health(url: str, proc: subprocess.Popen, timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"worker exited with {proc.returncode}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("worker not ready")
 
 
 def main() -> int:
@@ -56,7 +44,7 @@ def main() -> int:
     proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
     out = {"command": " ".join(cmd), "tokens": a.tokens}
     try:
-        wait_health(url, proc)
+        wait_healthy(url, proc, 300)
         model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
         rng = random.Random(0)
         with httpx.Client(timeout=600) as http:

@@ -8,17 +8,15 @@ with a generous KV cache the measured cached tokens equal the trace's ideal.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import orjson
 import pytest
 
+from tandem.testing.server_process import stop, wait_healthy
 from tests.bench.fake_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,24 +31,10 @@ def server(llama_dir, tmp_path):
                             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "tandem serve not ready in 120 s"
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
+        wait_healthy(url, proc, 120, poll_s=0.5, describe=lambda: (tmp_path / "serve.log").read_text()[-3000:])
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        stop(proc, signal.SIGINT, grace_s=20)
         log.close()
 
 

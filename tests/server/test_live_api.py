@@ -13,8 +13,9 @@ import httpx
 import openai
 import pytest
 
-from tests.server.sse import events
+from tandem.testing.server_process import stop, wait_healthy
 from tandem.testing.tiny_model import write_test_model
+from tests.server.sse import events
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "tiny"
@@ -40,26 +41,10 @@ def server(tmp_path_factory):
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited:\n{proc.stdout.read().decode()}")
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("tandem serve did not become healthy in 120 s")
-            time.sleep(0.2)
+        wait_healthy(url, proc, 120, describe=lambda: proc.stdout.read().decode() if proc.poll() is not None else "")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
 
 
 @pytest.fixture(scope="module")
