@@ -33,6 +33,7 @@ from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import Router, pools_policies
 from tandem.gateway.session import SessionMiddleware, current_session
+from tandem.gateway.stream_guard import StreamGuard
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
@@ -183,6 +184,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     router.on_decision = metrics.on_decision
     app.add_middleware(SessionMiddleware)
     app.add_middleware(RetryAfter, seconds=config.retry_after_s)
+    app.add_middleware(StreamGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.gateway = parts
     app.state.monitor = monitor
     return app
