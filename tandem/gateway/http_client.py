@@ -72,7 +72,7 @@ class _Origin:
 class Response:
     """Status and headers of one response; its body is read with `next_data`, `lines` or `read`."""
 
-    def __init__(self, client: "HTTPClient", origin: _Origin, conn: _Conn, status: int,
+    def __init__(self, client: HTTPClient, origin: _Origin, conn: _Conn, status: int,
                  headers: dict[str, str], read_timeout_s: float) -> None:
         self._client, self._origin, self._conn = client, origin, conn
         self.status = status
@@ -165,7 +165,7 @@ async def _read_chunk(reader: asyncio.StreamReader) -> bytes:
 class _Exchange:
     """`async with client.stream(...) as response`: on exit the connection is kept or closed."""
 
-    def __init__(self, client: "HTTPClient", method: str, base_url: str, path: str, body: bytes,
+    def __init__(self, client: HTTPClient, method: str, base_url: str, path: str, body: bytes,
                  read_timeout_s: float) -> None:
         self._args = (client, method, base_url, path, body, read_timeout_s)
         self._response: Response | None = None

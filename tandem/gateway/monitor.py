@@ -38,11 +38,11 @@ class Monitor:
         while not stop.is_set():
             try:
                 await self.poll_once()
-            except Exception:  # noqa: BLE001 - a bug here must not stop health checking
+            except Exception:  # a bug here must not stop health checking
                 log.exception("worker poll round failed")
             try:
                 await asyncio.wait_for(stop.wait(), interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def poll_once(self) -> None:
@@ -66,12 +66,13 @@ class Monitor:
         polled_at = self.tracker.now()
         try:
             status, stats = await self._get_json(w.url, "/internal/stats")
-            if not isinstance(stats, dict):
-                raise ValueError(f"/internal/stats answered {status}")
+            failure = None if isinstance(stats, dict) else f"/internal/stats answered {status}"
         except (HTTPFailure, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
+            failure = str(exc)
+        if failure is not None:
             if self.registry.poll_failed(w.url):
                 log.warning("worker %s is unhealthy after %d failed polls: %s",
-                            w.url, w.failures, exc)
+                            w.url, w.failures, failure)
                 self.forget(w.url)
             return
         was_healthy = w.healthy

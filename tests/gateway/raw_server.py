@@ -40,7 +40,7 @@ class RawServer:
         port = self._server.sockets[0].getsockname()[1]
         return f"http://127.0.0.1:{port}"
 
-    async def __aenter__(self) -> "RawServer":
+    async def __aenter__(self) -> RawServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         return self
 
