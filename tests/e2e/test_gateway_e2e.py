@@ -308,7 +308,7 @@ def test_prefix_aware_sends_shared_prefix_to_holder(pair):
     assert ws[holder]["cached_blocks"] > 0 and idle, ws
     for i in range(1, 5):
         r = complete(g, shared + f" question {i}", 4)
-        assert r.headers["x-tandem-decode"] == holder
+        assert r.headers["x-tandem-decode"] == holder, httpx.get(g + "/internal/workers").json()
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 200
     decisions = 'tandem:gateway_routing_decisions_total{policy="prefix_aware",pool="both",reason="prefix"}'
     assert metric(g, decisions) == 4
