@@ -10,20 +10,24 @@ import argparse
 import importlib
 import sys
 
-# Modules exposing `register(subparsers)`; each adds its verbs and sets `func(args) -> int`.
-VERB_MODULES = (
-    "tandem.server.cli",    # serve
-    "tandem.gateway.cli",   # gateway, up
-    "tandem.bench.cli",     # bench
-    "tandem.models.cli",    # model
-    "tandem.demo.cli",      # demo
-)
+# verb -> the module exposing `register(subparsers)`, which adds its verbs and sets
+# `func(args) -> int`. Only the module of the verb being run is imported (some import torch,
+# which a gateway does not need); `tandem --help` imports them all.
+VERB_MODULES = {
+    "serve": "tandem.server.cli",
+    "gateway": "tandem.gateway.cli",
+    "up": "tandem.gateway.cli",
+    "bench": "tandem.bench.cli",
+    "model": "tandem.models.cli",
+    "demo": "tandem.demo.cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tandem", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="verb", required=True)
-    for name in VERB_MODULES:
+    names = [VERB_MODULES[verb]] if verb in VERB_MODULES else list(dict.fromkeys(VERB_MODULES.values()))
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -35,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(verb).parse_args(argv)
     return int(args.func(args) or 0)
 
 
