@@ -104,6 +104,7 @@ class LoadTracker:
     def forget(self, worker: str) -> None:
         """Drop a worker's correction (it left or restarted); its requests end on their own."""
         self._offsets.pop(worker, None)
+        self._changed_at.pop(worker, None)
 
     def load(self, worker: str) -> TokenLoad:
         t = self._tracked(worker)
