@@ -293,22 +293,27 @@ def test_token_aware_balances_skewed_prompts(pair):
 def test_prefix_aware_sends_shared_prefix_to_holder(pair):
     c, g = pair, url(pair, "gp")
     shared = "You are an agent with these tools and this long history. " * 25  # ~300 tokens
+
+    def workers() -> dict[str, dict]:
+        return {w["url"]: w for w in httpx.get(g + "/internal/workers").json()["workers"]}
+
+    indexed_before = {u: w["cached_blocks"] for u, w in workers().items()}
     first = complete(g, shared + " question 0", 4)
     holder = first.headers["x-tandem-decode"]
-    # KV events reach the gateway on its next poll; load reports too (the previous test's streams
-    # ran through another gateway, which this one sees only in the workers' reports).
+    # The gateway learns of the new blocks from the holder's KV events on its next poll (blocks
+    # of the previous test are indexed already, so wait for the count to grow), and of the load
+    # of the previous test's streams, which ran through another gateway, from the workers' reports.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        ws = {w["url"]: w for w in httpx.get(g + "/internal/workers").json()["workers"]}
-        idle = all(w["inflight_prefill_tokens"] == w["inflight_decode_tokens"] == 0
-                   for w in ws.values())
-        if ws[holder]["cached_blocks"] > 0 and idle:
+        ws = workers()
+        idle = all(w["inflight_prefill_tokens"] == w["inflight_decode_tokens"] == 0 for w in ws.values())
+        if ws[holder]["cached_blocks"] > indexed_before[holder] and idle:
             break
         time.sleep(0.1)
-    assert ws[holder]["cached_blocks"] > 0 and idle, ws
+    assert ws[holder]["cached_blocks"] > indexed_before[holder] and idle, (indexed_before, ws)
     for i in range(1, 5):
         r = complete(g, shared + f" question {i}", 4)
-        assert r.headers["x-tandem-decode"] == holder, httpx.get(g + "/internal/workers").json()
+        assert r.headers["x-tandem-decode"] == holder, (i, json.dumps(workers()))
         assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 200
     decisions = 'tandem:gateway_routing_decisions_total{policy="prefix_aware",pool="both",reason="prefix"}'
     assert metric(g, decisions) == 4
