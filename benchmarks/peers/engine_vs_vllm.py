@@ -451,7 +451,7 @@ def markdown(report: dict) -> str:
                          f"{t['tandem']['output_tps']:.1f} | {t['vllm']['output_tps']:.1f} | "
                          f"{t['ratio_output_tps']:.2f}x | {same}/{total} requests, {toks}/{ntoks} tokens |")
             lines.append(f"| {dtype} | offline total tok/s | {t['tandem']['total_tps']:.1f} | "
-                         f"{t['vllm']['total_tps']:.1f} | {t['ratio_output_tps']:.2f}x | |")
+                         f"{t['vllm']['total_tps']:.1f} | {t['tandem']['total_tps'] / t['vllm']['total_tps']:.2f}x | |")
         if "decode" in r:
             d = r["decode"]
             lines.append(f"| {dtype} | batch-1 decode ms/token | {1e3 * d['tandem']['tpot_s']:.2f} | "

@@ -75,10 +75,11 @@ def model_facts(model_path: str | None, served_name: str | None) -> tuple[object
     if model_path is None:
         raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
                          "and chat template to hash prompt prefixes like the workers do")
-    from tandem.models.tokenizer import Tokenizer
+    from tandem.models.tokenizer import Tokenizer, warm_chat_template
 
     path = Path(model_path)
     tokenizer = Tokenizer.from_dir(path)
+    warm_chat_template(tokenizer)
     config = json.loads((path / "config.json").read_text())
     max_len = int(config.get("max_position_embeddings") or 4096)
     return tokenizer, served_name or path.resolve().name, max_len

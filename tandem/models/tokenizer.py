@@ -8,6 +8,7 @@ eos ids).
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -66,21 +67,30 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
     # -- chat -----------------------------------------------------------------------------------
+    def compiled_chat_template(self):
+        """The jinja2 template, compiled once (servers call this at start-up so that the first
+        chat request does not pay for it). Raises ChatTemplateError when the model has none or
+        it does not parse."""
+        if not self.chat_template:
+            raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
+        if self._template is None:
+            from tandem.models.chat_template import compile_template
+
+            self._template = compile_template(self.chat_template)
+        return self._template
+
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = True, **kwargs) -> str:
         """Render the conversation as the model's prompt text (special tokens included as text).
 
         Raises ChatTemplateError when the model has no template or the template rejects the input.
         """
-        if not self.chat_template:
-            raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
-        from tandem.models.chat_template import compile_template, render
+        from tandem.models.chat_template import render
 
-        if self._template is None:
-            self._template = compile_template(self.chat_template)  # ChatTemplateError if it does not parse
+        template = self.compiled_chat_template()
         variables = {k: v for k, v in self.special_tokens.items()}
         variables.update(kwargs)
-        return render(self._template, messages=messages, tools=tools,
+        return render(template, messages=messages, tools=tools,
                       add_generation_prompt=add_generation_prompt, **variables)
 
     # -- internals ------------------------------------------------------------------------------
@@ -118,6 +128,18 @@ def _read_json(path: Path) -> dict:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ModelLoadError(f"{path} is not valid JSON: {e}") from e
+
+
+def warm_chat_template(tokenizer: Tokenizer) -> None:
+    """Compile the chat template at a server's start-up instead of in its first chat request. A
+    template that does not parse is logged, not fatal: completions still work, and chat requests
+    get the parse error as a 400."""
+    if not tokenizer.chat_template:
+        return
+    try:
+        tokenizer.compiled_chat_template()
+    except ChatTemplateError as exc:
+        logging.getLogger(__name__).warning("chat completions will fail: %s", exc)
 
 
 def _find_chat_template(path: Path, config: dict) -> str | None:

@@ -120,14 +120,20 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
 def lifecycle(engine, config: ServerConfig):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
     starts once the engine is ready and deregisters before the engine stops."""
+    from tandem.models.tokenizer import warm_chat_template
+
+    async def start_engine() -> None:
+        await engine.start()
+        warm_chat_template(engine.tokenizer)
+
     if config.gateway_url is None:
-        return engine.start, engine.shutdown
+        return start_engine, engine.shutdown
     from tandem.gateway.heartbeat import Heartbeat, HeartbeatConfig, advertised_url
 
     beats: list[Heartbeat] = []
 
     async def startup() -> None:
-        await engine.start()
+        await start_engine()
         hb = Heartbeat(HeartbeatConfig(
             gateway_url=config.gateway_url, role=engine.role,
             worker_url=config.advertise_url or advertised_url(config.host, config.port),

@@ -120,3 +120,19 @@ def test_template_that_does_not_parse_fails_the_chat_request_not_the_load(tmp_pa
     assert tok.encode("hello")
     with pytest.raises(ChatTemplateError, match="does not parse"):
         tok.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+def test_warm_chat_template_compiles_once_and_logs_a_broken_one(tmp_path, caplog):
+    from tandem.models.tokenizer import warm_chat_template
+
+    tok = Tokenizer.from_dir(write_test_model(tmp_path / "ok"))
+    warm_chat_template(tok)
+    compiled = tok.compiled_chat_template()
+    assert compiled is tok.compiled_chat_template()  # compiled at warm-up, reused
+    broken_dir = write_test_model(tmp_path / "broken")
+    (broken_dir / "chat_template.jinja").write_text("{% if %}")
+    broken = Tokenizer.from_dir(broken_dir)
+    warm_chat_template(broken)  # no exception: completions still work
+    assert "chat completions will fail" in caplog.text
+    with pytest.raises(ChatTemplateError):
+        broken.apply_chat_template([{"role": "user", "content": "x"}])

@@ -45,16 +45,36 @@ def test_defaults():
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
 
 
-def test_lifecycle_without_gateway_is_the_engine_hooks():
+class _Tokenizer:
+    chat_template = "{{ messages[0].content }}"
+
+    def __init__(self):
+        self.compiled = 0
+
+    def compiled_chat_template(self):
+        self.compiled += 1
+
+
+def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_template():
+    import asyncio
+
+    calls = []
+
     class Engine:
-        async def start(self): ...
+        tokenizer = _Tokenizer()
+
+        async def start(self):
+            calls.append(("start", self.tokenizer.compiled))
+
         async def shutdown(self): ...
 
     e = Engine()
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
     from tandem.server.cli import lifecycle
     start, stop = lifecycle(e, server)
-    assert start == e.start and stop == e.shutdown
+    asyncio.run(start())
+    assert calls == [("start", 0)] and e.tokenizer.compiled == 1
+    assert stop == e.shutdown
 
 
 def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shutdown():
@@ -80,6 +100,7 @@ def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shut
 
     class Engine:
         role = "decode"
+        tokenizer = _Tokenizer()
 
         async def start(self):
             calls.append(("start", None))
