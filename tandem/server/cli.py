@@ -12,7 +12,13 @@ import argparse
 import logging
 import re
 
-from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, TransferConfig
+from tandem.config import (
+    CacheConfig,
+    EngineConfig,
+    ModelConfig,
+    SchedulerConfig,
+    TransferConfig,
+)
 from tandem.server.config import ServerConfig
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
