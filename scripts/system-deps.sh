@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine),
-# bible-kjv (the public-domain text `tandem demo build-corpus` trains the demo models on).
+# bible-kjv (the public-domain text `tandem demo build-corpus` trains the demo models on),
+# gcc and libc6-dev (tandem.kernels compiles its native CPU attention kernel on first use).
 set -euo pipefail
-want=(libibverbs1 bible-kjv)
+want=(libibverbs1 bible-kjv gcc libc6-dev)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,9 @@
 """Paged attention over the KV cache tensor [num_blocks, num_layers, 2, block_size, kv_heads, D].
 
 Per layer and step: write the new tokens' K/V at their slots, then attend.
-- decode group (one new token per sequence, similar context lengths): gather each sequence's
+- decode group on the CPU with the native kernel (tandem.kernels.paged_decode, when the workspace
+  has one): K/V read in place from the blocks, no gather, no padding;
+- decode group otherwise (one new token per sequence, similar context lengths): gather each sequence's
   blocks into a padded [B, kv_heads, S, D] and run one SDPA call with a key-padding mask; the query heads that share
   a KV head are laid out as that head's query rows ([B, kv_heads, group, D]), so K/V are never
   repeated per query head.
@@ -18,18 +20,21 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tandem.kernels.paged_decode import PagedDecodeKernel
 from tandem.runner.attn_metadata import AttentionBatch, DecodeGroup, PrefillChunk
 
 
 class AttentionWorkspace:
-    """Two flat gather buffers (K and V), grown to the largest request and then reused.
+    """Two flat gather buffers (K and V), grown to the largest request and then reused, and the
+    native decode kernel when the model runs with one.
 
     Invariant: a view handed out is valid until the next `kv_views` call; each layer finishes
     its SDPA call before the next gather.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, decode_kernel: PagedDecodeKernel | None = None) -> None:
         self._bufs: list[torch.Tensor | None] = [None, None]
+        self.decode_kernel = decode_kernel
 
     def kv_views(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         numel = 1
@@ -87,6 +92,9 @@ def _gather(kv_cache: torch.Tensor, layer: int, block_ids: torch.Tensor,
 def _decode(q: torch.Tensor, kv_cache: torch.Tensor, layer: int, g: DecodeGroup,
             scale: float, ws: AttentionWorkspace) -> torch.Tensor:
     # q [B, H, D] -> [B, H, D]
+    kernel = ws.decode_kernel
+    if kernel is not None and kernel.supports(q, kv_cache):
+        return kernel(q, kv_cache, layer, g.block_table, g.context_lens, scale)
     B, H, D = q.shape
     kvh = kv_cache.shape[4]
     # [B * nb * bs, KVH, D] -> [B, nb * bs, KVH, D] -> [B, S=max_ctx, KVH, D] -> [B, KVH, S, D]

@@ -19,8 +19,10 @@ from tqdm import tqdm
 
 from tandem.config import ModelConfig
 from tandem.errors import ModelLoadError
+from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import can_pack, pack_linears
 from tandem.models.arch import ModelArch
+from tandem.models.attention_choice import decode_kernel
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.registry import model_class
 
@@ -55,6 +57,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     load_weights(model, files, dtype, device, cfg.show_progress)
     if cfg.pack_weights and can_pack(dtype, device):
         pack_linears(model)
+    model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device))
     model.eval()
     gen = read_generation_config(path)
     eos = _as_ids(gen.get("eos_token_id")) or arch.eos_token_ids

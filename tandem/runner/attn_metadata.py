@@ -36,6 +36,7 @@ class DecodeGroup:
     token_index: torch.Tensor            # LongTensor[B]: rows of the flat input
     block_table: torch.Tensor            # LongTensor[B, max_blocks]; padding entries point at block 0
     key_mask: torch.Tensor               # BoolTensor[B, 1, 1, max_ctx]; True = attend
+    context_lens: torch.Tensor           # LongTensor[B]: keys each row attends (its new token included)
     max_ctx: int                         # longest context in the group (keys per row before masking)
 
 
@@ -137,5 +138,6 @@ def _decode_group(seqs: list[SeqSlice], rows: list[int], block_size: int,
         token_index=torch.tensor(rows, dtype=torch.long).to(device),
         block_table=table.to(device),
         key_mask=key_mask.view(len(seqs), 1, 1, max_ctx).to(device),
+        context_lens=torch.tensor(ctx, dtype=torch.long).to(device),
         max_ctx=max_ctx,
     )

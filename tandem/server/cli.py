@@ -55,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-pack-weights", dest="pack_weights", action="store_false",
                    help="CPU bfloat16: keep the checkpoint's memory-mapped weights instead of packing "
                         "them into oneDNN's layout (less RAM, slower matrix products)")
+    p.add_argument("--attention", choices=("auto", "native", "sdpa"), default="auto",
+                   help="decode attention: auto = the native CPU kernel (compiled with cc on first "
+                        "use, cached in ~/.cache/tandem/kernels) for float32/bfloat16 on the CPU, "
+                        "else torch SDPA; native = the kernel or an error; sdpa = torch only")
     p.add_argument("--max-model-len", type=_positive, default=None,
                    help="default: the model's max_position_embeddings")
     p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
@@ -103,7 +107,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
-                          pack_weights=args.pack_weights),
+                          pack_weights=args.pack_weights, attention=args.attention),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           num_blocks=args.num_kv_blocks,
                           enable_prefix_caching=not args.no_prefix_caching),

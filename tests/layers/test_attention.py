@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tandem.kernels.paged_decode import PagedDecodeKernel
 from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
 
@@ -21,8 +22,13 @@ def dense_reference(q, k, v, scale):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v.double())
 
 
+def _workspace(kind: str) -> AttentionWorkspace:
+    return AttentionWorkspace(PagedDecodeKernel.load() if kind == "native" else None)
+
+
+@pytest.mark.parametrize("decode", ["sdpa", "native"])
 @pytest.mark.parametrize("heads,kv_heads", [(4, 2), (4, 4), (6, 1)])
-def test_mixed_step_matches_dense(heads, kv_heads):
+def test_mixed_step_matches_dense(heads, kv_heads, decode):
     torch.manual_seed(0)
     D, bs, layers, layer = 8, 4, 3, 1
     cache = torch.randn(64, layers, 2, bs, kv_heads, D)
@@ -44,7 +50,7 @@ def test_mixed_step_matches_dense(heads, kv_heads):
     assert len(batch.decodes) == 3 and len(batch.prefills) == 3
     before = cache.clone()
     out = paged_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), cache, layer, batch,
-                          D ** -0.5, AttentionWorkspace())
+                          D ** -0.5, _workspace(decode))
     row = 0
     for i, (ctx, new) in enumerate(plan):
         ref = dense_reference(qs[i], full_k[i], full_v[i], D ** -0.5)

@@ -1,0 +1,1 @@
+"""Native CPU kernels, compiled from C on first use and loaded with ctypes (tandem.kernels.build)."""
