@@ -150,3 +150,26 @@ def test_packed_bfloat16_weights_give_the_same_greedy_tokens(llama_dir):
         assert_all_blocks_free(engine)
         engine.shutdown()
     assert outs[0] == outs[1]
+
+
+def test_native_decode_attention_gives_the_sdpa_greedy_tokens(llama_dir):
+    """CPU decode attention runs the native kernel by default; greedy outputs equal torch SDPA's."""
+    import dataclasses
+
+    from tandem.engine.engine import Engine
+    from tandem.kernels.paged_decode import PagedDecodeKernel
+    from tests.conftest import assert_all_blocks_free, engine_config
+
+    outs = []
+    for attention in ("auto", "sdpa"):
+        cfg = engine_config(llama_dir)
+        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention=attention))
+        engine = Engine.from_config(cfg)
+        kernel = engine.loaded.model.workspace.decode_kernel
+        assert isinstance(kernel, PagedDecodeKernel) if attention == "auto" else kernel is None
+        reqs = [request(p, max_tokens=24) for p in prompts(8, seed=5)]
+        res = run(engine, reqs)
+        outs.append([tokens(res[r.request_id]) for r in reqs])
+        assert_all_blocks_free(engine)
+        engine.shutdown()
+    assert outs[0] == outs[1]
