@@ -2,8 +2,10 @@
 
 Routes: OpenAI (/v1/...), Workers AI (/client/v4/...), internal (/internal/...), /health,
 /metrics. Bearer authentication, when keys are configured, guards everything but /health
-and /metrics. Middleware is plain ASGI: Starlette's BaseHTTPMiddleware would sit between
-the stream and the disconnect and delay cancellation.
+and /metrics. A DisconnectGuard cancels a request whose client left (streaming or not), which
+closes its backend streams and so aborts its engine requests. Middleware is plain ASGI:
+Starlette's BaseHTTPMiddleware would sit between the stream and the disconnect and delay
+cancellation.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tandem.errors import InvalidRequest, TandemError, Unauthorized
+from tandem.http.disconnect_guard import DisconnectGuard
 from tandem.server.backend import Backend
 from tandem.server.config import ServerConfig
 from tandem.server.context import ServerContext
@@ -112,5 +115,6 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys:
         app.add_middleware(BearerAuth, keys=config.api_keys)
+    app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
     return app
