@@ -1,16 +1,17 @@
-"""Cancelling work whose client has gone away before the response started.
+"""How the routes' work meets a client's disconnect.
 
-Once a StreamingResponse runs, Starlette watches for the disconnect itself; before that
-(a non-streaming request, or a stream waiting for its first token) nobody does, so the
-engine would keep generating for nobody. `until_disconnect` races the work against the
-ASGI `http.disconnect` message.
+build_app installs tandem.http.disconnect_guard.DisconnectGuard: one task per request waits
+for `http.disconnect` from the end of the request body and cancels the request's task when
+the client leaves before the response's end, streaming or not. The cancellation lands in the
+route's `await`; GenerationRun.start() and the routes' `finally: run.aclose()` close the
+backend streams, which aborts the engine requests and frees their blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
 
@@ -21,38 +22,22 @@ T = TypeVar("T")
 
 
 class ClientGone(Exception):
-    """The client disconnected before the response started; the work was cancelled."""
+    """The client left before the response started. Nothing raises it since the guard cancels
+    instead; internal_api still names it in an `except`."""
 
 
-async def _wait_disconnect(request: Request) -> None:
-    # Call only after the body was read: every later ASGI message is a disconnect.
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+async def in_own_task(work: Coroutine[Any, Any, T]) -> T:
+    """`await work`, run in a task of its own (for a loop over many deltas).
 
-
-async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T:
-    """Run `work()`; if the client disconnects first, cancel it and raise ClientGone."""
-    task = asyncio.ensure_future(work())
-    watcher = asyncio.ensure_future(_wait_disconnect(request))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
-            task.cancel()
-            # Let the work's `finally` blocks (closing backend streams) finish.
-            await asyncio.gather(task, return_exceptions=True)
-        watcher.cancel()
-    if task.cancelled():
-        raise ClientGone()
-    return task.result()
+    Every resume of a coroutine passes through each frame above it, and a route runs ~20
+    frames deep under uvicorn and Starlette: a loop resumed once per token is cheaper in a
+    fresh task than the task costs (fake backend, 256 tokens: ~0.6 ms less CPU per request).
+    Cancelling the caller cancels the task (asyncio cancels what a task waits on), and the
+    caller resumes once the work's `finally` blocks have run.
+    """
+    return await asyncio.ensure_future(work)
 
 
 async def start_run(request: Request, run: "GenerationRun") -> None:
-    """run.start() unless the client leaves first; the run is closed if it does not start."""
-    try:
-        await until_disconnect(request, run.start)
-    except BaseException:
-        await run.aclose()
-        raise
+    """run.start(), which closes the run if it does not start. `request` is unused."""
+    await run.start()

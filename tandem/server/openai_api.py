@@ -3,7 +3,8 @@
 Flow of a request: parse (400/404/413 before any engine work) -> GenerationRun.start()
 (engine errors before the first token still get their status; backend headers known) ->
 either collect into one JSON object or stream SSE events ending with `data: [DONE]`.
-A client that disconnects cancels the run, which aborts its engine requests.
+A client that disconnects has the request's task cancelled (tandem.http.disconnect_guard), which
+closes the run and so aborts its engine requests.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, start_run, until_disconnect
+from tandem.server.disconnect import in_own_task
 from tandem.server.errors import BackendFailure, as_tandem_error, openai_error_body, openai_error_response
 from tandem.server.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai_protocol import ParseContext, ParsedRequest, parse_chat, parse_completion
@@ -54,9 +55,9 @@ async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedReque
     run = ctx.run(parsed.engine_requests(rid))
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     if not parsed.stream:
-        body = await until_disconnect(request, lambda: _collect(run, fmt))
+        body = await in_own_task(_collect(run, fmt))
         return json_response(body, headers=run.info.headers)
-    await start_run(request, run)
+    await run.start()
     return sse_response(_stream(run, fmt), headers=run.info.headers)
 
 
@@ -94,7 +95,7 @@ def openai_routes(ctx: ServerContext) -> list[Route]:
             body, size = await read_json_body(request, ctx.config.max_body_bytes)
             parsed = await parse_off_loop(parse, body, ctx.parse_context(), size)
             return await serve_parsed(request, ctx, parsed)
-        except (ClientGone, ClientDisconnect):
+        except ClientDisconnect:   # left while sending the body
             return Response(status_code=499)  # nobody is listening; nginx's "client closed"
         except Exception as exc:
             return openai_error_response(exc)

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from tandem.errors import ModelNotFound
 from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, start_run, until_disconnect
+from tandem.server.disconnect import in_own_task
 from tandem.server.errors import NotSupportedYet, as_tandem_error, workers_ai_error_body, workers_ai_error_response
 from tandem.server.fields import Fields, bad
 from tandem.server.openai_api import check_delta, parse_off_loop
@@ -140,11 +140,11 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
                                           ctx.parse_context(), size)
             run = ctx.run(parsed.engine_requests(make_id("wai")))
             if not parsed.stream:
-                result = await until_disconnect(request, lambda: _collect(run))
+                result = await in_own_task(_collect(run))
                 return json_response(result, headers=run.info.headers)
-            await start_run(request, run)
+            await run.start()
             return sse_response(_stream(run), headers=run.info.headers)
-        except (ClientGone, ClientDisconnect):
+        except ClientDisconnect:   # left while sending the body
             return Response(status_code=499)
         except Exception as exc:
             return workers_ai_error_response(exc)

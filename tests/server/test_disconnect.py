@@ -104,3 +104,47 @@ def test_finished_stream_is_not_counted_as_abort():
         assert backend.aborted == [] and not backend.running
 
     run(backend, scenario)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_generating_request_runs_one_disconnect_watcher(stream):
+    """Besides the request's own task: the guard's watcher, and a non-streaming request's
+    delta loop in its own task (in_own_task); nothing else watches for the disconnect."""
+    backend = FakeBackend(reply="x" * 400, token_delay=0.02)
+    app = build_app(backend, ServerConfig())
+    body = orjson.dumps({**BODY, "stream": stream})
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"},
+             "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "root_path": "", "query_string": b"", "client": ("127.0.0.1", 1),
+             "server": ("127.0.0.1", 80),
+             "headers": [(b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}
+
+    async def main():
+        left = asyncio.Event()
+        sent: list[dict] = []
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            if messages:
+                return messages.pop()
+            await left.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        request = asyncio.ensure_future(app(scope, receive, send))
+        assert await wait_for(lambda: backend.running)
+        await asyncio.sleep(0.1)
+        extra = asyncio.all_tasks() - {asyncio.current_task(), request}
+        left.set()
+        await asyncio.wait_for(request, 5)
+        return extra, sent
+
+    extra, sent = asyncio.run(main())
+    names = sorted(t.get_coro().__qualname__ for t in extra)
+    assert names == (["_Watch._watch"] if stream else ["_Watch._watch", "_collect"])
+    assert not backend.running and backend.aborted == [backend.seen[0].request_id]
+    assert [m["type"] for m in sent][:1] == (["http.response.start"] if stream else [])
