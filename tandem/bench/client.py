@@ -1,24 +1,24 @@
 """Streaming OpenAI client that times every chunk of a response.
 
-Requests go over a small HTTP/1.1 client of our own (http1.py: keep-alive connections, cheap
+Requests go over the keep-alive HTTP/1.1 client the gateway also uses (tandem.http.client, cheap
 per chunk). The SSE stream is parsed from raw bytes with orjson; a chunk's arrival time is
-taken once per HTTP body chunk read, so events that arrive together share a time, as the user
-of a stream would see them. Per output chunk we count tokens from continuous usage stats when the
+taken once per HTTP body chunk read (right after `next_chunk()` returns it), so events that
+arrive together share a time, as the user of a stream would see them. Per output chunk we count tokens from continuous usage stats when the
 server sends them, else one per chunk; the final usage (stream_options.include_usage) gives
 the authoritative totals and `cached_tokens`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
 import httpx
 import orjson
 
-from tandem.bench.http1 import ConnectionPool, HTTPError, Response
 from tandem.bench.sample import RequestSample
+from tandem.http.client import ClientConfig as HTTPConfig
+from tandem.http.client import HTTPClient, HTTPFailure, Response
 
 ROUTE_HEADERS = ("x-tandem-prefill", "x-tandem-decode")
 
@@ -50,13 +50,12 @@ def render_chat_as_text(messages: list[dict]) -> str:
 class StreamingClient:
     def __init__(self, cfg: ClientConfig) -> None:
         self.cfg = cfg
-        self._headers = {"Content-Type": "application/json"}
-        if cfg.api_key:
-            self._headers["Authorization"] = f"Bearer {cfg.api_key}"
-        self._pool = ConnectionPool(cfg.base_url, read_timeout_s=cfg.request_timeout_s)
+        self._headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+        # every connection a run opened stays for a later request: a new one would count in TTFT
+        self._http = HTTPClient(HTTPConfig(connect_timeout_s=30.0, max_idle_per_origin=1 << 30))
 
     async def aclose(self) -> None:
-        await self._pool.aclose()
+        await self._http.aclose()
 
     def build_body(self, max_tokens: int, prompt_ids=None, messages=None, tools=None) -> dict:
         cfg = self.cfg
@@ -86,18 +85,16 @@ class StreamingClient:
         start = time.perf_counter()
         sample.start = start - t0
         try:
-            resp = await self._pool.post(path, content, {**self._headers, **(headers or {})})
-            try:
+            async with self._http.stream("POST", self.cfg.base_url, path, content,
+                                         self.cfg.request_timeout_s,
+                                         {**self._headers, **(headers or {})}) as resp:
                 sample.status = resp.status
                 sample.headers = {k: resp.headers[k] for k in ROUTE_HEADERS if k in resp.headers}
                 if resp.status != 200:
                     sample.error = f"http {resp.status}: {_error_message(await resp.read())}"
                 else:
                     await self._read_stream(resp, sample, start, parts)
-            finally:
-                resp.release()
-        except (OSError, HTTPError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ValueError) as exc:   # ValueError: a malformed SSE event (orjson) or chunk size
+        except (HTTPFailure, ValueError) as exc:   # ValueError: a malformed SSE event (orjson)
             sample.error = f"{type(exc).__name__}: {exc}"
         finally:
             sample.end = time.perf_counter() - t0

@@ -32,6 +32,7 @@ class RawServer:
         self.connections = 0
         self.closed_by_client = 0
         self.requests: list[tuple[str, bytes]] = []
+        self.heads: list[str] = []                  # each request's line and headers, as sent
         self._server: asyncio.Server | None = None
 
     @property
@@ -58,7 +59,8 @@ class RawServer:
                 except asyncio.IncompleteReadError:
                     self.closed_by_client += 1
                     return
-                lines = head.decode("latin-1").split("\r\n")
+                self.heads.append(head.decode("latin-1"))
+                lines = self.heads[-1].split("\r\n")
                 path = lines[0].split(" ")[1]
                 length = next(int(v) for k, _, v in (x.partition(":") for x in lines[1:])
                               if k.lower() == "content-length")

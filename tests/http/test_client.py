@@ -1,11 +1,11 @@
-"""The gateway's keep-alive HTTP/1.1 client against a real socket server."""
+"""The shared keep-alive HTTP/1.1 client (tandem.http.client) against a real socket server."""
 
 import asyncio
 
 import pytest
 
-from tandem.gateway.http_client import (ClientConfig, ConnectFailed, ConnectionBroken, HTTPClient,
-                                        ResponseTimeout)
+from tandem.http.client import (ClientConfig, ConnectFailed, ConnectionBroken, HTTPClient,
+                                ResponseTimeout)
 from tandem.gateway.cluster import free_port
 
 from tests.gateway.raw_server import CHUNKED_HEAD, LAST_CHUNK, RawServer, chunk, json_answer
@@ -151,3 +151,56 @@ def test_silence_is_a_timeout_and_a_dropped_body_is_broken():
                         pass
             await client.aclose()
     run(main())
+
+
+def test_extra_headers_chunk_extensions_and_a_body_until_close():
+    async def answer(path, body, reader, writer):
+        if path == "/ext":
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"5\r\nhello\r\n3;ext=1\r\n, w\r\n4\r\norld\r\n0\r\n\r\n")
+        else:   # no framing: the body ends when the server closes
+            writer.write(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil eof")
+            await writer.drain()
+            writer.close()
+
+    async def main():
+        async with RawServer(answer) as srv:
+            client = HTTPClient()
+            got = []
+            for path in ("/ext", "/eof", "/ext"):
+                async with client.stream("POST", srv.url, path, b"{}",
+                                         headers={"Authorization": "Bearer k"}) as r:
+                    got.append(await r.read())
+            await client.aclose()
+            return got, srv.connections, srv.heads[0]
+    got, connections, head = run(main())
+    assert got == [b"hello, world", b"until eof", b"hello, world"]
+    assert connections == 2   # the body read until close could not leave its connection
+    assert head.startswith("POST /ext HTTP/1.1\r\n")
+    assert "\r\nAuthorization: Bearer k\r\n" in head + "\r\n"
+    assert head.lower().count("content-type: application/json") == 1
+
+
+def test_each_chunk_is_returned_as_soon_as_it_arrives():
+    """The benchmark's timing contract: a clock read after next_chunk() is the data's arrival."""
+    async def paced(path, body, reader, writer):
+        writer.write(CHUNKED_HEAD + chunk(b"data: 1\n\n"))
+        await writer.drain()
+        await asyncio.sleep(0.3)
+        writer.write(chunk(b"data: 2\n\n") + LAST_CHUNK)
+
+    async def main():
+        async with RawServer(paced) as srv:
+            client = HTTPClient()
+            times, pieces = [], []
+            loop = asyncio.get_running_loop()
+            async with client.stream("POST", srv.url, "/sse") as r:
+                start = loop.time()
+                while (data := await r.next_chunk()) is not None:
+                    times.append(loop.time() - start)
+                    pieces.append(data)
+            await client.aclose()
+            return times, pieces
+    times, pieces = run(main())
+    assert pieces == [b"data: 1\n\n", b"data: 2\n\n"]
+    assert times[0] < 0.1 and times[1] - times[0] >= 0.25
