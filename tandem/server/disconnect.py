@@ -38,6 +38,6 @@ async def in_own_task(work: Coroutine[Any, Any, T]) -> T:
     return await asyncio.ensure_future(work)
 
 
-async def start_run(request: Request, run: "GenerationRun") -> None:
+async def start_run(request: Request, run: GenerationRun) -> None:
     """run.start(), which closes the run if it does not start. `request` is unused."""
     await run.start()

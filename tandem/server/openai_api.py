@@ -20,9 +20,19 @@ from starlette.routing import Route
 
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
-from tandem.server.errors import BackendFailure, as_tandem_error, openai_error_body, openai_error_response
+from tandem.server.errors import (
+    BackendFailure,
+    as_tandem_error,
+    openai_error_body,
+    openai_error_response,
+)
 from tandem.server.openai_format import OpenAIFormatter, make_id
-from tandem.server.openai_protocol import ParseContext, ParsedRequest, parse_chat, parse_completion
+from tandem.server.openai_protocol import (
+    ParseContext,
+    ParsedRequest,
+    parse_chat,
+    parse_completion,
+)
 from tandem.server.request_body import read_json_body
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun

@@ -19,7 +19,12 @@ from tandem.errors import ModelNotFound
 from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
-from tandem.server.errors import NotSupportedYet, as_tandem_error, workers_ai_error_body, workers_ai_error_response
+from tandem.server.errors import (
+    NotSupportedYet,
+    as_tandem_error,
+    workers_ai_error_body,
+    workers_ai_error_response,
+)
 from tandem.server.fields import Fields, bad
 from tandem.server.openai_api import check_delta, parse_off_loop
 from tandem.server.openai_format import make_id, usage_dict

@@ -4,11 +4,21 @@ import asyncio
 
 import pytest
 
-from tandem.http.client import (ClientConfig, ConnectFailed, ConnectionBroken, HTTPClient,
-                                ResponseTimeout)
 from tandem.gateway.cluster import free_port
-
-from tests.gateway.raw_server import CHUNKED_HEAD, LAST_CHUNK, RawServer, chunk, json_answer
+from tandem.http.client import (
+    ClientConfig,
+    ConnectFailed,
+    ConnectionBroken,
+    HTTPClient,
+    ResponseTimeout,
+)
+from tests.gateway.raw_server import (
+    CHUNKED_HEAD,
+    LAST_CHUNK,
+    RawServer,
+    chunk,
+    json_answer,
+)
 
 
 def run(coro):

@@ -9,11 +9,11 @@ import orjson
 import pytest
 import uvicorn
 
-from tests.server.fakes import FakeBackend
 from tandem.server import wire
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 from tandem.types import EngineRequest, SamplingParams
+from tests.server.fakes import FakeBackend
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 500}
 
