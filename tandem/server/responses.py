@@ -9,6 +9,8 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from tandem.server.disconnect import in_own_task
+
 SSE_DONE = b"data: [DONE]\n\n"
 
 
@@ -36,6 +38,12 @@ class ClosingStreamingResponse(StreamingResponse):
     while the body generator is suspended at a `yield` (awaiting `send`), the generator is
     not resumed and its `finally` would wait for garbage collection. Closing it here runs
     that `finally` at once, which closes the backend stream and aborts the engine request.
+
+    The body is sent from a task of its own: the send loop resumes once per chunk, and a
+    resume passes through every frame above it (~20 under uvicorn and Starlette), which costs
+    more than one task per response (fake backend, 256-token streams: -3% instructions).
+    Cancelling this task (the DisconnectGuard does) cancels the body's task, and the `finally`
+    below runs once that task has ended.
     """
 
     def __init__(self, content: AsyncIterator[bytes], status_code: int = 200,
@@ -44,7 +52,7 @@ class ClosingStreamingResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            await super().__call__(scope, receive, send)
+            await in_own_task(super().__call__(scope, receive, send))
         finally:
             await aclose_quietly(self.body_iterator)
 

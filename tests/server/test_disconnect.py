@@ -108,8 +108,9 @@ def test_finished_stream_is_not_counted_as_abort():
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_generating_request_runs_one_disconnect_watcher(stream):
-    """Besides the request's own task: the guard's watcher, and a non-streaming request's
-    delta loop in its own task (in_own_task); nothing else watches for the disconnect."""
+    """Besides the request's own task: the guard's watcher, and the loop over the deltas in a
+    task of its own (in_own_task: the stream's body, a non-streaming request's _collect);
+    nothing else watches for the disconnect."""
     backend = FakeBackend(reply="x" * 400, token_delay=0.02)
     app = build_app(backend, ServerConfig())
     body = orjson.dumps({**BODY, "stream": stream})
@@ -145,6 +146,6 @@ def test_a_generating_request_runs_one_disconnect_watcher(stream):
 
     extra, sent = asyncio.run(main())
     names = sorted(t.get_coro().__qualname__ for t in extra)
-    assert names == (["_Watch._watch"] if stream else ["_Watch._watch", "_collect"])
+    assert names == sorted(["_Watch._watch", "StreamingResponse.__call__" if stream else "_collect"])
     assert not backend.running and backend.aborted == [backend.seen[0].request_id]
     assert [m["type"] for m in sent][:1] == (["http.response.start"] if stream else [])
