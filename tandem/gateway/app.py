@@ -26,15 +26,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tandem.errors import InvalidRequest
 from tandem.gateway.config import GatewayConfig
-from tandem.gateway.http_client import ClientConfig, HTTPClient
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import Router, pools_policies
 from tandem.gateway.session import SessionMiddleware, current_session
-from tandem.gateway.stream_guard import StreamGuard
 from tandem.gateway.worker_client import WorkerHTTP
+from tandem.http.client import ClientConfig, HTTPClient
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
@@ -183,9 +182,10 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
     parts.metrics = metrics
     router.on_decision = metrics.on_decision
+    # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
+    # middlewares added outside it see the cancelled request end like any other
     app.add_middleware(SessionMiddleware)
     app.add_middleware(RetryAfter, seconds=config.retry_after_s)
-    app.add_middleware(StreamGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.gateway = parts
     app.state.monitor = monitor
     return app

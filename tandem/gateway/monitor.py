@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import orjson
 
-from tandem.gateway.http_client import HTTPFailure
 from tandem.gateway.registry import Registry, Worker
 from tandem.gateway.worker_client import WorkerHTTP
+from tandem.http.client import HTTPFailure
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.prefix_index import PrefixIndex
 

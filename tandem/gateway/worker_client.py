@@ -7,7 +7,7 @@
 - the worker could not serve it (connection refused or reset, timeout, 5xx, 429/503, a stream
   that breaks or ends without a final delta, a final delta with finish_reason=error):
   `WorkerFailed`, which the flow answers by retrying or migrating elsewhere.
-The HTTP layer is anything with `WorkerHTTP.stream` (tandem.gateway.http_client.HTTPClient in
+The HTTP layer is anything with `WorkerHTTP.stream` (tandem.http.client.HTTPClient in
 the gateway; tests adapt httpx mock transports to it).
 """
 
@@ -21,7 +21,7 @@ from typing import Protocol
 import orjson
 
 from tandem.errors import TandemError
-from tandem.gateway.http_client import ConnectFailed, HTTPFailure, ResponseTimeout
+from tandem.http.client import ConnectFailed, HTTPFailure, ResponseTimeout
 from tandem.server import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
@@ -42,7 +42,7 @@ class WorkerResponse(Protocol):
 
 
 class WorkerHTTP(Protocol):
-    """Raises tandem.gateway.http_client's ConnectFailed, ResponseTimeout, ConnectionBroken."""
+    """Raises tandem.http.client's ConnectFailed, ResponseTimeout, ConnectionBroken."""
 
     def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
                read_timeout_s: float = 120.0) -> AbstractAsyncContextManager[WorkerResponse]: ...

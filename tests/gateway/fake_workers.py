@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 import httpx
 import orjson
 
-from tandem.gateway.http_client import ConnectFailed, ConnectionBroken, ResponseTimeout
+from tandem.http.client import ConnectFailed, ConnectionBroken, ResponseTimeout
 from tandem.server import wire
 from tandem.types import FinishReason, KVHandle, RequestDelta, RequestTimings
 

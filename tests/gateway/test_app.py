@@ -7,8 +7,8 @@ from starlette.testclient import TestClient
 
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
+from tandem.http.disconnect_guard import DisconnectGuard
 from tandem.testing.tiny_model import write_test_model
-
 from tests.gateway.fake_workers import FakeCluster, greedy, worker_http
 
 P0, D0, B0 = "http://127.0.0.1:9100", "http://127.0.0.1:9200", "http://127.0.0.1:9300"
@@ -118,3 +118,9 @@ def test_saturated_is_429(model_dir):
     with c:
         r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
+
+
+def test_one_disconnect_guard(model_dir):
+    """build_app installs the DisconnectGuard; the gateway adds none of its own."""
+    _, c = client_for(model_dir, {B0: "both"})
+    assert [m.cls for m in c.app.user_middleware].count(DisconnectGuard) == 1

@@ -9,12 +9,17 @@ import pytest
 
 from tandem.errors import TandemError
 from tandem.gateway.cluster import free_port
-from tandem.gateway.http_client import HTTPClient
 from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
+from tandem.http.client import HTTPClient
 from tandem.server import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams
-
-from tests.gateway.raw_server import CHUNKED_HEAD, LAST_CHUNK, RawServer, chunk, json_answer
+from tests.gateway.raw_server import (
+    CHUNKED_HEAD,
+    LAST_CHUNK,
+    RawServer,
+    chunk,
+    json_answer,
+)
 
 REQ = EngineRequest("r1", [1, 2, 3], SamplingParams(max_tokens=2))
 
