@@ -11,23 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from starlette.requests import Request
-
-if TYPE_CHECKING:
-    from tandem.server.run import GenerationRun
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-class ClientGone(Exception):
-    """The client left before the response started. Nothing raises it since the guard cancels
-    instead; internal_api still names it in an `except`."""
-
-
 async def in_own_task(work: Coroutine[Any, Any, T]) -> T:
-    """`await work`, run in a task of its own (for a loop over many deltas).
+    """`await work`, run in a task of its own (for a loop over many deltas or stream chunks).
 
     Every resume of a coroutine passes through each frame above it, and a route runs ~20
     frames deep under uvicorn and Starlette: a loop resumed once per token is cheaper in a
@@ -37,7 +27,3 @@ async def in_own_task(work: Coroutine[Any, Any, T]) -> T:
     """
     return await asyncio.ensure_future(work)
 
-
-async def start_run(request: Request, run: GenerationRun) -> None:
-    """run.start(), which closes the run if it does not start. `request` is unused."""
-    await run.start()

@@ -25,7 +25,6 @@ from starlette.routing import Route
 
 from tandem.errors import InvalidRequest, TandemError
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import ClientGone, start_run
 from tandem.server.errors import as_tandem_error, openai_error_response
 from tandem.server.request_body import read_json_object
 from tandem.server.responses import json_response, ndjson_response
@@ -53,9 +52,9 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
             run = ctx.run([request_from_dict(body)])
-            await start_run(request, run)
+            await run.start()
             return ndjson_response(_lines(run), headers=run.info.headers)
-        except (ClientGone, ClientDisconnect):
+        except ClientDisconnect:
             return Response(status_code=499)
         except Exception as exc:
             return openai_error_response(exc)
