@@ -44,11 +44,16 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))   # the repo root, for `tandem`
 
-from tandem.bench.http1 import ConnectionPool  # noqa: E402
-from tandem.gateway.cluster import free_port  # noqa: E402
+from tandem.gateway.cluster import free_port
+from tandem.http.client import ClientConfig, HTTPClient
 
 TICKS = os.sysconf("SC_CLK_TCK")
-HEADERS = {"Content-Type": "application/json"}
+READ_TIMEOUT_S = 600.0
+
+
+def new_client() -> HTTPClient:
+    """Keep-alive client; every connection a phase opened stays idle for its next request."""
+    return HTTPClient(ClientConfig(connect_timeout_s=30.0, max_idle_per_origin=1 << 30))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -100,10 +105,11 @@ def body(model: str, stream: bool, max_tokens: int, content: str) -> bytes:
     return orjson.dumps(b)
 
 
-async def one(pool: ConnectionPool, payload: bytes, stream: bool) -> tuple[float, float, int, int]:
+async def one(http: HTTPClient, url: str, payload: bytes,
+              stream: bool) -> tuple[float, float, int, int]:
     """(first token s, total s, completion tokens, SSE chunks with a token) of one request."""
     t0 = time.perf_counter()
-    resp = await pool.post("/v1/chat/completions", payload, HEADERS)
+    resp = await http.request("POST", url, "/v1/chat/completions", payload, READ_TIMEOUT_S)
     first, tokens, chunks, buf = None, 0, 0, b""
     try:
         if resp.status != 200:
@@ -131,25 +137,24 @@ async def one(pool: ConnectionPool, payload: bytes, stream: bool) -> tuple[float
 
 
 async def latency_phase(direct: str, gateway: str, model: str, pairs: int, seed: int) -> dict:
-    pools = {"direct": ConnectionPool(direct), "gateway": ConnectionPool(gateway)}
+    http, urls = new_client(), {"direct": direct, "gateway": gateway}
     prompt = "Say one word about the weather in the city today please."
     payloads = {False: body(model, False, 1, prompt), True: body(model, True, 1, prompt)}
     rng = random.Random(seed)
-    out = {k: {"nonstream": [], "stream_ttft": []} for k in pools}
-    for name in pools:   # warm-up: connections, caches, JIT-free but first-request costs
+    out = {k: {"nonstream": [], "stream_ttft": []} for k in urls}
+    for url in urls.values():   # warm-up: connections, caches, JIT-free but first-request costs
         for s in (False, True):
             for _ in range(5):
-                await one(pools[name], payloads[s], s)
+                await one(http, url, payloads[s], s)
     for _ in range(pairs):
-        order = list(pools)
+        order = list(urls)
         rng.shuffle(order)
         for name in order:
-            t, _, _, _ = await one(pools[name], payloads[False], False)
+            t, _, _, _ = await one(http, urls[name], payloads[False], False)
             out[name]["nonstream"].append(t)
-            t, _, _, _ = await one(pools[name], payloads[True], True)
+            t, _, _, _ = await one(http, urls[name], payloads[True], True)
             out[name]["stream_ttft"].append(t)
-    for p in pools.values():
-        await p.aclose()
+    await http.aclose()
     return out
 
 
@@ -159,22 +164,22 @@ async def cpu_phase(direct: str, gateway: str, model: str, n: int, pids: dict[st
     prompt = "Say one word about the weather in the city today please."
     out = {}
     for name, url in (("direct", direct), ("gateway", gateway)):
-        pool = ConnectionPool(url)
+        http = new_client()
         for stream in (False, True):
             payload = body(model, stream, 1, prompt)
-            await one(pool, payload, stream)
+            await one(http, url, payload, stream)
             cpu0 = {k: cpu_seconds(pid) for k, pid in pids.items()}
             for _ in range(n):
-                await one(pool, payload, stream)
+                await one(http, url, payload, stream)
             key = f"{name}_{'stream' if stream else 'nonstream'}"
             out[key] = {k: 1000 * (cpu_seconds(pid) - cpu0[k]) / n for k, pid in pids.items()}
-        await pool.aclose()
+        await http.aclose()
     return out   # ms of CPU per request, per process
 
 
 async def relay_phase(url: str, model: str, streams: int, max_tokens: int, seconds: float,
                       pid_of_interest: int | None) -> dict:
-    pool = ConnectionPool(url)
+    http = new_client()
     payload = body(model, True, max_tokens, "Write a long story about a cache and a tree.")
     tokens = chunks = requests = 0
     deadline = time.perf_counter() + seconds
@@ -182,7 +187,7 @@ async def relay_phase(url: str, model: str, streams: int, max_tokens: int, secon
     async def loop() -> None:
         nonlocal tokens, chunks, requests
         while time.perf_counter() < deadline:
-            _, _, t, c = await one(pool, payload, True)
+            _, _, t, c = await one(http, url, payload, True)
             tokens, chunks, requests = tokens + t, chunks + c, requests + 1
 
     cpu0 = cpu_seconds(pid_of_interest) if pid_of_interest else 0.0
@@ -192,7 +197,7 @@ async def relay_phase(url: str, model: str, streams: int, max_tokens: int, secon
     wall = time.perf_counter() - t0
     cpu = (cpu_seconds(pid_of_interest) - cpu0) if pid_of_interest else None
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
-    await pool.aclose()
+    await http.aclose()
     client_cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     return {"wall_s": wall, "tokens": tokens, "chunks": chunks, "requests": requests,
             "tokens_per_s": tokens / wall, "gateway_cpu_s": cpu,

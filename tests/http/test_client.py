@@ -214,3 +214,34 @@ def test_each_chunk_is_returned_as_soon_as_it_arrives():
     times, pieces = run(main())
     assert pieces == [b"data: 1\n\n", b"data: 2\n\n"]
     assert times[0] < 0.1 and times[1] - times[0] >= 0.25
+
+
+def test_request_and_release_keep_the_connection_and_time_out_mid_body():
+    """request()/release(), as benchmarks/disagg/gateway_overhead.py uses them: the read
+    timeout applies to every chunk, not only to the response's head."""
+    async def answer(path, body, reader, writer):
+        writer.write(CHUNKED_HEAD)
+        if path.endswith("/slow"):
+            await writer.drain()
+            await asyncio.sleep(1)
+        else:
+            writer.write(chunk(b"hello") + chunk(b", world") + LAST_CHUNK)
+
+    async def main():
+        async with RawServer(answer) as srv:
+            client = HTTPClient()
+            pieces = []
+            for _ in range(2):
+                r = await client.request("POST", srv.url + "/base", "/x", b'{"a": 1}', 0.2)
+                while (c := await r.next_chunk()) is not None:
+                    pieces.append(c)
+                r.release()
+            r = await client.request("POST", srv.url, "/slow", b"", 0.2)
+            with pytest.raises(ResponseTimeout):
+                await r.next_chunk()
+            r.release()
+            await client.aclose()
+            return pieces, srv.requests, srv.connections
+    pieces, requests, connections = run(main())
+    assert pieces == [b"hello", b", world"] * 2
+    assert requests[:2] == [("/base/x", b'{"a": 1}')] * 2 and connections == 1
