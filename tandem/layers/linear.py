@@ -8,11 +8,16 @@ re-lays the weight out on every call, which dominates at the few rows of a decod
 on this project's 2-core AMX machine at one thread: 1.5-2.4x faster at 1-64 rows, 0.9-1.6x at
 512-2048 (benchmarks/linear_cpu.py). Packed outputs are bitwise equal to F.linear's in bfloat16
 (tests/layers/test_linear.py); float32 is never packed, its packed results differ in the last bits.
+Packing may run in a background thread while the model serves (`PackingThread`): a Linear
+switches from its mapped weight to the packed one between two calls, and outputs do not change.
 """
 
 from __future__ import annotations
 
+import threading
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # the row count oneDNN tunes the packed layout for; any row count works with it
@@ -39,10 +44,15 @@ class Linear(nn.Linear):
         self.weight = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x [T, in] -> [T, out]
-        if self.packed_weight is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-        return super().forward(x)
+        # x [T, in] -> [T, out]. pack() may run in another thread: it sets packed_weight before it
+        # drops weight, so one of the two reads below finds a tensor.
+        packed = self.packed_weight
+        if packed is None:
+            weight = self.weight
+            if weight is not None:
+                return F.linear(x, weight, self.bias)
+            packed = self.packed_weight
+        return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
 
 
 class Embedding(nn.Embedding):
@@ -57,3 +67,20 @@ def pack_linears(model: nn.Module) -> int:
     for m in layers:
         m.pack()
     return len(layers)
+
+
+class PackingThread(threading.Thread):
+    """pack_linears(model) off the start-up path: the model serves with its mapped weights
+    meanwhile (slower products, same outputs). `join()` waits for the last layer."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(name="tandem-pack-weights", daemon=True)
+        self._model = model
+        self.error: BaseException | None = None   # a failed pack leaves the layer on its weight
+
+    def run(self) -> None:
+        with torch.no_grad():
+            try:
+                pack_linears(self._model)
+            except BaseException as e:  # noqa: BLE001 - reported by the owner, never fatal
+                self.error = e

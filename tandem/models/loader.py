@@ -20,7 +20,7 @@ from tqdm import tqdm
 from tandem.config import ModelConfig
 from tandem.errors import ModelLoadError
 from tandem.layers.attention import AttentionWorkspace
-from tandem.layers.linear import can_pack, pack_linears
+from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
 from tandem.models.attention_choice import decode_kernel
 from tandem.models.llama import DecoderForCausalLM
@@ -41,6 +41,12 @@ class LoadedModel:
     name: str = ""                     # served name
     path: str = ""
     max_model_len: int = 0             # see max_model_len(): configured, capped by a sliding window
+    packing: PackingThread | None = None  # packs the linear weights while the model already serves
+
+    def wait_packed(self) -> None:
+        """Block until the background weight packing (if any) has finished."""
+        if self.packing is not None:
+            self.packing.join()
 
 
 def load_model(cfg: ModelConfig) -> LoadedModel:
@@ -55,10 +61,12 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     with torch.device("meta"):
         model = cls(arch, device=device)
     load_weights(model, files, dtype, device, cfg.show_progress)
-    if cfg.pack_weights and can_pack(dtype, device):
-        pack_linears(model)
     model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device))
     model.eval()
+    packing = None
+    if cfg.pack_weights and can_pack(dtype, device):
+        packing = PackingThread(model)   # off the start-up path; outputs are the same either way
+        packing.start()
     gen = read_generation_config(path)
     eos = _as_ids(gen.get("eos_token_id")) or arch.eos_token_ids
     return LoadedModel(
@@ -70,6 +78,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
         name=cfg.served_name or path.resolve().name,
         path=str(path),
         max_model_len=max_model_len(cfg, arch),
+        packing=packing,
     )
 
 

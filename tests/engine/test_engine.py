@@ -142,10 +142,12 @@ def test_packed_bfloat16_weights_give_the_same_greedy_tokens(llama_dir):
         cfg = engine_config(llama_dir, dtype="bfloat16")
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pack_weights=pack))
         engine = Engine.from_config(cfg)
+        reqs = [request(p, max_tokens=12) for p in prompts(6, seed=21)]
+        res = run(engine, reqs)   # may start while the weights are still being packed
+        engine.loaded.wait_packed()
         linears = [m for m in engine.loaded.model.modules() if isinstance(m, Linear)]
         assert all((m.packed_weight is not None) == pack for m in linears)
-        reqs = [request(p, max_tokens=12) for p in prompts(6, seed=21)]
-        res = run(engine, reqs)
+        assert pack == (engine.loaded.packing is not None) and getattr(engine.loaded.packing, "error", None) is None
         outs.append([tokens(res[r.request_id]) for r in reqs])
         assert_all_blocks_free(engine)
         engine.shutdown()

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tandem.layers.linear import Linear, can_pack, pack_linears
+from tandem.layers.linear import Linear, PackingThread, can_pack, pack_linears
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")),
                                 reason="this torch has no oneDNN ops")
@@ -42,3 +42,19 @@ def test_only_cpu_bfloat16_is_packed():
     assert not can_pack(torch.float32, torch.device("cpu"))
     assert not can_pack(torch.float16, torch.device("cpu"))
     assert not can_pack(torch.bfloat16, torch.device("cuda"))
+
+
+def test_packing_thread_while_the_model_serves():
+    """Forwards running while another thread packs every layer give the unpacked outputs."""
+    model = torch.nn.Sequential(*[_linear(64, 64, i % 2 == 0, i) for i in range(24)])
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    with torch.inference_mode():
+        ref = model(x)
+        packing = PackingThread(model)
+        packing.start()
+        outs = [model(x) for _ in range(200) if packing.is_alive()]
+        packing.join(timeout=30)
+        outs.append(model(x))
+    assert not packing.is_alive() and packing.error is None
+    assert all(m.packed_weight is not None and m.weight is None for m in model)
+    assert all(torch.equal(o, ref) for o in outs)
