@@ -71,10 +71,11 @@ def pack_linears(model: nn.Module) -> int:
 
 class PackingThread(threading.Thread):
     """pack_linears(model) off the start-up path: the model serves with its mapped weights
-    meanwhile (slower products, same outputs). `join()` waits for the last layer."""
+    meanwhile (slower products, same outputs). `join()` waits for the last layer. Not a daemon:
+    interpreter exit waits for it (a thread killed inside a torch op aborts the process)."""
 
     def __init__(self, model: nn.Module) -> None:
-        super().__init__(name="tandem-pack-weights", daemon=True)
+        super().__init__(name="tandem-pack-weights", daemon=False)
         self._model = model
         self.error: BaseException | None = None   # a failed pack leaves the layer on its weight
 
