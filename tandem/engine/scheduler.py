@@ -3,6 +3,9 @@
 Each step has a token budget. Running requests go first, in admission order (decodes take
 one token, an unfinished prefill takes a chunk); then waiting requests are admitted in
 arrival order, each with its prefix-cache hit, while budget, sequence slots and blocks last.
+While a request waits and a slot is free, running prefills leave a share of the step (the
+chunk cap) to admission, so that a short prompt never queues behind the chunks of long ones
+already running; what admission leaves unused goes back to those prefills in the same step.
 When a running request cannot get a block, the most recently admitted running request is
 preempted (its blocks freed, its tokens recomputed later). Requests carrying a KV handle
 are admitted with blocks for their prompt and wait for the pull before they run.
@@ -102,6 +105,7 @@ class Scheduler:
         capacity_finished: list[Request] = []
 
         scheduled: set[str] = set()
+        reserve = self._admission_reserve()
         # decodes first, so that a long prefill chunk never delays a stream's next token
         order = sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1)
         for req in order:
@@ -109,7 +113,11 @@ class Scheduler:
                 break
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
-            num_new = min(req.num_tokens - req.num_computed_tokens, budget, self._chunk_cap(0))
+            remaining = req.num_tokens - req.num_computed_tokens
+            room = budget - reserve if remaining > 1 else budget
+            if room <= 0:
+                continue  # a prefill: admission has its share first, leftovers come back below
+            num_new = min(remaining, room, self._chunk_cap(0))
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
                 # the most recently admitted request not yet scheduled this step gives way
                 victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
@@ -129,6 +137,8 @@ class Scheduler:
         pulls: list[KVPull] = []
         if not preempted:
             budget = self._admit(seqs, pulls, budget)
+            if reserve and budget > 0:
+                self._extend_prefills(seqs, budget)
         for req in capacity_finished:
             req.finish_reason = FinishReason.LENGTH
         return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
@@ -156,6 +166,38 @@ class Scheduler:
             seqs.append(self._scheduled(req, num_new))
             budget -= num_new
         return budget
+
+    def _admission_reserve(self) -> int:
+        """Tokens of this step that running prefills leave to waiting requests: the chunk cap
+        while a request waits and a sequence slot is free, else 0."""
+        cfg = self.config
+        if not (cfg.long_prefill_token_threshold and cfg.enable_chunked_prefill and self.waiting):
+            return 0
+        if len(self.running) + len(self.pulling) >= cfg.max_num_seqs:
+            return 0
+        return min(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
+
+    def _extend_prefills(self, seqs: list[ScheduledSeq], budget: int) -> None:
+        """Give the budget admission left to running prefills, in admission order: a chunk cut
+        short by the reserve grows (up to the chunk cap), one skipped gets its chunk now."""
+        index = {s.request.request_id: i for i, s in enumerate(seqs)}
+        for req in self.running:
+            if budget <= 0:
+                return
+            i = index.get(req.request_id)
+            done = seqs[i].num_new_tokens if i is not None else 0
+            remaining = req.num_tokens - req.num_computed_tokens - done
+            if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
+                continue  # finished this step, or a decode (never extended; scheduled above)
+            extra = min(remaining, budget, self._chunk_cap(0) - done)
+            if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra) is None:
+                continue
+            seq = self._scheduled(req, done + extra)
+            if i is None:
+                seqs.append(seq)
+            else:
+                seqs[i] = seq
+            budget -= extra
 
     def _chunk_cap(self, others_behind: int) -> int:
         """Largest prefill chunk while more than `others_behind` requests wait for admission."""

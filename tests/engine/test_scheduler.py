@@ -85,5 +85,45 @@ def test_long_prefill_leaves_room_for_a_waiting_prompt():
     _advance(sched, out)
     sched.add(_req("short", 3))
     out = sched.schedule()
-    # someone waits: the long prompt's chunk is capped, the short prompt starts at once
-    assert _plan(out) == [("long", 4, False), ("short", 3, True)]
+    # someone waits: the long prompt's chunk leaves room, the short prompt starts at once, and
+    # the budget it did not use goes back to the long prompt (nobody waits any more)
+    assert _plan(out) == [("long", 7, False), ("short", 3, True)]
+
+
+def test_short_prompt_does_not_queue_behind_running_long_prefills():
+    """Two long prompts already running would take the whole step chunk by chunk; a short one
+    arriving meanwhile is admitted in the next step, and the step stays full."""
+    config = SchedulerConfig(max_num_batched_tokens=8, long_prefill_token_threshold=4)
+    sched = Scheduler(config, KVCacheManager(100, 4, False))
+    for rid in ("l1", "l2", "l3"):
+        sched.add(_req(rid, 40))
+    out = sched.schedule()
+    # l3 waits: l1 leaves 4 tokens to admission, l2 takes them (capped), nobody can take more
+    assert _plan(out) == [("l1", 4, False), ("l2", 4, False)]
+    _advance(sched, out)
+    out = sched.schedule()
+    assert _plan(out) == [("l1", 4, False), ("l3", 4, False)]
+    _advance(sched, out)
+    sched.add(_req("short", 2))
+    out = sched.schedule()
+    # before: l1 and l2 took 4 + 4 tokens while "short" waited for the three long ones to finish;
+    # now it is admitted, and l1 (nobody waits any more) takes what it left
+    assert _plan(out) == [("l1", 6, False), ("short", 2, True)]
+    assert sum(n for _, n, _ in _plan(out)) == config.max_num_batched_tokens
+    _advance(sched, out)
+    out = sched.schedule()
+    assert ("short", 1, True) in _plan(out)   # decoding from the next step
+
+
+def test_no_reserve_when_nothing_waits_or_no_slot_is_free():
+    config = SchedulerConfig(max_num_batched_tokens=8, long_prefill_token_threshold=4, max_num_seqs=1)
+    sched = Scheduler(config, KVCacheManager(100, 4, False))
+    sched.add(_req("long", 40))
+    out = sched.schedule()
+    assert _plan(out) == [("long", 8, False)]       # alone: the whole step
+    _advance(sched, out)
+    sched.add(_req("other", 3))
+    out = sched.schedule()
+    # the only slot is taken: "other" cannot be admitted, nothing is reserved for it (the
+    # per-chunk cap while someone waits still applies)
+    assert _plan(out) == [("long", 4, False)]
