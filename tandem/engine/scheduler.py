@@ -6,6 +6,9 @@ arrival order, each with its prefix-cache hit, while budget, sequence slots and 
 While a request waits and a slot is free, running prefills leave a share of the step (the
 chunk cap) to admission, so that a short prompt never queues behind the chunks of long ones
 already running; what admission leaves unused goes back to those prefills in the same step.
+A waiting prompt whose next uncached block is being computed by a running prefill (agent
+sessions sharing a system prompt) waits until that block is cached rather than computing the
+shared prefix twice; later arrivals may be admitted past it meanwhile.
 When a running request cannot get a block, the most recently admitted running request is
 preempted (its blocks freed, its tokens recomputed later). Requests carrying a KV handle
 are admitted with blocks for their prompt and wait for the pull before they run.
@@ -144,28 +147,64 @@ class Scheduler:
         return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
 
     def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> int:
-        while self.waiting and budget > 0 and \
-                len(self.running) + len(self.pulling) < self.config.max_num_seqs:
-            req = self.waiting[0]
-            hit = self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
-            if req.kv_handle is not None and req.num_preemptions == 0:
-                if not self._admit_pull(req, hit, pulls):
+        in_flight = self._in_flight_hashes(seqs)
+        deferred: list[Request] = []
+        try:
+            while self.waiting and budget > 0 and \
+                    len(self.running) + len(self.pulling) < self.config.max_num_seqs:
+                req = self.waiting[0]
+                hit = self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
+                if req.kv_handle is not None and req.num_preemptions == 0:
+                    if not self._admit_pull(req, hit, pulls):
+                        break
+                    continue
+                if self._continues_in_flight(req, hit, in_flight):
+                    deferred.append(self.waiting.popleft())  # admitted once those blocks are cached
+                    continue
+                num_new = req.num_tokens - hit.num_tokens
+                if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
-                continue
-            num_new = req.num_tokens - hit.num_tokens
-            if num_new > budget and not self.config.enable_chunked_prefill and seqs:
-                break
-            num_new = min(num_new, budget, self._chunk_cap(1))
-            if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
-                break
-            self.waiting.popleft()
-            self._on_admitted(req, hit.num_tokens)
-            req.num_computed_tokens = hit.num_tokens
-            req.status = RequestStatus.RUNNING
-            self.running.append(req)
-            seqs.append(self._scheduled(req, num_new))
-            budget -= num_new
+                num_new = min(num_new, budget, self._chunk_cap(1))
+                if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
+                    break
+                self.waiting.popleft()
+                self._on_admitted(req, hit.num_tokens)
+                req.num_computed_tokens = hit.num_tokens
+                req.status = RequestStatus.RUNNING
+                self.running.append(req)
+                seqs.append(self._scheduled(req, num_new))
+                in_flight.update(self._unscheduled_prompt_hashes(req, hit.num_tokens + num_new))
+                budget -= num_new
+        finally:
+            self.waiting.extendleft(reversed(deferred))   # back at the front, in arrival order
         return budget
+
+    def _in_flight_hashes(self, seqs: list[ScheduledSeq]) -> set[int]:
+        """Hashes of the prompt blocks that running prefills compute after this step."""
+        if not self.kv.enable_caching:
+            return set()
+        scheduled = {s.request.request_id: s.num_new_tokens for s in seqs}
+        out: set[int] = set()
+        for req in self.running:
+            out.update(self._unscheduled_prompt_hashes(
+                req, req.num_computed_tokens + scheduled.get(req.request_id, 0)))
+        return out
+
+    def _unscheduled_prompt_hashes(self, req: Request, end: int) -> list[int]:
+        """Hashes of req's full prompt blocks past token `end` (none once its prompt is scheduled)."""
+        if not self.kv.enable_caching or end >= req.num_prompt_tokens:
+            return []
+        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)
+        return hashes[end // self.kv.block_size:req.num_prompt_tokens // self.kv.block_size]
+
+    def _continues_in_flight(self, req: Request, hit: PrefixHit, in_flight: set[int]) -> bool:
+        """The waiting prompt's first uncached block is one a running prefill is computing: it
+        waits for it (and hits it) instead of computing the shared prefix a second time."""
+        if not in_flight:
+            return False
+        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)
+        first_missing = len(hit.blocks)
+        return first_missing < len(hashes) and hashes[first_missing] in in_flight
 
     def _admission_reserve(self) -> int:
         """Tokens of this step that running prefills leave to waiting requests: the chunk cap

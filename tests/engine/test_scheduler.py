@@ -127,3 +127,42 @@ def test_no_reserve_when_nothing_waits_or_no_slot_is_free():
     # the only slot is taken: "other" cannot be admitted, nothing is reserved for it (the
     # per-chunk cap while someone waits still applies)
     assert _plan(out) == [("long", 4, False)]
+
+
+def test_prompt_sharing_a_prefix_being_computed_waits_for_it():
+    """Two sessions with one system prompt: the second is not admitted while the first is still
+    computing the shared blocks, then hits all of them; a prompt sharing nothing goes past it."""
+    kv = KVCacheManager(100, 4, True)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=16, long_prefill_token_threshold=0), kv)
+    shared = list(range(500, 540))                                     # 10 blocks
+    first = Request("first", shared + [1, 2, 3], SamplingParams(max_tokens=4))
+    second = Request("second", shared + [7, 8, 9], SamplingParams(max_tokens=4))
+    other = _req("other", 5)
+    for r in (first, second, other):
+        sched.add(r)
+    out = sched.schedule()
+    # first takes the step's 16 tokens; the 4 blocks it publishes would be second's hit, but its
+    # 5th block is still to be computed by first: second waits, and keeps its place in the queue
+    assert _plan(out) == [("first", 16, False)]
+    _advance(sched, out)
+    out = sched.schedule()
+    assert _plan(out) == [("first", 16, False)]
+    assert [r.request_id for r in sched.waiting] == ["second", "other"]
+    _advance(sched, out)
+    out = sched.schedule()
+    # first's last 11 tokens; second now hits all 10 shared blocks and computes only its own 3
+    assert _plan(out) == [("first", 11, True), ("second", 3, True), ("other", 2, False)]
+    assert second.num_cached_tokens == 40
+
+
+def test_blocks_published_in_the_same_step_are_hit_at_once():
+    kv = KVCacheManager(100, 4, True)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=64, long_prefill_token_threshold=0), kv)
+    a, b = _req("a", 20), _req("b", 20)     # same tokens, admitted in the same step
+    sched.add(a)
+    sched.add(b)
+    out = sched.schedule()
+    # a is admitted first and publishes all 5 full blocks in this step: b hits 4 of them (the
+    # last token is always computed) and computes 4 tokens, nothing is deferred
+    assert _plan(out) == [("a", 20, True), ("b", 4, True)]
+    assert b.num_cached_tokens == 16
