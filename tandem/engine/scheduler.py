@@ -147,7 +147,7 @@ class Scheduler:
         return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
 
     def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> int:
-        in_flight = self._in_flight_hashes(seqs)
+        in_flight = self._in_flight_hashes(seqs) if self.waiting else set()
         deferred: list[Request] = []
         try:
             while self.waiting and budget > 0 and \
