@@ -139,14 +139,18 @@ class Scheduler:
 
         pulls: list[KVPull] = []
         if not preempted:
-            budget = self._admit(seqs, pulls, budget)
-            if reserve and budget > 0:
-                self._extend_prefills(seqs, budget)
+            budget, deferred = self._admit(seqs, pulls, budget)
+            if (reserve or deferred) and budget > 0:
+                # a prompt deferred for an in-flight prefix is no reason to cap the others' chunks
+                cap = self._chunk_cap(0) if len(self.waiting) > deferred else self.config.max_num_batched_tokens
+                self._extend_prefills(seqs, budget, cap)
         for req in capacity_finished:
             req.finish_reason = FinishReason.LENGTH
         return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
 
-    def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> int:
+    def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> tuple[int, int]:
+        """Admit waiting requests into the step; returns the budget left and how many prompts
+        were deferred for an in-flight prefix (they stay at the front of the queue)."""
         in_flight = self._in_flight_hashes(seqs) if self.waiting else set()
         deferred: list[Request] = []
         try:
@@ -177,7 +181,7 @@ class Scheduler:
                 budget -= num_new
         finally:
             self.waiting.extendleft(reversed(deferred))   # back at the front, in arrival order
-        return budget
+        return budget, len(deferred)
 
     def _in_flight_hashes(self, seqs: list[ScheduledSeq]) -> set[int]:
         """Hashes of the prompt blocks that running prefills compute after this step."""
@@ -216,9 +220,9 @@ class Scheduler:
             return 0
         return min(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
 
-    def _extend_prefills(self, seqs: list[ScheduledSeq], budget: int) -> None:
+    def _extend_prefills(self, seqs: list[ScheduledSeq], budget: int, cap: int) -> None:
         """Give the budget admission left to running prefills, in admission order: a chunk cut
-        short by the reserve grows (up to the chunk cap), one skipped gets its chunk now."""
+        short by the reserve grows (to at most `cap` tokens), one skipped gets its chunk now."""
         index = {s.request.request_id: i for i, s in enumerate(seqs)}
         for req in self.running:
             if budget <= 0:
@@ -228,7 +232,7 @@ class Scheduler:
             remaining = req.num_tokens - req.num_computed_tokens - done
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
-            extra = min(remaining, budget, self._chunk_cap(0) - done)
+            extra = min(remaining, budget, cap - done)
             if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra) is None:
                 continue
             seq = self._scheduled(req, done + extra)

@@ -166,3 +166,18 @@ def test_blocks_published_in_the_same_step_are_hit_at_once():
     # last token is always computed) and computes 4 tokens, nothing is deferred
     assert _plan(out) == [("a", 20, True), ("b", 4, True)]
     assert b.num_cached_tokens == 16
+
+
+def test_a_deferred_prompt_does_not_cap_the_running_prefill():
+    """The only waiting prompt waits for the running one's prefix: that prefill takes the whole
+    step (the chunk cap is for prompts that could be admitted)."""
+    kv = KVCacheManager(100, 4, True)
+    sched = Scheduler(SchedulerConfig(max_num_batched_tokens=16, long_prefill_token_threshold=4), kv)
+    shared = list(range(500, 560))
+    first = Request("first", shared, SamplingParams(max_tokens=4))
+    sched.add(first)
+    _advance(sched, sched.schedule())                       # alone: 16 tokens
+    sched.add(Request("second", shared + [1, 2], SamplingParams(max_tokens=4)))
+    out = sched.schedule()
+    assert _plan(out) == [("first", 16, False)]
+    assert [r.request_id for r in sched.waiting] == ["second"]
