@@ -300,9 +300,12 @@ def test_prefix_aware_sends_shared_prefix_to_holder(pair):
     indexed_before = {u: w["cached_blocks"] for u, w in workers().items()}
     first = complete(g, shared + " question 0", 4)
     holder = first.headers["x-tandem-decode"]
-    # The gateway learns of the new blocks from the holder's KV events on its next poll (blocks
-    # of the previous test are indexed already, so wait for the count to grow), and of the load
-    # of the previous test's streams, which ran through another gateway, from the workers' reports.
+    # The gateway learns of the new blocks from the holder's KV events on its next poll, and of
+    # the load of the previous test's streams, which ran through another gateway, from the
+    # workers' reports. The first request's events exist once its response is back; a poll that
+    # starts after that carries them: wait out two poll intervals first, so that growth seen
+    # below is not only late events of the previous test's requests.
+    time.sleep(3 * float(GATEWAY_ARGS[GATEWAY_ARGS.index("--poll-interval") + 1]))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         ws = workers()
