@@ -7,8 +7,11 @@ Per layer and step: write the new tokens' K/V at their slots, then attend.
   blocks into a padded [B, kv_heads, S, D] and run one SDPA call with a key-padding mask; the query heads that share
   a KV head are laid out as that head's query rows ([B, kv_heads, group, D]), so K/V are never
   repeated per query head.
-- prefill chunk without cached context: causal SDPA straight on this step's K/V (no gather).
-- prefill chunk with cached context: gather its blocks, SDPA with the chunk's causal mask.
+- prefill chunk on the CPU in bfloat16 with the AMX kernel (tandem.kernels.paged_prefill, when
+  the workspace has one): K/V read from the blocks and packed once per call, causal flash attention
+  by tile multiplies, over the cached context and this step's tokens alike;
+- prefill chunk otherwise, without cached context: causal SDPA straight on this step's K/V (no gather);
+- prefill chunk otherwise, with cached context: gather its blocks, SDPA with the chunk's causal mask.
 Gathers write into an AttentionWorkspace (buffers reused by every layer and step): on the CPU a
 fresh multi-megabyte tensor per layer costs more in page faults than the copy itself
 (benchmarks/attention_cpu.py).
@@ -21,20 +24,23 @@ import torch
 import torch.nn.functional as F
 
 from tandem.kernels.paged_decode import PagedDecodeKernel
+from tandem.kernels.paged_prefill import PagedPrefillKernel
 from tandem.runner.attn_metadata import AttentionBatch, DecodeGroup, PrefillChunk
 
 
 class AttentionWorkspace:
     """Two flat gather buffers (K and V), grown to the largest request and then reused, and the
-    native decode kernel when the model runs with one.
+    native kernels the model runs with (None: torch SDPA).
 
     Invariant: a view handed out is valid until the next `kv_views` call; each layer finishes
-    its SDPA call before the next gather.
+    its attention call before the next gather.
     """
 
-    def __init__(self, decode_kernel: PagedDecodeKernel | None = None) -> None:
+    def __init__(self, decode_kernel: PagedDecodeKernel | None = None,
+                 prefill_kernel: PagedPrefillKernel | None = None) -> None:
         self._bufs: list[torch.Tensor | None] = [None, None]
         self.decode_kernel = decode_kernel
+        self.prefill_kernel = prefill_kernel
 
     def kv_views(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         numel = 1
@@ -110,6 +116,11 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
              chunk: PrefillChunk, scale: float, ws: AttentionWorkspace) -> torch.Tensor:
     # q [n, H, D], k/v [n, KVH, D] -> [n, H, D]
     n, H, D = q.shape
+    kernel = ws.prefill_kernel
+    if kernel is not None and kernel.supports(q, kv_cache):
+        ctx = chunk.num_computed + n
+        k_scratch, v_scratch = ws.kv_views((kernel.scratch_numel(kv_cache, ctx),), kv_cache)
+        return kernel(q, kv_cache, layer, chunk.block_ids, chunk.num_computed, scale, k_scratch, v_scratch)
     kvh = k.shape[1]
     # 4-D inputs (a batch of one): 3-D ones send CPU SDPA to its slow math fallback
     qt = q.transpose(0, 1).unsqueeze(0)                                 # [1, H, n, D]

@@ -1,5 +1,9 @@
-"""Which decode attention a loaded model runs (ModelConfig.attention): policy, kept apart from
-the kernels themselves (tandem.kernels) and the attention layer that calls them."""
+"""Which attention kernels a loaded model runs (ModelConfig.attention): policy, kept apart from
+the kernels themselves (tandem.kernels) and the attention layer that calls them.
+
+"native" asks for the CPU decode kernel (an error where it cannot run) and takes the AMX prefill
+kernel where this CPU has AMX tiles (bfloat16 only; otherwise prefill stays on torch SDPA).
+"auto" takes what can run and falls back to torch SDPA, logged. "sdpa": torch SDPA only."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import torch
 from tandem.errors import ModelLoadError
 from tandem.kernels.build import KernelBuildConfig, KernelBuildError
 from tandem.kernels.paged_decode import PagedDecodeKernel
+from tandem.kernels.paged_prefill import PagedPrefillKernel
 
 CHOICES = ("auto", "native", "sdpa")
 log = logging.getLogger(__name__)
@@ -40,4 +45,20 @@ def decode_kernel(choice: str, dtype: torch.dtype, device: torch.device,
         log.warning("native decode attention unavailable, using torch SDPA: %s", e)
         return None
     log.info("decode attention: native CPU kernel (ready in %.2f s)", time.perf_counter() - start)
+    return kernel
+
+
+def prefill_kernel(choice: str, dtype: torch.dtype, device: torch.device,
+                   build: KernelBuildConfig = KernelBuildConfig()) -> PagedPrefillKernel | None:
+    """The AMX prefill kernel for "auto" and "native" on a CPU with AMX tiles and a bfloat16
+    model, else None (torch SDPA). Never an error: prefill has no native path to insist on
+    elsewhere (decode_kernel validates the choice)."""
+    if choice == "sdpa" or device.type != "cpu" or dtype != PagedPrefillKernel.DTYPE:
+        return None
+    try:
+        kernel = PagedPrefillKernel.load(build)
+    except (KernelBuildError, OSError) as e:
+        log.warning("AMX prefill attention unavailable, using torch SDPA: %s", e)
+        return None
+    log.info("prefill attention: %s", "AMX CPU kernel" if kernel else "torch SDPA (no AMX tiles here)")
     return kernel

@@ -22,7 +22,7 @@ from tandem.errors import ModelLoadError
 from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
-from tandem.models.attention_choice import decode_kernel
+from tandem.models.attention_choice import decode_kernel, prefill_kernel
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.registry import model_class
 
@@ -61,7 +61,8 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     with torch.device("meta"):
         model = cls(arch, device=device)
     load_weights(model, files, dtype, device, cfg.show_progress)
-    model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device))
+    model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device),
+                                         prefill_kernel(cfg.attention, dtype, device))
     model.eval()
     packing = None
     if cfg.pack_weights and can_pack(dtype, device):

@@ -175,3 +175,37 @@ def test_native_decode_attention_gives_the_sdpa_greedy_tokens(llama_dir):
         assert_all_blocks_free(engine)
         engine.shutdown()
     assert outs[0] == outs[1]
+
+
+def test_amx_prefill_greedy_tokens_do_not_depend_on_chunks_or_the_prefix_cache(tmp_path):
+    """bfloat16 prefill runs the AMX kernel where the CPU has it. Each query row's attention is
+    computed in the same order however the prompt is split, so greedy outputs with the prefix
+    cache and small chunks equal those without the cache in one chunk."""
+    import dataclasses
+
+    from tandem.engine.engine import Engine
+    from tandem.kernels.paged_prefill import PagedPrefillKernel
+    from tandem.testing.tiny_model import write_test_model
+    from tests.conftest import assert_all_blocks_free, engine_config
+
+    if PagedPrefillKernel.load() is None:
+        pytest.skip("this CPU has no AMX tiles")
+    model_dir = write_test_model(tmp_path, "LlamaForCausalLM", hidden_size=128, num_heads=4,
+                                 num_kv_heads=2, head_dim=32, seed=4)
+    shared = prompts(1, seed=8, min_len=150, max_len=150)[0]
+    suffixes = prompts(6, seed=9, min_len=5, max_len=70)
+    outs = []
+    for caching, budget in ((True, 48), (False, 512)):
+        cfg = engine_config(model_dir, dtype="bfloat16", block_size=16, prefix_caching=caching,
+                            max_num_batched_tokens=budget)
+        engine = Engine.from_config(cfg)
+        assert isinstance(engine.loaded.model.workspace.prefill_kernel, PagedPrefillKernel)
+        first = request(shared + suffixes[0], max_tokens=16)
+        res = run(engine, [first])                            # caches the shared prefix
+        rest = [request(shared + s, max_tokens=16) for s in suffixes[1:]]
+        res.update(run(engine, rest))
+        assert all((res[r.request_id][-1].num_cached_tokens >= 144) == caching for r in rest)
+        outs.append([tokens(res[r.request_id]) for r in [first, *rest]])
+        assert_all_blocks_free(engine)
+        engine.shutdown()
+    assert outs[0] == outs[1]

@@ -77,3 +77,53 @@ def test_bfloat16_runs_and_is_close():
                           AttentionWorkspace())
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), dense_reference(q, k, v, D ** -0.5), atol=3e-2, rtol=3e-2)
+
+
+class _CountingPrefill:
+    """The AMX prefill kernel, counting the chunks it attends."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.calls = kernel, 0
+
+    def supports(self, q, kv_cache):
+        return self.kernel.supports(q, kv_cache)
+
+    def scratch_numel(self, kv_cache, ctx):
+        return self.kernel.scratch_numel(kv_cache, ctx)
+
+    def __call__(self, *args):
+        self.calls += 1
+        return self.kernel(*args)
+
+
+def test_bfloat16_mixed_step_with_the_native_kernels():
+    from tandem.kernels.paged_prefill import PagedPrefillKernel
+    prefill = PagedPrefillKernel.load()
+    if prefill is None:
+        pytest.skip("this CPU has no AMX tiles")
+    counting = _CountingPrefill(prefill)
+    ws = AttentionWorkspace(PagedDecodeKernel.load(), counting)
+    torch.manual_seed(2)
+    heads, kv_heads, D, bs, layer = 8, 2, 64, 16, 0
+    plan = [(40, 40), (300, 1), (150, 70), (33, 1), (600, 16)]   # (context after the step, new)
+    cache = torch.zeros(120, 1, 2, bs, kv_heads, D, dtype=torch.bfloat16)
+    perm = torch.randperm(120).tolist()
+    slices, qs, ks, vs, full = [], [], [], [], []
+    for ctx, new in plan:
+        nb = -(-ctx // bs)
+        blocks, perm = perm[:nb], perm[nb:]
+        kk, vv = torch.randn(ctx, kv_heads, D).bfloat16(), torch.randn(ctx, kv_heads, D).bfloat16()
+        for p in range(ctx - new):
+            cache[blocks[p // bs], layer, 0, p % bs] = kk[p]
+            cache[blocks[p // bs], layer, 1, p % bs] = vv[p]
+        slices.append(SeqSlice(blocks, ctx - new, new))
+        qs.append(torch.randn(new, heads, D).bfloat16()), ks.append(kk[ctx - new:]), vs.append(vv[ctx - new:])
+        full.append((kk.float(), vv.float()))
+    batch = AttentionBatch.build(slices, bs, "cpu")
+    out = paged_attention(torch.cat(qs), torch.cat(ks), torch.cat(vs), cache, layer, batch, D ** -0.5, ws)
+    assert counting.calls == 3                                   # every prefill chunk, no decode
+    row = 0
+    for q, (k, v) in zip(qs, full):
+        ref = dense_reference(q.float(), k, v, D ** -0.5)
+        torch.testing.assert_close(out[row:row + len(q)].double(), ref, atol=2e-2, rtol=2e-2)
+        row += len(q)

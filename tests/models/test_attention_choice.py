@@ -1,4 +1,4 @@
-"""ModelConfig.attention: which decode attention a model gets, and the errors for what cannot run."""
+"""ModelConfig.attention: which attention kernels a model gets, and the errors for what cannot run."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import torch
 from tandem.errors import ModelLoadError
 from tandem.kernels.build import KernelBuildConfig
 from tandem.kernels.paged_decode import PagedDecodeKernel
-from tandem.models.attention_choice import decode_kernel
+from tandem.kernels.paged_prefill import PagedPrefillKernel
+from tandem.models.attention_choice import decode_kernel, prefill_kernel
 
 CPU = torch.device("cpu")
 NO_COMPILER = KernelBuildConfig(compiler="/nonexistent/cc")
@@ -37,4 +38,20 @@ def test_native_where_it_cannot_run_is_a_clear_error():
 def test_auto_falls_back_without_a_compiler(tmp_path, caplog):
     cfg = KernelBuildConfig(cache_dir=tmp_path, compiler="/nonexistent/cc")
     assert decode_kernel("auto", torch.float32, CPU, cfg) is None
+    assert "using torch SDPA" in caplog.text
+
+
+def test_prefill_kernel_only_for_bfloat16_on_a_cpu_with_amx():
+    has_amx = PagedPrefillKernel.load() is not None
+    for choice in ("auto", "native"):
+        got = prefill_kernel(choice, torch.bfloat16, CPU)
+        assert isinstance(got, PagedPrefillKernel) if has_amx else got is None
+    assert prefill_kernel("sdpa", torch.bfloat16, CPU) is None
+    assert prefill_kernel("native", torch.float32, CPU) is None
+    assert prefill_kernel("auto", torch.bfloat16, torch.device("meta")) is None
+
+
+def test_prefill_kernel_falls_back_without_a_compiler(tmp_path, caplog):
+    cfg = KernelBuildConfig(cache_dir=tmp_path, compiler="/nonexistent/cc")
+    assert prefill_kernel("native", torch.bfloat16, CPU, cfg) is None
     assert "using torch SDPA" in caplog.text
