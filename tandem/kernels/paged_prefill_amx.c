@@ -151,10 +151,16 @@ static inline __mmask16 lanes(int64_t left) {
  * are the row's running max and sum; returns the factor that rescales its earlier accumulators. */
 static inline float softmax_row(const float *s, uint16_t *p, int64_t nk, int64_t valid,
                                 float scale, float *m, float *l) {
-    __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < valid; j += 16)
-        vmax = _mm512_mask_max_ps(vmax, lanes(valid - j), vmax, _mm512_loadu_ps(s + j));
-    const float block_max = _mm512_reduce_max_ps(vmax);
+    const int64_t full = valid & ~(int64_t)15;           /* whole visible vectors; then a tail */
+    __m512 mx0 = _mm512_set1_ps(-INFINITY), mx1 = mx0;
+    int64_t j = 0;
+    for (; j + 32 <= full; j += 32) {
+        mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(s + j));
+        mx1 = _mm512_max_ps(mx1, _mm512_loadu_ps(s + j + 16));
+    }
+    if (j < full) mx0 = _mm512_max_ps(mx0, _mm512_loadu_ps(s + j));
+    if (valid > full) mx1 = _mm512_mask_max_ps(mx1, lanes(valid - full), mx1, _mm512_loadu_ps(s + full));
+    const float block_max = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     const float m_new = block_max > *m ? block_max : *m;
     if (m_new == -INFINITY) {                    /* nothing visible yet */
         memset(p, 0, sizeof(uint16_t) * (size_t)nk);
@@ -163,13 +169,20 @@ static inline float softmax_row(const float *s, uint16_t *p, int64_t nk, int64_t
     const float log2e = 1.44269504089f;
     const float alpha = *m == -INFINITY ? 0.0f : exp2f((*m - m_new) * scale * log2e);
     const __m512 vs = _mm512_set1_ps(scale * log2e), vm = _mm512_set1_ps(m_new * scale * log2e);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nk; j += 16) {
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+    for (j = 0; j + 32 <= full; j += 32) {
+        const __m512 e0 = exp2_masked(0xffff, _mm512_fmsub_ps(_mm512_loadu_ps(s + j), vs, vm));
+        const __m512 e1 = exp2_masked(0xffff, _mm512_fmsub_ps(_mm512_loadu_ps(s + j + 16), vs, vm));
+        sum0 = _mm512_add_ps(sum0, e0);
+        sum1 = _mm512_add_ps(sum1, e1);
+        _mm512_storeu_si512(p + j, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+    }
+    for (; j < nk; j += 16) {                             /* at most one whole vector, the tail, zeros */
         const __m512 e = exp2_masked(lanes(valid - j), _mm512_fmsub_ps(_mm512_loadu_ps(s + j), vs, vm));
-        sum = _mm512_add_ps(sum, e);
+        sum0 = _mm512_add_ps(sum0, e);
         _mm256_storeu_si256((__m256i *)(p + j), (__m256i)_mm512_cvtneps_pbh(e));
     }
-    *l = *l * alpha + _mm512_reduce_add_ps(sum);
+    *l = *l * alpha + _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
     *m = m_new;
     return alpha;
 }
