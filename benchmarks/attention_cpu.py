@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from tandem.kernels.paged_decode import PagedDecodeKernel
+from tandem.kernels.paged_prefill import PagedPrefillKernel
 from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.runner.attn_metadata import AttentionBatch, SeqSlice, _decode_group
 
@@ -142,29 +143,38 @@ def prefill_options(cache, layer, chunk, q, k_new, v_new, scale):
         torch.index_select(cache[:, layer, 1], 0, chunk.block_ids, out=v)
         return k.view(-1, kvh, D)[:ctx].transpose(0, 1), v.view(-1, kvh, D)[:ctx].transpose(0, 1)
 
+    # 4-D inputs (a batch of one), as tandem.layers.attention: 3-D ones take SDPA's math fallback
     def gqa():
         k, v = gathered()
-        return F.scaled_dot_product_attention(q.transpose(0, 1), k, v, attn_mask=chunk.mask, scale=scale,
-                                              enable_gqa=True)
+        return F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None], attn_mask=chunk.mask,
+                                              scale=scale, enable_gqa=True)[0]
 
     def repeat():
         k, v = gathered()
-        return F.scaled_dot_product_attention(q.transpose(0, 1), k.repeat_interleave(H // kvh, 0),
-                                              v.repeat_interleave(H // kvh, 0), attn_mask=chunk.mask, scale=scale)
+        return F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.repeat_interleave(H // kvh, 0)[None],
+                                              v.repeat_interleave(H // kvh, 0)[None], attn_mask=chunk.mask,
+                                              scale=scale)[0]
 
     def grouped_rows():
         k, v = gathered()
         qg = q.view(n, kvh, H // kvh, D).permute(1, 2, 0, 3).reshape(kvh, (H // kvh) * n, D)
         mask = chunk.mask.repeat(H // kvh, 1)
-        o = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+        o = F.scaled_dot_product_attention(qg[None], k[None], v[None], attn_mask=mask, scale=scale)[0]
         return o.view(kvh, H // kvh, n, D).reshape(H, n, D)
 
     def is_causal_local():  # only valid without cached context; timed for comparison
-        return F.scaled_dot_product_attention(q.transpose(0, 1), k_new.transpose(0, 1), v_new.transpose(0, 1),
-                                              is_causal=True, scale=scale, enable_gqa=True)
+        return F.scaled_dot_product_attention(q.transpose(0, 1)[None], k_new.transpose(0, 1)[None],
+                                              v_new.transpose(0, 1)[None], is_causal=True, scale=scale,
+                                              enable_gqa=True)[0]
 
-    return {"gather + enable_gqa + mask *": gqa, "gather + repeat_interleave": repeat,
+    opts = {"gather + enable_gqa + mask *": gqa, "gather + repeat_interleave": repeat,
             "gather + grouped query rows": grouped_rows, "(no context) causal on local K/V *": is_causal_local}
+    amx = PagedPrefillKernel.load()
+    if amx is not None and amx.supports(q, cache):   # then the default instead of the SDPA paths
+        k_scratch, v_scratch = (torch.empty(amx.scratch_numel(cache, ctx), dtype=q.dtype) for _ in range(2))
+        opts["AMX kernel (bfloat16 default) *"] = lambda: amx(  # noqa: E731
+            q, cache, layer, chunk.block_ids, ctx - n, scale, k_scratch, v_scratch).transpose(0, 1)
+    return opts
 
 
 def main() -> None:
@@ -222,7 +232,7 @@ def main() -> None:
     per_seq = decode_options(cache, 1, one_group, q, scale)["one SDPA per sequence"]
     print(f"  {'one SDPA per sequence':36s} {bench(per_seq):10.1f}")
 
-    for n, cached in [(128, 0), (512, 0), (128, 1024), (512, 512)]:
+    for n, cached in [(128, 0), (512, 0), (128, 1024), (512, 512), (512, 2560)]:
         ctx = cached + n
         num_blocks = -(-ctx // bs) + 4
         cache = torch.randn(num_blocks, L, 2, bs, KVH, D, dtype=dtype)
@@ -239,7 +249,11 @@ def main() -> None:
             opts = prefill_options(cache, 1, chunk, q, kn, vn, scale)
         else:
             opts.pop("(no context) causal on local K/V *")
+        ref = opts["gather + repeat_interleave"]()
+        tol = 1e-3 if dtype == torch.float32 else 2e-2
         for name, fn in opts.items():
+            if "no context" not in name:
+                torch.testing.assert_close(fn(), ref, atol=tol, rtol=tol)
             print(f"  {name:36s} {bench(fn):10.1f}")
 
     T = 256
