@@ -12,8 +12,9 @@ Then `tandem bench compare`-style tables (ratios against the first configuration
 client and for all streams together, and one CDF plot.
 
 Configurations: "colocated:N" or "pd:P:D", optionally with "/budget=T" for the workers'
-`--max-num-batched-tokens T` (chunked-prefill token budget), e.g.
-  colocated:2,pd:1:1,colocated:2/budget=128
+`--max-num-batched-tokens T` (chunked-prefill token budget) or "/local=N" for the gateway's
+`--local-prefill-tokens N` (disaggregated: short prompts prefilled on the decode worker), e.g.
+  colocated:2,pd:1:1,colocated:2/budget=128,pd:1:1/local=256
 
   python benchmarks/disagg/run_mixed.py --model DIR --configs colocated:2,pd:1:1 \
       --agentic-args "--agentic --sessions 12 ..." --decoders-args "--agentic --sessions 40 ..." \
@@ -48,6 +49,7 @@ class Config:
     label: str
     up_args: tuple[str, ...]
     worker_args: tuple[str, ...]
+    gateway_args: tuple[str, ...] = ()
 
 
 def parse_configs(text: str) -> list[Config]:
@@ -60,15 +62,20 @@ def parse_configs(text: str) -> list[Config]:
         elif parts[0] == "pd" and len(parts) == 3:
             label, up = f"pd-{parts[1]}-{parts[2]}", ("--prefill", parts[1], "--decode", parts[2])
         else:
-            raise SystemExit(f"bad configuration {item!r}: colocated:N or pd:P:D[/budget=T]")
+            raise SystemExit(f"bad configuration {item!r}: colocated:N or pd:P:D[/budget=T|/local=N]")
         wargs: tuple[str, ...] = ()
+        gargs: tuple[str, ...] = ()
         if opt:
             key, _, val = opt.partition("=")
-            if key != "budget" or not val.isdigit():
-                raise SystemExit(f"bad option {opt!r}: only budget=T")
-            label += f"-budget{val}"
-            wargs = (f"--max-num-batched-tokens={val}",)
-        out.append(Config(label, up, wargs))
+            if key not in ("budget", "local") or not val.isdigit():
+                raise SystemExit(f"bad option {opt!r}: budget=T (worker step budget) or local=N "
+                                 f"(gateway --local-prefill-tokens)")
+            label += f"-{key}{val}"
+            if key == "budget":
+                wargs = (f"--max-num-batched-tokens={val}",)
+            else:
+                gargs = (f"--local-prefill-tokens={val}",)
+        out.append(Config(label, up, wargs, gargs))
     return out
 
 
@@ -90,7 +97,8 @@ def loadavg() -> str:
 def run_config(cfg: Config, a: argparse.Namespace, out: Path) -> dict:
     url = f"http://127.0.0.1:{a.port}"
     up = [sys.executable, "-m", "tandem", "up", "--model", a.model, *cfg.up_args, "--port", str(a.port),
-          "--policy", a.policy, *(f"--worker-arg={w}" for w in (*a.worker_arg, *cfg.worker_args))]
+          "--policy", a.policy, *(f"--worker-arg={w}" for w in (*a.worker_arg, *cfg.worker_args)),
+          *(f"--gateway-arg={g}" for g in cfg.gateway_args)]
     run_dir = out / cfg.label
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / "up.log"

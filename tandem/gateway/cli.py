@@ -39,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="requests open on one worker before it counts as saturated (429 when all are)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
+    g.add_argument("--local-prefill-tokens", type=int, default=0, metavar="N",
+                   help="with prefill and decode workers: a request with at most N prompt tokens "
+                        "uncached on its decode worker is prefilled there (default 0: never)")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     g.set_defaults(func=gateway)
@@ -53,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--policy", default="default", choices=POLICY_NAMES)
     u.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for every `tandem serve` (repeatable), e.g. --worker-arg=--dtype=float32")
+    u.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for `tandem gateway` (repeatable), e.g. --gateway-arg=--local-prefill-tokens=256")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -70,7 +75,8 @@ def gateway_config_from_args(args: argparse.Namespace):
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
-        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting))
+        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
+        local_prefill_tokens=args.local_prefill_tokens)
 
 
 def gateway(args: argparse.Namespace) -> int:
@@ -108,5 +114,6 @@ def up(args: argparse.Namespace) -> int:
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
                        policy=args.policy, worker_args=tuple(args.worker_arg),
+                       gateway_args=tuple(args.gateway_arg),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level)
     return run_cluster(spec)

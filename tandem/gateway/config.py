@@ -31,6 +31,10 @@ class GatewayConfig:
     api_keys: tuple[str, ...] = ()
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    # Disaggregated mode: a request whose prompt the chosen decode worker would have to compute
+    # for at most this many tokens (uncached there) is served whole by that decode worker
+    # instead of queueing at a prefill worker. 0 = every request goes through a prefill worker.
+    local_prefill_tokens: int = 0
     max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
     max_migrations: int = 3           # a stream moves at most this many times
     retry_after_s: int = 1            # Retry-After on 503 and 429

@@ -66,6 +66,10 @@ class GatewayMetrics:
         self.migrations = Counter("tandem:gateway_migrations",
                                   "Streams moved to another worker after their first token.",
                                   registry=prom)
+        self.local_prefills = Counter("tandem:gateway_local_prefills",
+                                      "Disaggregated-mode requests served whole by their decode worker "
+                                      "(few prompt tokens uncached there: --local-prefill-tokens).",
+                                      registry=prom)
         self.prompt_tokens = Counter("tandem:gateway_prompt_tokens",
                                      "Prompt tokens of requests the gateway served.", registry=prom)
         self.cached_tokens = Counter("tandem:gateway_cached_tokens",

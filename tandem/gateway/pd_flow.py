@@ -4,7 +4,11 @@ A pass is either
 - colocated: one call to a role=both worker, or
 - disaggregated: a prefill call (prefill_only=True) that returns the first token and a KV
   handle, then a decode call (kv_handle, resume_output_ids) that streams the rest. The first
-  token is yielded as the stream's first delta (stitched in), before the decode call starts.
+  token is yielded as the stream's first delta (stitched in), before the decode call starts;
+- local prefill (disaggregated mode, GatewayConfig.local_prefill_tokens): the decode worker is
+  chosen first, and when it lacks at most that many of the prompt's tokens it serves the whole
+  request, as a colocated worker would (no prefill queue, no handoff, for a short chunk in its
+  decode steps).
 
 The client sees one stream. `sent` is every token id already yielded to it; its text was yielded
 too. If a pass fails (`WorkerFailed`), the next pass re-runs the prompt with
@@ -32,7 +36,7 @@ from tandem.errors import NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
-from tandem.gateway.routing import HashMemo, Router
+from tandem.gateway.routing import HashMemo, Route, Router
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
 from tandem.server.backend import ResponseInfo
@@ -173,14 +177,20 @@ class _Flow:
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
         route = self.p.router.choose("both", memo, self.session, frozenset(self.exclude))
+        async with aclosing(self._whole_pass(route, "both")) as deltas:
+            async for d in deltas:
+                yield d
+
+    async def _whole_pass(self, route: Route, pool: str) -> AsyncIterator[RequestDelta]:
+        """Prompt and every output token from one worker."""
         url = route.worker.url
-        wreq = self._worker_request("c")
+        wreq = self._worker_request("c" if pool == "both" else "l")
         tracker = self.p.tracker
         tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens)
         dispatched = time.monotonic()
         first = True
         try:
-            async with aclosing(self._stream(url, wreq, "both")) as deltas:
+            async with aclosing(self._stream(url, wreq, pool)) as deltas:
                 async for d in deltas:
                     if first and (d.new_token_ids or d.finished):
                         first = False
@@ -198,6 +208,17 @@ class _Flow:
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
         exclude = frozenset(self.exclude)
+        decode: Route | None = None
+        if self.p.config.local_prefill_tokens > 0:
+            # decode worker first: if what it lacks of the prompt is short, it prefills locally
+            decode = self.p.router.choose("decode", memo, self.session, exclude)
+            if decode.uncached_tokens <= self.p.config.local_prefill_tokens:
+                if self.p.metrics:
+                    self.p.metrics.local_prefills.inc()
+                async with aclosing(self._whole_pass(decode, "decode")) as deltas:
+                    async for d in deltas:
+                        yield d
+                return
         prefill = self.p.router.choose("prefill", memo, self.session, exclude)
         p_url = prefill.worker.url
         preq = self._worker_request("p", prefill_only=True)
@@ -216,7 +237,8 @@ class _Flow:
             return
         got_token = False
         try:
-            decode = self.p.router.choose("decode", memo, self.session, exclude)
+            if decode is None:
+                decode = self.p.router.choose("decode", memo, self.session, exclude)
             d_url = decode.worker.url
             self._set_headers(p_url, d_url)
             yield self._rewrite(first, finished=False)

@@ -25,10 +25,10 @@ CORES = sorted(os.sched_getaffinity(0))
 LONG = 600  # tokens for streams that must still run when a worker is killed
 
 
-def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str]],
+def build(model: str, roles: list[str], gateways: dict[str, tuple],
           worker_args: tuple[str, ...] = ()) -> LocalCluster:
     """Workers `roles` (named w0, w1, ...; "prefill:shm" picks a KV transport) and gateways
-    {name: (worker indexes, policy)}."""
+    {name: (worker indexes, policy[, extra gateway args])}."""
     taken: set[int] = set()
     procs: list[ProcSpec] = []
     for i, spec in enumerate(roles):
@@ -38,10 +38,11 @@ def build(model: str, roles: list[str], gateways: dict[str, tuple[list[int], str
         taken.add(port)
         procs.append(worker_proc(f"w{i}", model, role, "127.0.0.1", port, (CORES[i % len(CORES)],),
                                  extra, "warning"))
-    for name, (idx, policy) in gateways.items():
+    for name, (idx, policy, *extra) in gateways.items():
         port = free_port(avoid=taken)
         taken.add(port)
-        g = gateway_proc(model, "127.0.0.1", port, [procs[i] for i in idx], policy, GATEWAY_ARGS)
+        g = gateway_proc(model, "127.0.0.1", port, [procs[i] for i in idx], policy,
+                         GATEWAY_ARGS + tuple(*extra))
         procs.append(ProcSpec(name, g.cmd, g.url, None))
     return LocalCluster(procs)
 
@@ -151,6 +152,25 @@ def test_greedy_identity_one_engine_colocated_disaggregated(model):
         assert usage["completion_tokens"] == 48 and usage["prompt_tokens"] > 0
         # the second PD request with the same prompt found it in the prefill worker's cache
         assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+        assert_no_blocks_held(c)
+
+
+def test_local_prefill_serves_short_prompts_on_the_decode_worker(model):
+    """--local-prefill-tokens: a prompt its decode worker lacks at most N tokens of is served
+    whole there; longer ones still go prefill -> decode; the output is the same either way."""
+    c = build(model, ["prefill", "decode", "both"],
+              {"g": ([0, 1], "default", ("--local-prefill-tokens", "8"))})
+    with running(c):
+        g = url(c, "g")
+        short = complete(g, "Hello", 24)
+        assert short.json()["usage"]["prompt_tokens"] <= 8
+        assert short.headers["x-tandem-prefill"] == short.headers["x-tandem-decode"] == url(c, "w1")
+        assert text_of(short) == text_of(complete(url(c, "w2"), "Hello", 24))
+        headers, chunks, usage = stream_chunks(g, PROMPT + " once more", 24)
+        assert usage["prompt_tokens"] > 8
+        assert (headers["x-tandem-prefill"], headers["x-tandem-decode"]) == (url(c, "w0"), url(c, "w1"))
+        assert "".join(chunks) == text_of(complete(url(c, "w2"), PROMPT + " once more", 24))
+        assert metric(g, "tandem:gateway_local_prefills_total") == 1
         assert_no_blocks_held(c)
 
 

@@ -48,3 +48,25 @@ def test_gateway_flags_build_config():
     assert (cfg.prefill, cfg.decode, cfg.workers) == (("http://a:1",), ("http://b:2",), ("c:3",))
     assert (cfg.policy, cfg.decode_policy, cfg.port, cfg.admission.max_waiting) == \
         ("prefix_aware", "token_aware", 9000, 7)
+    assert cfg.local_prefill_tokens == 0
+    args = parser.parse_args(["gateway", "--prefill", "http://a:1", "--decode", "http://b:2",
+                              "--local-prefill-tokens", "256"])
+    assert gateway_config_from_args(args).local_prefill_tokens == 256
+
+
+def test_up_passes_gateway_args_to_the_gateway(monkeypatch):
+    import argparse
+
+    from tandem.gateway import cli, cluster
+
+    seen = {}
+    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["up", "--model", "/m", "--prefill", "1", "--decode", "1",
+                              "--gateway-arg=--local-prefill-tokens=64", "--worker-arg=--dtype=float32"])
+    assert args.func(args) == 0
+    spec = seen["spec"]
+    assert spec.gateway_args == ("--local-prefill-tokens=64",) and spec.worker_args == ("--dtype=float32",)
+    gateway = plan(spec)[-1]
+    assert gateway.role is None and "--local-prefill-tokens=64" in gateway.cmd

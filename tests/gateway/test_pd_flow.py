@@ -88,6 +88,38 @@ def test_disaggregated_stitches_first_token_and_merges_usage():
     assert tracker.load(P0).in_flight == 0 and tracker.load(D0).in_flight == 0
 
 
+def test_local_prefill_short_prompt_is_served_whole_by_the_decode_worker():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"}, local_prefill_tokens=10)
+    deltas, info = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert info.headers == {"x-tandem-prefill": D0, "x-tandem-decode": D0}
+    (du, _, dresume, dhandle), = cluster.calls
+    assert (du, dresume, dhandle) == (D0, [], False)
+    last = deltas[-1]
+    assert (last.num_prompt_tokens, last.num_cached_tokens, last.num_output_tokens) == (10, 4, 12)
+    assert backend.parts.metrics.local_prefills._value.get() == 1
+    assert tracker.load(D0).in_flight == 0
+
+
+def test_local_prefill_longer_prompt_still_goes_prefill_then_decode():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"}, local_prefill_tokens=9)
+    deltas, info = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert info.headers == {"x-tandem-prefill": P0, "x-tandem-decode": D0}
+    assert [c[0] for c in cluster.calls] == [P0, D0]
+    assert backend.parts.metrics.local_prefills._value.get() == 0
+
+
+def test_local_prefill_stream_migrates_when_its_decode_worker_dies():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode", D1: "decode"},
+                                               local_prefill_tokens=64)
+    cluster.break_after[D0] = 4
+    deltas, _ = run(backend, monitor)
+    assert tokens(deltas) == expected()
+    assert [(c[0], len(c[2])) for c in cluster.calls] == [(D0, 0), (D1, 4)]
+    assert tracker.load(D0).in_flight == 0 and tracker.load(D1).in_flight == 0
+
+
 def test_prefill_finishing_at_first_token_skips_decode():
     cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"})
     deltas, info = run(backend, monitor, max_tokens=1)
