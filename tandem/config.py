@@ -35,9 +35,10 @@ class ModelConfig:
     # CPU bfloat16: linear weights packed once into oneDNN's layout (tandem.layers.linear), faster
     # matrix products for one copy of them in RAM in place of the memory-mapped checkpoint
     pack_weights: bool = True
-    # decode attention: "auto" = the native CPU kernel (tandem.kernels, compiled on first use) for
-    # float32/bfloat16 on the CPU, torch SDPA otherwise or when no C compiler is found;
-    # "native" = the kernel or a start-up error; "sdpa" = torch SDPA only
+    # attention kernels (tandem.models.attention_choice): "auto" = the native CPU decode kernel
+    # (tandem.kernels, compiled on first use) for float32/bfloat16 and, in bfloat16 on a CPU with
+    # AMX tiles, the AMX prefill kernel; torch SDPA otherwise or when no C compiler is found;
+    # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only
     attention: str = "auto"
 
 

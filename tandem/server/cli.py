@@ -56,9 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="CPU bfloat16: keep the checkpoint's memory-mapped weights instead of packing "
                         "them into oneDNN's layout (less RAM, slower matrix products)")
     p.add_argument("--attention", choices=("auto", "native", "sdpa"), default="auto",
-                   help="decode attention: auto = the native CPU kernel (compiled with cc on first "
-                        "use, cached in ~/.cache/tandem/kernels) for float32/bfloat16 on the CPU, "
-                        "else torch SDPA; native = the kernel or an error; sdpa = torch only")
+                   help="attention kernels: auto = the native CPU decode kernel (compiled with cc on "
+                        "first use, cached in ~/.cache/tandem/kernels) for float32/bfloat16, and in "
+                        "bfloat16 on a CPU with AMX tiles the AMX prefill kernel, else torch SDPA; "
+                        "native = the decode kernel or an error (prefill as auto); sdpa = torch only")
     p.add_argument("--max-model-len", type=_positive, default=None,
                    help="default: the model's max_position_embeddings")
     p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
