@@ -11,11 +11,13 @@ Two kinds of groups, each one SDPA call per layer:
   within a factor of 2, all contexts up to 8 blocks together) so padding never more than
   doubles the keys read, even when one long agent context shares a step with short ones;
 - prefill chunks: one per sequence with more than one new token.
-All indices and masks are tensors on the target device, shared by every layer.
+All indices and masks are tensors on the target device, shared by every layer; a prefill
+chunk's mask is built on first use (kernels that read the positions need none).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,8 +49,17 @@ class PrefillChunk:
     token_end: int
     num_computed: int
     block_ids: torch.Tensor              # LongTensor[nb]: blocks covering [0, num_computed + num_new)
-    mask: torch.Tensor | None            # BoolTensor[num_new, num_computed + num_new]; None = no cached
-                                         # context, attend over this step's K/V with a causal mask
+
+    @functools.cached_property
+    def mask(self) -> torch.Tensor | None:
+        """BoolTensor[num_new, num_computed + num_new] on block_ids' device, built once per step;
+        None = no cached context: attend over this step's K/V with a causal mask."""
+        if self.num_computed == 0:
+            return None
+        n = self.token_end - self.token_start
+        # query i sits at position num_computed + i and sees keys j <= num_computed + i
+        mask = torch.ones((n, self.num_computed + n), dtype=torch.bool).tril(self.num_computed)
+        return mask.to(self.block_ids.device)
 
 
 @dataclass(frozen=True)
@@ -107,17 +118,11 @@ def _bucket(num_blocks: int) -> int:
 
 
 def _prefill_chunk(s: SeqSlice, start: int, nb: int, device: torch.device) -> PrefillChunk:
-    mask = None
-    if s.num_computed > 0:
-        ctx = s.num_computed + s.num_new
-        # query i sits at position num_computed + i and sees keys j <= num_computed + i
-        mask = torch.ones((s.num_new, ctx), dtype=torch.bool).tril(s.num_computed).to(device)  # [n, ctx]
     return PrefillChunk(
         token_start=start,
         token_end=start + s.num_new,
         num_computed=s.num_computed,
         block_ids=torch.tensor(s.block_ids[:nb], dtype=torch.long).to(device),
-        mask=mask,
     )
 
 
