@@ -26,6 +26,7 @@ import os
 import platform
 import shlex
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -360,7 +361,8 @@ def run(cfg: EngineBenchConfig) -> dict:
     report: dict = {
         "schema": "tandem.bench.engine/1",
         "meta": {"command": cfg.command, "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                 "machine": machine(), "threads": cfg.threads, "load_avg_start": _load(),
+                 "machine": machine(), "commit": _commit(), "threads": cfg.threads,
+                 "load_avg_start": _load(),
                  "config": _config_dict(cfg)},
         "model": {"shape": asdict(cfg.shape), "num_params": None},
         "results": {},
@@ -372,6 +374,21 @@ def run(cfg: EngineBenchConfig) -> dict:
     report["meta"]["load_avg_end"] = _load()
     report["meta"]["seconds"] = round(time.perf_counter() - t0, 1)
     return report
+
+
+def _commit() -> str | None:
+    """This checkout's commit (short), with "+dirty" for uncommitted changes; None outside git."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _config_dict(cfg: EngineBenchConfig) -> dict:
@@ -390,7 +407,7 @@ def markdown(report: dict) -> str:
         f"Machine: {mach['nproc']} CPUs ({mach['cpu']}, {mach['torch_cpu_capability']}), "
         f"{mach['ram_gib']} GiB RAM; torch {mach['torch']}, transformers {mach['transformers']}, "
         f"{m['threads']} torch threads; load average {m['load_avg_start']} at start, "
-        f"{m['load_avg_end']} at end; {m['date']}; {m['seconds']} s.",
+        f"{m['load_avg_end']} at end; {m['date']}; commit {m.get('commit')}; {m['seconds']} s.",
         "",
         "| dtype | measurement | tandem | transformers | ratio | goal | met |",
         "|---|---|---|---|---|---|---|",

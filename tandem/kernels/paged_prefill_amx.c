@@ -9,12 +9,14 @@
  *
  * Method (flash attention): each KV head's K and V are first packed once into the layouts the
  * tile multiply reads (two scratch buffers from the caller, kv_heads * round_up(ctx, 32) *
- * head_dim bf16 each; positions past ctx zero). Then per item, two row tiles (16 query rows of one head each)
- * of the same KV head, so that each K/V tile load feeds two multiplies: scores of a 256-key block
- * by tile multiply (bf16 products, float32 sums), an online softmax in float32 with AVX-512,
- * probabilities rounded to bf16 and multiplied with V by tiles, float32 accumulators rescaled per
- * block, rounded once to bf16 at the end. Key blocks past the item's last row are
- * never visited (causal skip). Items run in parallel (OpenMP, the caller's thread count).
+ * head_dim bf16 each; positions past ctx zero). Then per item, two row tiles (16 query rows of
+ * one head each) of the same KV head, so that each K/V tile load feeds two multiplies: scores of
+ * a 256-key block by tile multiply (bf16 products, float32 sums), an online softmax in float32
+ * with AVX-512, probabilities rounded to bf16 and multiplied with V by tiles, float32
+ * accumulators rescaled per block, rounded once to bf16 at the end. Key blocks past the item's
+ * last row are never visited (causal skip). A row's result depends only on its position and the
+ * keys, not on the chunk it is computed in: key blocks start at position 0 whatever the chunk.
+ * Items run in parallel (OpenMP, the caller's thread count).
  *
  * Built everywhere; without AMX at compile time, or when the OS refuses the tile state
  * (tandem_prefill_amx_ready() == 0), every call returns -2 and the caller keeps torch's SDPA.

@@ -63,6 +63,7 @@ def test_engine_bench_report(llama_dir, tmp_path, capsys):
     assert report["schema"] == "tandem.bench.engine/1"
     meta = report["meta"]
     assert meta["threads"] == 1 and meta["machine"]["nproc"] >= 1 and meta["machine"]["torch"]
+    assert meta["commit"].split("+")[0].isalnum() and len(meta["commit"]) >= 7   # this checkout
     assert report["model"]["num_params"] == count_params(str(llama_dir))
     r = report["results"]["float32"]
 
