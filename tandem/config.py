@@ -40,6 +40,10 @@ class ModelConfig:
     # AMX tiles, the AMX prefill kernel; torch SDPA otherwise or when no C compiler is found;
     # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only
     attention: str = "auto"
+    # CPU float32/bfloat16: RMSNorm (with the residual add), SiLU-mul and rotary as single-pass C
+    # kernels (tandem.kernels.fused_ops, compiled on first use); torch ops when off, on other
+    # devices or without a C compiler
+    fused_layers: bool = True
 
 
 @dataclass(frozen=True)

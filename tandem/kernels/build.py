@@ -1,6 +1,7 @@
 """Compile a C source shipped with the package into a shared library, once per machine.
 
-The library is cached under a name derived from the source, the compiler command and the CPU's
+The library is cached under a name derived from the source (and the headers beside it, which it
+may include), the compiler command and the CPU's
 feature flags (`-march=native` code must not run on another CPU), so a cache shared by several
 machines never hands one of them code it cannot execute. Concurrent builders are safe: each
 writes a private temporary file and renames it into place.
@@ -56,7 +57,8 @@ def library_path(source: Path, cfg: KernelBuildConfig) -> Path:
     """Where the compiled library of `source` lives for this machine and these flags."""
     cc = _compiler(cfg)
     key = hashlib.sha256()
-    for part in (source.read_bytes(), cc.encode(), " ".join(cfg.flags).encode(),
+    headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]
+    for part in (source.read_bytes(), *headers, cc.encode(), " ".join(cfg.flags).encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         key.update(part)
         key.update(b"\0")

@@ -120,22 +120,7 @@ INLINE __m512 load16(const void *src, int bf16) {
     return _mm512_loadu_ps(src);
 }
 
-/* exp(x) for x <= 0 (relative error < 1e-7; below -87 the result is ~1e-38, not 0) */
-INLINE __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);  /* NaN stays NaN: max returns its second operand */
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  /* x - n ln2, in two */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);      /* parts, |r| <= ln2/2 */
-    __m512 p = _mm512_set1_ps(1.0f / 720);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
+#include "vec_exp.h"
 
 /* sc[0:n] = softmax(sc[0:n]) */
 INLINE void softmax512(float *sc, int64_t n) {

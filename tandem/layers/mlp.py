@@ -6,10 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tandem.kernels.fused_ops import FusedOps
 from tandem.layers.linear import Linear
 
 
 class GatedMLP(nn.Module):
+    # single-pass CPU kernel for silu(gate) * up (set by the loader); None: torch ops
+    fused: FusedOps | None = None
+
     def __init__(self, hidden: int, intermediate: int, bias: bool = False) -> None:
         super().__init__()
         self.gate_proj = Linear(hidden, intermediate, bias=bias)
@@ -18,4 +22,7 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x [T, hidden] -> [T, hidden]
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj(x), self.up_proj(x)
+        if self.fused is not None and self.fused.supports(gate, up):
+            return self.down_proj(self.fused.silu_mul(gate, up))
+        return self.down_proj(F.silu(gate) * up)

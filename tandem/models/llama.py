@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tandem.kernels.fused_ops import FusedOps
 from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.layers.linear import Embedding, Linear
 from tandem.layers.mlp import GatedMLP
@@ -33,6 +34,9 @@ class DecoderOptions:
 
 
 class DecoderAttention(nn.Module):
+    # single-pass CPU kernel for the rotary embedding (set by the loader); None: torch ops
+    fused: FusedOps | None = None
+
     def __init__(self, arch: ModelArch, opts: DecoderOptions, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -55,7 +59,10 @@ class DecoderAttention(nn.Module):
         v = self.v_proj(x).view(T, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.fused is not None and self.fused.supports(q, k, cos, sin):
+            q, k = self.fused.rotary_(q, cos, sin), self.fused.rotary_(k, cos, sin)  # fresh tensors: in place
+        else:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         o = paged_attention(q, k, v, kv_cache, self.layer_idx, batch, self.scale, ws)  # [T, H, D]
         return self.o_proj(o.reshape(T, self.num_heads * self.head_dim))
 
@@ -68,10 +75,19 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: AttentionBatch,
-                kv_cache: torch.Tensor, ws: AttentionWorkspace) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, batch, kv_cache, ws)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor,
+                batch: AttentionBatch, kv_cache: torch.Tensor,
+                ws: AttentionWorkspace) -> tuple[torch.Tensor, torch.Tensor]:
+        # (x, residual) -> (this layer's MLP output, the residual stream before it); the stream
+        # after the layer is their sum, added by the next norm (the first layer: residual None,
+        # x the embeddings). Same sums, same rounding as x = x + attn(norm(x)); x + mlp(norm(x)).
+        if residual is None:
+            residual, h = x, self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_forward(x, residual)
+        h = self.self_attn(h, cos, sin, batch, kv_cache, ws)
+        h, residual = self.post_attention_layernorm.add_forward(h, residual)
+        return self.mlp(h), residual
 
 
 class DecoderModel(nn.Module):
@@ -105,9 +121,19 @@ class DecoderForCausalLM(nn.Module):
         # input_ids, positions LongTensor[T] -> hidden [T, hidden] (after the final norm)
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
+        residual = None
         for layer in self.model.layers:
-            x = layer(x, cos, sin, batch, kv_cache, self.workspace)
-        return self.model.norm(x)
+            x, residual = layer(x, residual, cos, sin, batch, kv_cache, self.workspace)
+        if residual is None:   # no layers
+            return self.model.norm(x)
+        return self.model.norm.add_forward(x, residual)[0]
+
+    def use_fused_ops(self, ops: FusedOps | None) -> None:
+        """Run RMSNorm, SiLU-mul and rotary through `ops` (None: torch ops). Outputs may change
+        in the last float32 bits; call before serving, not between requests."""
+        for m in self.modules():
+            if isinstance(m, (RMSNorm, GatedMLP, DecoderAttention)):
+                m.fused = ops
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

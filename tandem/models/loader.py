@@ -23,6 +23,7 @@ from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
 from tandem.models.attention_choice import decode_kernel, prefill_kernel
+from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.registry import model_class
 
@@ -63,6 +64,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     load_weights(model, files, dtype, device, cfg.show_progress)
     model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device),
                                          prefill_kernel(cfg.attention, dtype, device))
+    model.use_fused_ops(fused_ops(cfg.fused_layers, dtype, device))
     model.eval()
     packing = None
     if cfg.pack_weights and can_pack(dtype, device):

@@ -55,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-pack-weights", dest="pack_weights", action="store_false",
                    help="CPU bfloat16: keep the checkpoint's memory-mapped weights instead of packing "
                         "them into oneDNN's layout (less RAM, slower matrix products)")
+    p.add_argument("--no-fused-layers", dest="fused_layers", action="store_false",
+                   help="CPU: run RMSNorm, SiLU-mul and rotary as torch ops instead of single-pass C "
+                        "kernels (compiled on first use like the attention kernels)")
     p.add_argument("--attention", choices=("auto", "native", "sdpa"), default="auto",
                    help="attention kernels: auto = the native CPU decode kernel (compiled with cc on "
                         "first use, cached in ~/.cache/tandem/kernels) for float32/bfloat16, and in "
@@ -108,7 +111,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
-                          pack_weights=args.pack_weights, attention=args.attention),
+                          pack_weights=args.pack_weights, attention=args.attention,
+                          fused_layers=args.fused_layers),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           num_blocks=args.num_kv_blocks,
                           enable_prefix_caching=not args.no_prefix_caching),

@@ -32,3 +32,13 @@ def test_compiler_errors_are_reported(tmp_path):
     with pytest.raises(KernelBuildError, match="nonexistent"):
         build(src, KernelBuildConfig(cache_dir=tmp_path, compiler="/nonexistent/cc"))
     assert not list(tmp_path.glob("*.so"))
+
+
+def test_a_changed_header_beside_the_source_makes_a_new_library(tmp_path):
+    (tmp_path / "one.h").write_text("#define ONE 1\n")
+    src = tmp_path / "inc.c"
+    src.write_text('#include "one.h"\nint one(void) { return ONE; }\n')
+    cfg = KernelBuildConfig(cache_dir=tmp_path / "cache")
+    assert load(src, cfg).one() == 1
+    (tmp_path / "one.h").write_text("#define ONE 2\n")
+    assert load(src, cfg).one() == 2

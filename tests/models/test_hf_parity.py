@@ -28,9 +28,10 @@ STEPS = [
 LENGTHS = {"a": 19, "b": 12, "c": 5}
 
 
-def run_parity(path, dtype: str, atol: float, rtol: float = 0.0) -> None:
+def run_parity(path, dtype: str, atol: float, rtol: float = 0.0, fused: bool = True) -> None:
     torch.set_num_threads(1)
-    loaded = load_model(ModelConfig(path=str(path), dtype=dtype, show_progress=False))
+    loaded = load_model(ModelConfig(path=str(path), dtype=dtype, show_progress=False, fused_layers=fused))
+    assert (loaded.model.model.norm.fused is not None) == fused   # the path under test is the one taken
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(path), dtype=loaded.dtype).eval()
     gen = torch.Generator().manual_seed(1)
     tokens = {k: torch.randint(0, loaded.arch.vocab_size, (n,), generator=gen).tolist()
@@ -51,14 +52,16 @@ def run_parity(path, dtype: str, atol: float, rtol: float = 0.0) -> None:
 ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-layers", "torch-layers"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_float32_matches_transformers(tmp_path, arch):
-    run_parity(write_test_model(tmp_path, arch, seed=3), "float32", atol=1e-4)
+def test_float32_matches_transformers(tmp_path, arch, fused):
+    run_parity(write_test_model(tmp_path, arch, seed=3), "float32", atol=1e-4, fused=fused)
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused-layers", "torch-layers"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_bfloat16_matches_transformers(tmp_path, arch):
-    run_parity(write_test_model(tmp_path, arch, dtype="bfloat16", seed=4), "auto", atol=3e-2, rtol=3e-2)
+def test_bfloat16_matches_transformers(tmp_path, arch, fused):
+    run_parity(write_test_model(tmp_path, arch, dtype="bfloat16", seed=4), "auto", atol=3e-2, rtol=3e-2, fused=fused)
 
 
 def test_llama3_rope_scaling(tmp_path):

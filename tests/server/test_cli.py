@@ -26,11 +26,13 @@ def test_flags_build_configs():
                   "--device", "cpu", "--block-size", "32", "--kv-cache-memory", "64MiB",
                   "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--no-prefix-caching",
                   "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
-                  "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024"])
+                  "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024",
+                  "--no-fused-layers"])
     engine, server = configs_from_args(args)
     assert args.func.__name__ == "serve"
     assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
     assert engine.model.served_name == "demo" and engine.model.max_model_len == 1024
+    assert not engine.model.fused_layers
     assert engine.cache.block_size == 32 and engine.cache.kv_cache_bytes == 64 * 2**20
     assert not engine.cache.enable_prefix_caching
     assert engine.scheduler.max_num_batched_tokens == 256 and engine.scheduler.max_num_seqs == 8
@@ -42,6 +44,7 @@ def test_flags_build_configs():
 def test_defaults():
     engine, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
     assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
+    assert engine.model.fused_layers
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
 
 
