@@ -14,6 +14,7 @@ switches from its mapped weight to the packed one between two calls, and outputs
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -69,6 +70,15 @@ def pack_linears(model: nn.Module) -> int:
     return len(layers)
 
 
+def _lower_this_threads_priority() -> None:
+    """Lowest CPU priority for the calling thread (Linux schedules threads one by one, so this
+    thread yields its core to the serving threads and runs when they wait); a no-op elsewhere."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
 class PackingThread(threading.Thread):
     """pack_linears(model) off the start-up path: the model serves with its mapped weights
     meanwhile (slower products, same outputs). `join()` waits for the last layer. Not a daemon:
@@ -80,6 +90,7 @@ class PackingThread(threading.Thread):
         self.error: BaseException | None = None   # a failed pack leaves the layer on its weight
 
     def run(self) -> None:
+        _lower_this_threads_priority()   # a worker owns its cores: packing must not slow serving
         with torch.no_grad():
             try:
                 pack_linears(self._model)

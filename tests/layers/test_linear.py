@@ -1,5 +1,9 @@
 """Packed CPU bfloat16 linears: bitwise equal to F.linear, the checkpoint weight released."""
 
+import os
+import sys
+import threading
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,3 +62,16 @@ def test_packing_thread_while_the_model_serves():
     assert not packing.is_alive() and packing.error is None
     assert all(m.packed_weight is not None and m.weight is None for m in model)
     assert all(torch.equal(o, ref) for o in outs)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
+def test_the_packing_thread_runs_at_the_lowest_priority(monkeypatch):
+    seen = []
+    monkeypatch.setattr("tandem.layers.linear.pack_linears",
+                        lambda model: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    packing = PackingThread(torch.nn.Sequential())
+    packing.start()
+    packing.join(timeout=30)
+    assert seen == [19] and packing.error is None
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before   # only that thread
