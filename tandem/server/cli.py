@@ -9,6 +9,7 @@ Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import re
 
@@ -132,14 +133,21 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     return engine, server
 
 
-def lifecycle(engine, config: ServerConfig):
+def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
-    starts once the engine is ready and deregisters before the engine stops."""
+    starts once the engine is ready and deregisters before the engine stops. `freeze_heap` (the
+    worker process's own entry point): once the engine is up, everything allocated so far (torch,
+    the model, the engine) lives as long as the process, so it leaves the garbage collector's
+    full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
+    two decode steps."""
     from tandem.models.tokenizer import warm_chat_template
 
     async def start_engine() -> None:
         await engine.start()
         warm_chat_template(engine.tokenizer)
+        if freeze_heap:
+            gc.collect()
+            gc.freeze()
 
     if config.gateway_url is None:
         return start_engine, engine.shutdown
@@ -174,7 +182,7 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine(engine_config)
-    startup, shutdown = lifecycle(engine, server_config)
+    startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
     app = build_app(engine, server_config, startup=startup, shutdown=shutdown)
     # loop="auto" takes uvloop and http="auto" httptools when they are installed.
     uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",

@@ -80,6 +80,31 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
     assert stop == e.shutdown
 
 
+def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():
+    import asyncio
+    import gc
+
+    from tandem.server.cli import lifecycle
+
+    class Engine:
+        tokenizer = _Tokenizer()
+
+        async def start(self):
+            assert gc.get_freeze_count() == 0   # not before the engine exists
+
+        async def shutdown(self): ...
+
+    _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    assert gc.get_freeze_count() == 0
+    asyncio.run(lifecycle(Engine(), server)[0]())
+    assert gc.get_freeze_count() == 0            # library use (tests, embedding) leaves the heap alone
+    try:
+        asyncio.run(lifecycle(Engine(), server, freeze_heap=True)[0]())
+        assert gc.get_freeze_count() > 10_000
+    finally:
+        gc.unfreeze()
+
+
 def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shutdown():
     import asyncio
     import socket
