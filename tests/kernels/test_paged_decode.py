@@ -47,10 +47,14 @@ def _paged(ctxs, heads, kv_heads, D, bs, dtype, layers=2, layer=1, seed=0):
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-@pytest.mark.parametrize("heads,kv_heads,D", [(12, 4, 64), (8, 8, 128), (6, 2, 96), (4, 1, 80), (2, 2, 8)])
-def test_matches_dense_attention(kernel, dtype, tol, heads, kv_heads, D):
+@pytest.mark.parametrize("heads,kv_heads,D,block_size", [
+    (12, 4, 64, 16), (8, 8, 128, 16), (6, 2, 96, 16), (4, 1, 80, 16), (2, 2, 8, 16),
+    (16, 2, 128, 5), (8, 1, 64, 48), (9, 3, 256, 16), (4, 4, 32, 1)])
+def test_matches_dense_attention(kernel, dtype, tol, heads, kv_heads, D, block_size):
+    # block sizes 1 to 48 (a context's last block partly filled), GQA groups 1 to 8, head sizes
+    # 8 to 256 (vector and portable paths)
     ctxs = [1, 15, 16, 17, 300, 33]
-    cache, table, lens, q, dense = _paged(ctxs, heads, kv_heads, D, 16, dtype)
+    cache, table, lens, q, dense = _paged(ctxs, heads, kv_heads, D, block_size, dtype)
     scale = D ** -0.5
     out = kernel(q, cache, 1, table, lens, scale)
     assert out.dtype == dtype and out.shape == q.shape
