@@ -27,7 +27,7 @@ class LLM:
     def __init__(self, config: EngineConfig) -> None:
         self.engine = Engine.from_config(config)
         # offline runs want full speed from the first step, not the earliest first token: the
-        # weight packing (low priority, it yields to serving) is finished here
+        # weight packing (low priority, it yields most of the core to serving) is finished here
         self.engine.loaded.wait_packed()
         self._ids = itertools.count()
 

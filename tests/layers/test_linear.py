@@ -65,7 +65,7 @@ def test_packing_thread_while_the_model_serves():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
-def test_the_packing_thread_runs_at_the_lowest_priority(monkeypatch):
+def test_the_packing_thread_runs_at_a_low_priority(monkeypatch):
     seen = []
     monkeypatch.setattr("tandem.layers.linear.pack_linears",
                         lambda model: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
@@ -73,5 +73,5 @@ def test_the_packing_thread_runs_at_the_lowest_priority(monkeypatch):
     packing = PackingThread(torch.nn.Sequential())
     packing.start()
     packing.join(timeout=30)
-    assert seen == [19] and packing.error is None
+    assert seen == [10] and packing.error is None
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before   # only that thread
