@@ -23,11 +23,12 @@ def qwen3_dir(tmp_path_factory):
 
 
 def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,
-                  max_num_seqs=32, prefix_caching=True, role="both", dtype="float32") -> EngineConfig:
+                  max_num_seqs=32, prefix_caching=True, role="both", dtype="float32",
+                  kv_cache_dtype="auto") -> EngineConfig:
     return EngineConfig(
         model=ModelConfig(path=str(model_dir), dtype=dtype, show_progress=False),
         cache=CacheConfig(block_size=block_size, num_blocks=num_blocks,
-                          enable_prefix_caching=prefix_caching),
+                          enable_prefix_caching=prefix_caching, kv_cache_dtype=kv_cache_dtype),
         scheduler=SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                   max_num_seqs=max_num_seqs),
         role=role)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from tandem.config import EngineConfig
+from tandem.config import CacheConfig, EngineConfig
 from tandem.engine.detokenizer import IncrementalDetokenizer
 from tandem.engine.request import Request, RequestStatus
 from tandem.engine.scheduler import KVPull, Scheduler, SchedulerOutput
@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from tandem.transfer.base import Transport
 
 
-def layout_of(loaded: LoadedModel, block_size: int) -> KVLayout:
+def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
     a = loaded.arch
     identity = f"{a.architecture}/L{a.num_layers}/H{a.hidden_size}/V{a.vocab_size}"
-    return KVLayout(model=identity, dtype=str(loaded.dtype).removeprefix("torch."),
-                    block_size=block_size, num_layers=a.num_layers,
+    dtype = loaded.dtype if cache.kv_cache_dtype == "auto" else torch.float8_e5m2
+    return KVLayout(model=identity, dtype=str(dtype).removeprefix("torch."),
+                    block_size=cache.block_size, num_layers=a.num_layers,
                     num_kv_heads=a.num_kv_heads, head_dim=a.head_dim)
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class Engine:
         self.config = config
         self.loaded = loaded
         self.tokenizer = tokenizer
-        self.layout = layout_of(loaded, config.cache.block_size)
+        self.layout = layout_of(loaded, config.cache)
         self.max_model_len = loaded.max_model_len
         device = torch.device(config.model.device)
         if kv_cache is None:
@@ -83,7 +84,7 @@ class Engine:
             return cls(config, loaded, tokenizer)
         from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
 
-        layout = layout_of(loaded, config.cache.block_size)
+        layout = layout_of(loaded, config.cache)
         num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
         kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
         transport = make_transport(kind, kv_cache, layout, config.transfer)

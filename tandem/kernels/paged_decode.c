@@ -7,8 +7,9 @@
  * h / (num_heads / kv_heads). Sequence i attends over its first context_lens[i] positions, found
  * through block_table[i * table_stride + position / block_size].
  *
- * Arithmetic in float32 whatever the storage type: scores, softmax and the weighted sum of V;
- * the result is rounded once to the storage type. Sequences run in parallel (OpenMP, the
+ * The cache stores K/V in the query's type (float32 or bfloat16) or in fp8 e5m2 (one byte: the
+ * high byte of an IEEE half, so widening it is exact). Arithmetic in float32 whatever the
+ * storage types: scores, softmax and the weighted sum of V; the result is rounded once to q's type. Sequences run in parallel (OpenMP, the
  * caller's thread count); each thread owns its scratch, so the kernel is reentrant.
  * The per-sequence body is inlined with constant head sizes (64, 128) so that its row loops
  * unroll into whole vectors; other head sizes take the same code with a runtime bound.
@@ -34,6 +35,23 @@ INLINE uint16_t f32_to_bf16(float f) {
     return (uint16_t)(v.u >> 16);
 }
 
+/* KV storage types */
+enum { KV_F32 = 0, KV_BF16 = 1, KV_E5M2 = 2 };
+
+INLINE float f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    union { uint32_t u; float f; } v;
+    if (exp == 0x1fu) {
+        v.u = sign | 0x7f800000u | (man << 13);                  /* inf, NaN */
+    } else if (exp != 0) {
+        v.u = sign | ((exp + 112u) << 23) | (man << 13);         /* normal: rebias 15 -> 127 */
+    } else {
+        v.f = (float)man * 5.9604644775390625e-08f;              /* subnormal: man * 2^-24 */
+        v.u |= sign;
+    }
+    return v.f;
+}
+
 /* a row of n storage values (bf16 when `bf16`, else float32) -> float32 */
 INLINE void load_row(const void *src, int bf16, float *dst, int64_t n) {
     if (bf16) {
@@ -42,6 +60,16 @@ INLINE void load_row(const void *src, int bf16, float *dst, int64_t n) {
         for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_f32(s[i]);
     } else {
         memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+/* a row of n cache values of type kvt -> float32 */
+INLINE void load_kv_row(const void *src, int kvt, float *dst, int64_t n) {
+    if (kvt == KV_E5M2) {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++) dst[i] = f16_to_f32((uint16_t)(s[i] << 8));
+    } else {
+        load_row(src, kvt == KV_BF16, dst, n);
     }
 }
 
@@ -56,7 +84,7 @@ INLINE void store_row(const float *src, int bf16, void *dst, int64_t n) {
 
 /* Attention of one sequence's query heads [H, hd] over its first ctx positions.
  * scratch: hd (a row) + group * hd (accumulators) + group * ctx (scores) floats. */
-INLINE void decode_seq(const float *qf, const char *cache, int bf16, int64_t hd, int64_t group,
+INLINE void decode_seq(const float *qf, const char *cache, int kvt, int64_t hd, int64_t group,
                        int64_t kv_heads, int64_t block_size, int64_t layer, int64_t block_bytes,
                        int64_t row_bytes, int64_t elem, const int64_t *table, int64_t ctx,
                        float *outf, float *scratch) {
@@ -70,7 +98,7 @@ INLINE void decode_seq(const float *qf, const char *cache, int bf16, int64_t hd,
                             + kh * hd * elem;
             const int64_t n = ctx - b * block_size < block_size ? ctx - b * block_size : block_size;
             for (int64_t t = 0; t < n; t++) {
-                load_row(k + t * row_bytes, bf16, row, hd);
+                load_kv_row(k + t * row_bytes, kvt, row, hd);
                 for (int64_t g = 0; g < group; g++) {
                     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -94,7 +122,7 @@ INLINE void decode_seq(const float *qf, const char *cache, int bf16, int64_t hd,
                             + kh * hd * elem;
             const int64_t n = ctx - b * block_size < block_size ? ctx - b * block_size : block_size;
             for (int64_t t = 0; t < n; t++) {
-                load_row(v + t * row_bytes, bf16, row, hd);
+                load_kv_row(v + t * row_bytes, kvt, row, hd);
                 for (int64_t g = 0; g < group; g++) {
                     const float w = scores[g * ctx + b * block_size + t];
 #pragma omp simd
@@ -112,12 +140,20 @@ INLINE void decode_seq(const float *qf, const char *cache, int bf16, int64_t hd,
 #define MAX_VEC_HD 256
 #define MAX_VEC_QK 8192  /* num_heads * head_dim */
 
-/* 16 storage values -> float32 lanes */
-INLINE __m512 load16(const void *src, int bf16) {
-    if (bf16)
+/* 16 values of storage type kvt -> float32 lanes */
+INLINE __m512 load16(const void *src, int kvt) {
+    if (kvt == KV_BF16)
         return _mm512_castsi512_ps(_mm512_slli_epi32(
             _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)src)), 16));
+    if (kvt == KV_E5M2)  /* e5m2 byte b is the half b << 8 */
+        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8));
     return _mm512_loadu_ps(src);
+}
+
+/* 32 values of storage type kvt (bf16 or e5m2) -> bf16 lanes (exact for e5m2) */
+INLINE __m512bh load32_bf16(const void *src, int kvt) {
+    if (kvt == KV_BF16) return (__m512bh)_mm512_loadu_si512(src);
+    return _mm512_cvtne2ps_pbh(load16((const char *)src + 16, KV_E5M2), load16(src, KV_E5M2));
 }
 
 #include "vec_exp.h"
@@ -166,18 +202,20 @@ INLINE const char *row_at(const BlockRows *r, int64_t t) {
 
 /* decode_seq with AVX-512 (hd a multiple of 32, num_heads * hd <= MAX_VEC_QK): positions are
  * read in order, each whole row (every KV head) once per pass, the next block prefetched while
- * the current one is used. bf16 scores use the bf16 dot-product instruction (exact products,
- * float32 sums); V accumulates in float32. scratch: num_heads * ctx floats. */
-INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int64_t hd,
+ * the current one is used. A bf16 query's scores use the bf16 dot-product instruction (exact
+ * products, float32 sums; e5m2 keys widened to bf16 exactly); V accumulates in float32.
+ * elem: bytes of a q value; kv_elem: of a cache value. scratch: num_heads * ctx floats. */
+INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kvt, int64_t hd,
                               int64_t num_heads, int64_t group, int64_t block_size, int64_t layer,
-                              int64_t block_bytes, int64_t row_bytes, int64_t elem,
+                              int64_t block_bytes, int64_t row_bytes, int64_t elem, int64_t kv_elem,
                               const int64_t *table, int64_t ctx, float scale, float *outf,
                               float *scores) {
     const int64_t nblocks = (ctx + block_size - 1) / block_size;
     const int64_t nv = hd / 16, nb16 = hd / 32;
     __m512 qf[MAX_VEC_QK / 16];
     __m512bh qb[MAX_VEC_QK / 32];
-    for (int64_t c = 0; c < num_heads * nv; c++) qf[c] = load16((const char *)q + c * 16 * elem, bf16);
+    for (int64_t c = 0; c < num_heads * nv; c++)
+        qf[c] = load16((const char *)q + c * 16 * elem, bf16 ? KV_BF16 : KV_F32);
     if (bf16)
         for (int64_t c = 0; c < num_heads * nb16; c++)
             qb[c] = (__m512bh)_mm512_loadu_si512((const char *)q + c * 64);
@@ -186,16 +224,23 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int64_
         const BlockRows k = block_rows(cache, table, b, ctx, block_size, block_bytes, row_bytes, k_off);
         for (int64_t t = 0; t < k.n; t++) {
             const char *row = row_at(&k, t);
-            for (int64_t h = 0; h < num_heads; h++) {
-                const char *kr = row + (h / group) * hd * elem;
-                __m512 a = _mm512_setzero_ps();
+            for (int64_t kh = 0; kh < num_heads / group; kh++) {
+                /* this KV head's key, widened once for the `group` query heads that read it */
+                const char *kr = row + kh * hd * kv_elem;
+                __m512bh kb[MAX_VEC_HD / 32];
+                __m512 kf[MAX_VEC_HD / 16];
                 if (bf16)
-                    for (int64_t c = 0; c < nb16; c++)
-                        a = _mm512_dpbf16_ps(a, qb[h * nb16 + c], (__m512bh)_mm512_loadu_si512(kr + c * 64));
+                    for (int64_t c = 0; c < nb16; c++) kb[c] = load32_bf16(kr + c * 32 * kv_elem, kvt);
                 else
-                    for (int64_t c = 0; c < nv; c++)
-                        a = _mm512_fmadd_ps(qf[h * nv + c], _mm512_loadu_ps((const float *)kr + c * 16), a);
-                scores[h * ctx + b * block_size + t] = _mm512_reduce_add_ps(a) * scale;
+                    for (int64_t c = 0; c < nv; c++) kf[c] = load16(kr + c * 16 * kv_elem, kvt);
+                for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
+                    __m512 a = _mm512_setzero_ps();
+                    if (bf16)
+                        for (int64_t c = 0; c < nb16; c++) a = _mm512_dpbf16_ps(a, qb[h * nb16 + c], kb[c]);
+                    else
+                        for (int64_t c = 0; c < nv; c++) a = _mm512_fmadd_ps(qf[h * nv + c], kf[c], a);
+                    scores[h * ctx + b * block_size + t] = _mm512_reduce_add_ps(a) * scale;
+                }
             }
         }
     }
@@ -207,7 +252,7 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int64_
             const char *row = row_at(&v, t);
             for (int64_t kh = 0; kh < num_heads / group; kh++) {
                 __m512 vr[MAX_VEC_HD / 16];
-                for (int64_t c = 0; c < nv; c++) vr[c] = load16(row + (kh * hd + c * 16) * elem, bf16);
+                for (int64_t c = 0; c < nv; c++) vr[c] = load16(row + (kh * hd + c * 16) * kv_elem, kvt);
                 for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
                     const __m512 w = _mm512_set1_ps(scores[h * ctx + b * block_size + t]);
                     float *o = outf + h * hd;
@@ -221,13 +266,13 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int64_
 #endif
 
 /* Returns 0, or -1 when scratch memory could not be allocated (out is then incomplete). */
-static int paged_decode(const void *q, const void *cache, int bf16, int64_t num_layers, int64_t layer,
+static int paged_decode(const void *q, const void *cache, int bf16, int kvt, int64_t num_layers, int64_t layer,
                         int64_t block_size, int64_t kv_heads, int64_t head_dim, int64_t num_heads,
                         const int64_t *block_table, int64_t table_stride, const int64_t *context_lens,
                         int64_t num_seqs, float scale, void *out, int num_threads) {
-    const int64_t elem = bf16 ? 2 : 4;
+    const int64_t elem = bf16 ? 2 : 4, kv_elem = kvt == KV_E5M2 ? 1 : elem;
     const int64_t group = num_heads / kv_heads;
-    const int64_t row_bytes = kv_heads * head_dim * elem;             /* one position, all KV heads */
+    const int64_t row_bytes = kv_heads * head_dim * kv_elem;          /* one position, all KV heads */
     const int64_t block_bytes = num_layers * 2 * block_size * row_bytes;  /* one block, every layer */
     int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads) reduction(| : failed)
@@ -243,31 +288,36 @@ static int paged_decode(const void *q, const void *cache, int bf16, int64_t num_
 #ifdef HAVE_AVX512
         if (head_dim % 32 == 0 && head_dim <= MAX_VEC_HD && hdim <= MAX_VEC_QK) {
             const char *qs = (const char *)q + s * hdim * elem;
-            if (bf16 && head_dim == 64)
-                decode_seq_avx512(qs, cache, 1, 64, num_heads, group, block_size, layer, block_bytes,
-                                  row_bytes, elem, table, ctx, scale, outf, scratch);
-            else if (bf16)
-                decode_seq_avx512(qs, cache, 1, head_dim, num_heads, group, block_size, layer,
-                                  block_bytes, row_bytes, elem, table, ctx, scale, outf, scratch);
-            else if (head_dim == 64)
-                decode_seq_avx512(qs, cache, 0, 64, num_heads, group, block_size, layer, block_bytes,
-                                  row_bytes, elem, table, ctx, scale, outf, scratch);
-            else
-                decode_seq_avx512(qs, cache, 0, head_dim, num_heads, group, block_size, layer,
-                                  block_bytes, row_bytes, elem, table, ctx, scale, outf, scratch);
+#define DECODE512(BF16, KVT, HD) decode_seq_avx512(qs, cache, BF16, KVT, HD, num_heads, group, block_size, \
+                                                   layer, block_bytes, row_bytes, BF16 ? 2 : 4,        \
+                                                   KVT == KV_E5M2 ? 1 : (BF16 ? 2 : 4), table, ctx,     \
+                                                   scale, outf, scratch)
+            if (kvt == KV_E5M2) {
+                if (bf16 && head_dim == 64) DECODE512(1, KV_E5M2, 64);
+                else if (bf16) DECODE512(1, KV_E5M2, head_dim);
+                else if (head_dim == 64) DECODE512(0, KV_E5M2, 64);
+                else DECODE512(0, KV_E5M2, head_dim);
+            } else {
+                if (bf16 && head_dim == 64) DECODE512(1, KV_BF16, 64);
+                else if (bf16) DECODE512(1, KV_BF16, head_dim);
+                else if (head_dim == 64) DECODE512(0, KV_F32, 64);
+                else DECODE512(0, KV_F32, head_dim);
+            }
+#undef DECODE512
             store_row(outf, bf16, (char *)out + s * hdim * elem, hdim);
             free(qf);
             continue;
         }
 #endif
-#define DECODE(BF16, HD) decode_seq(qf, cache, BF16, HD, group, kv_heads, block_size, layer, \
-                                    block_bytes, row_bytes, elem, table, ctx, outf, scratch)
-        if (bf16 && head_dim == 64) DECODE(1, 64);
-        else if (bf16 && head_dim == 128) DECODE(1, 128);
-        else if (bf16) DECODE(1, head_dim);
-        else if (head_dim == 64) DECODE(0, 64);
-        else if (head_dim == 128) DECODE(0, 128);
-        else DECODE(0, head_dim);
+#define DECODE(KVT, HD) decode_seq(qf, cache, KVT, HD, group, kv_heads, block_size, layer, \
+                                   block_bytes, row_bytes, kv_elem, table, ctx, outf, scratch)
+        if (kvt == KV_E5M2) DECODE(KV_E5M2, head_dim);
+        else if (bf16 && head_dim == 64) DECODE(KV_BF16, 64);
+        else if (bf16 && head_dim == 128) DECODE(KV_BF16, 128);
+        else if (bf16) DECODE(KV_BF16, head_dim);
+        else if (head_dim == 64) DECODE(KV_F32, 64);
+        else if (head_dim == 128) DECODE(KV_F32, 128);
+        else DECODE(KV_F32, head_dim);
 #undef DECODE
         store_row(outf, bf16, (char *)out + s * hdim * elem, hdim);
         free(qf);
@@ -275,15 +325,17 @@ static int paged_decode(const void *q, const void *cache, int bf16, int64_t num_
     return failed ? -1 : 0;
 }
 
-#define ENTRY(NAME, BF16)                                                                         \
+#define ENTRY(NAME, BF16, KVT)                                                                    \
     int NAME(const void *q, const void *cache, int64_t num_layers, int64_t layer,                  \
              int64_t block_size, int64_t kv_heads, int64_t head_dim, int64_t num_heads,            \
              const int64_t *block_table, int64_t table_stride, const int64_t *context_lens,        \
              int64_t num_seqs, float scale, void *out, int num_threads) {                          \
-        return paged_decode(q, cache, BF16, num_layers, layer, block_size, kv_heads, head_dim,     \
+        return paged_decode(q, cache, BF16, KVT, num_layers, layer, block_size, kv_heads, head_dim, \
                             num_heads, block_table, table_stride, context_lens, num_seqs, scale,   \
                             out, num_threads);                                                     \
     }
 
-ENTRY(tandem_paged_decode_f32, 0)
-ENTRY(tandem_paged_decode_bf16, 1)
+ENTRY(tandem_paged_decode_f32, 0, KV_F32)
+ENTRY(tandem_paged_decode_bf16, 1, KV_BF16)
+ENTRY(tandem_paged_decode_f32_e5m2, 0, KV_E5M2)
+ENTRY(tandem_paged_decode_bf16_e5m2, 1, KV_E5M2)

@@ -21,13 +21,17 @@ _ARGTYPES = [_P, _P, _I, _I, _I, _I, _I, _I, _P, _I, _P, _I, ctypes.c_float, _P,
 
 
 class PagedDecodeKernel:
-    """Decode attention over a paged cache [num_blocks, num_layers, 2, block_size, kv_heads, D]."""
+    """Decode attention over a paged cache [num_blocks, num_layers, 2, block_size, kv_heads, D]
+    that stores K/V in the query's type (float32, bfloat16) or in float8_e5m2."""
 
     DTYPES = (torch.float32, torch.bfloat16)
 
     def __init__(self, lib: ctypes.CDLL) -> None:
-        self._fns = {torch.float32: lib.tandem_paged_decode_f32,
-                     torch.bfloat16: lib.tandem_paged_decode_bf16}
+        # (query dtype, cache dtype) -> entry point
+        self._fns = {(torch.float32, torch.float32): lib.tandem_paged_decode_f32,
+                     (torch.bfloat16, torch.bfloat16): lib.tandem_paged_decode_bf16,
+                     (torch.float32, torch.float8_e5m2): lib.tandem_paged_decode_f32_e5m2,
+                     (torch.bfloat16, torch.float8_e5m2): lib.tandem_paged_decode_bf16_e5m2}
         for fn in self._fns.values():
             fn.argtypes = _ARGTYPES
             fn.restype = ctypes.c_int
@@ -38,8 +42,8 @@ class PagedDecodeKernel:
         return cls(load(SOURCE, cfg))
 
     def supports(self, q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-        return (q.device.type == "cpu" and kv_cache.device.type == "cpu" and q.dtype == kv_cache.dtype
-                and q.dtype in self._fns and kv_cache.is_contiguous())
+        return (q.device.type == "cpu" and kv_cache.device.type == "cpu"
+                and (q.dtype, kv_cache.dtype) in self._fns and kv_cache.is_contiguous())
 
     def __call__(self, q: torch.Tensor, kv_cache: torch.Tensor, layer: int, block_table: torch.Tensor,
                  context_lens: torch.Tensor, scale: float) -> torch.Tensor:
@@ -59,7 +63,7 @@ class PagedDecodeKernel:
             raise ValueError(f"paged decode kernel: q {tuple(q.shape)}, cache {tuple(kv_cache.shape)}, "
                              f"table {tuple(table.shape)}, lens {tuple(lens.shape)} disagree")
         out = torch.empty_like(q)
-        rc = self._fns[q.dtype](q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size,
+        rc = self._fns[q.dtype, kv_cache.dtype](q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size,
                                 kv_heads, head_dim, H, table.data_ptr(), table.shape[1],
                                 lens.data_ptr(), B, scale, out.data_ptr(), torch.get_num_threads())
         if rc != 0:

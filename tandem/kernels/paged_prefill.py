@@ -1,5 +1,6 @@
 """Python face of paged_prefill_amx.c: a prefill chunk's attention over its whole context, read
-from the paged cache, with AMX tile multiplies (CPU, bfloat16 only).
+from the paged cache, with AMX tile multiplies (CPU, bfloat16 queries; a bfloat16 or float8_e5m2
+cache).
 
 `PagedPrefillKernel.load()` compiles the C source on first use (tandem.kernels.build) and returns
 None where the tiles cannot run (no AMX in this CPU, or the OS refuses the tile state); callers
@@ -28,11 +29,14 @@ class PagedPrefillKernel:
     [num_blocks, num_layers, 2, block_size, kv_heads, D] (the new tokens' K/V already written)."""
 
     DTYPE = torch.bfloat16
+    CACHE_DTYPES = (torch.bfloat16, torch.float8_e5m2)
 
     def __init__(self, lib: ctypes.CDLL) -> None:
-        self._fn = lib.tandem_paged_prefill_bf16
-        self._fn.argtypes = _ARGTYPES
-        self._fn.restype = ctypes.c_int
+        self._fns = {torch.bfloat16: lib.tandem_paged_prefill_bf16,         # by cache dtype
+                     torch.float8_e5m2: lib.tandem_paged_prefill_bf16_e5m2}
+        for fn in self._fns.values():
+            fn.argtypes = _ARGTYPES
+            fn.restype = ctypes.c_int
 
     @classmethod
     def load(cls, cfg: KernelBuildConfig = KernelBuildConfig()) -> "PagedPrefillKernel | None":
@@ -44,9 +48,9 @@ class PagedPrefillKernel:
 
     @staticmethod
     def supports(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-        return (q.device.type == "cpu" and kv_cache.device.type == "cpu" and q.dtype == kv_cache.dtype
-                == PagedPrefillKernel.DTYPE and kv_cache.is_contiguous() and q.shape[-1] % 32 == 0
-                and q.shape[-1] <= 256)
+        return (q.device.type == "cpu" and kv_cache.device.type == "cpu" and q.dtype == PagedPrefillKernel.DTYPE
+                and kv_cache.dtype in PagedPrefillKernel.CACHE_DTYPES and kv_cache.is_contiguous()
+                and q.shape[-1] % 32 == 0 and q.shape[-1] <= 256)
 
     @staticmethod
     def scratch_numel(kv_cache: torch.Tensor, context_len: int) -> int:
@@ -78,7 +82,7 @@ class PagedPrefillKernel:
             if scratch.dtype != self.DTYPE or not scratch.is_contiguous() or scratch.numel() < need:
                 raise ValueError("paged prefill kernel: scratch too small or not contiguous bf16")
         out = torch.empty_like(q)
-        rc = self._fn(q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size, kv_heads,
+        rc = self._fns[kv_cache.dtype](q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size, kv_heads,
                       head_dim, H, ids.data_ptr(), num_computed, n, scale, k_scratch.data_ptr(),
                       v_scratch.data_ptr(), out.data_ptr(), torch.get_num_threads())
         if rc != 0:

@@ -18,6 +18,9 @@
  * keys, not on the chunk it is computed in: key blocks start at position 0 whatever the chunk.
  * Items run in parallel (OpenMP, the caller's thread count).
  *
+ * The cache stores K/V in bfloat16 or in fp8 e5m2 (tandem_paged_prefill_bf16_e5m2): e5m2 values
+ * are widened to bfloat16 exactly while packing, so the rest of the method is the same.
+ *
  * Built everywhere; without AMX at compile time, or when the OS refuses the tile state
  * (tandem_prefill_amx_ready() == 0), every call returns -2 and the caller keeps torch's SDPA.
  */
@@ -59,11 +62,31 @@ int tandem_prefill_amx_ready(void) {
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
 
-static inline const uint16_t *cache_row(const char *cache, const int64_t *block_ids, int64_t pos,
-                                        int64_t block_size, int64_t block_bytes, int64_t row_bytes,
-                                        int64_t kv_off, int64_t head_off) {
-    return (const uint16_t *)(cache + block_ids[pos / block_size] * block_bytes + kv_off
-                              + (pos % block_size) * row_bytes + head_off);
+static inline const char *cache_row(const char *cache, const int64_t *block_ids, int64_t pos,
+                                    int64_t block_size, int64_t block_bytes, int64_t row_bytes,
+                                    int64_t kv_off, int64_t head_off) {
+    return cache + block_ids[pos / block_size] * block_bytes + kv_off + (pos % block_size) * row_bytes
+           + head_off;
+}
+
+/* 16 e5m2 values -> float32 (e5m2 byte b is the half b << 8: exact) */
+static inline __m512 e5m2x16_to_ps(const char *p) {
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), 8));
+}
+
+/* 32 cache values (bf16, or e5m2 when kv8) -> 32 bf16. e5m2 fits bf16, so the low half of each
+ * widened float is zero and keeping the high half is exact. */
+static inline __m512i load32_bf16(const char *p, int kv8) {
+    if (!kv8) return _mm512_loadu_si512(p);
+    const __m256i lo = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(e5m2x16_to_ps(p)), 16));
+    const __m256i hi = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(e5m2x16_to_ps(p + 16)), 16));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* 16 cache values (bf16, or e5m2 when kv8) -> 16 bf16 in the low halves of 32-bit lanes */
+static inline __m512i load16_bf16_epi32(const char *p, int kv8) {
+    if (!kv8) return _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_srli_epi32(_mm512_castps_si512(e5m2x16_to_ps(p)), 16);
 }
 
 /* r[j][i] -> r[i][j], 32-bit elements */
@@ -92,18 +115,18 @@ static inline void transpose16(__m512i r[16]) {
 
 /* K tile (16 keys) t, d chunk c (32 dims) of one head: 16 rows i (dim pairs) x 16 keys j x 2,
  * i.e. kp[i][j] (as 32-bit words) = K[16t + j][32c + 2i .. 32c + 2i + 1]. */
-static void pack_k_tile(uint32_t *kp, const char *cache, const int64_t *block_ids, int64_t t,
-                        int64_t ctx, int64_t hd, int64_t block_size, int64_t block_bytes,
-                        int64_t row_bytes, int64_t kv_off, int64_t head_off) {
-    const uint32_t *rows[16];
+static inline void pack_k_tile(uint32_t *kp, const char *cache, const int64_t *block_ids, int64_t t,
+                               int64_t ctx, int64_t hd, int64_t block_size, int64_t block_bytes,
+                               int64_t row_bytes, int64_t kv_off, int64_t head_off, int kv8) {
+    const char *rows[16];
     for (int64_t j = 0; j < 16; j++)
-        rows[j] = 16 * t + j < ctx ? (const uint32_t *)cache_row(cache, block_ids, 16 * t + j, block_size,
-                                                                  block_bytes, row_bytes, kv_off, head_off)
+        rows[j] = 16 * t + j < ctx ? cache_row(cache, block_ids, 16 * t + j, block_size, block_bytes,
+                                               row_bytes, kv_off, head_off)
                                    : NULL;
     for (int64_t c = 0; c < hd / 32; c++) {
         __m512i r[16];
         for (int j = 0; j < 16; j++)
-            r[j] = rows[j] ? _mm512_loadu_si512(rows[j] + 16 * c) : _mm512_setzero_si512();
+            r[j] = rows[j] ? load32_bf16(rows[j] + c * (kv8 ? 32 : 64), kv8) : _mm512_setzero_si512();
         transpose16(r);
         for (int i = 0; i < 16; i++) _mm512_storeu_si512(kp + c * 256 + i * 16, r[i]);
     }
@@ -111,21 +134,19 @@ static void pack_k_tile(uint32_t *kp, const char *cache, const int64_t *block_id
 
 /* V tile (32 keys) t, d tile c (16 dims) of one head: 16 rows i (key pairs) x 16 dims j x 2,
  * i.e. vp[i][j] = (V[32t + 2i][16c + j], V[32t + 2i + 1][16c + j]). */
-static void pack_v_tile(uint32_t *vp, const char *cache, const int64_t *block_ids, int64_t t,
-                        int64_t ctx, int64_t hd, int64_t block_size, int64_t block_bytes,
-                        int64_t row_bytes, int64_t kv_off, int64_t head_off) {
-    const int64_t dtiles = hd / 16;
+static inline void pack_v_tile(uint32_t *vp, const char *cache, const int64_t *block_ids, int64_t t,
+                               int64_t ctx, int64_t hd, int64_t block_size, int64_t block_bytes,
+                               int64_t row_bytes, int64_t kv_off, int64_t head_off, int kv8) {
+    const int64_t dtiles = hd / 16, step = kv8 ? 16 : 32;  /* bytes of 16 values */
     for (int64_t i = 0; i < 16; i++) {
         const int64_t p0 = 32 * t + 2 * i, p1 = p0 + 1;
-        const uint16_t *a = p0 < ctx ? cache_row(cache, block_ids, p0, block_size, block_bytes,
-                                                 row_bytes, kv_off, head_off) : NULL;
-        const uint16_t *b = p1 < ctx ? cache_row(cache, block_ids, p1, block_size, block_bytes,
-                                                 row_bytes, kv_off, head_off) : NULL;
+        const char *a = p0 < ctx ? cache_row(cache, block_ids, p0, block_size, block_bytes,
+                                             row_bytes, kv_off, head_off) : NULL;
+        const char *b = p1 < ctx ? cache_row(cache, block_ids, p1, block_size, block_bytes,
+                                             row_bytes, kv_off, head_off) : NULL;
         for (int64_t c = 0; c < dtiles; c++) {
-            const __m512i lo = a ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(a + 16 * c)))
-                                 : _mm512_setzero_si512();
-            const __m512i hi = b ? _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(b + 16 * c)))
-                                 : _mm512_setzero_si512();
+            const __m512i lo = a ? load16_bf16_epi32(a + c * step, kv8) : _mm512_setzero_si512();
+            const __m512i hi = b ? load16_bf16_epi32(b + c * step, kv8) : _mm512_setzero_si512();
             _mm512_storeu_si512(vp + c * 256 + i * 16, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
         }
     }
@@ -315,16 +336,15 @@ static RowTile row_tile(int64_t kh, int64_t j, int64_t group, int64_t qtiles, in
 }
 
 /* Returns 0, -1 (no memory for the per-thread state), -2 (tiles unavailable) or -3 (head_dim
- * not a multiple of 32 up to 256). */
-int tandem_paged_prefill_bf16(const void *q, const void *cache, int64_t num_layers, int64_t layer,
-                              int64_t block_size, int64_t kv_heads, int64_t head_dim,
-                              int64_t num_heads, const int64_t *block_ids, int64_t num_computed,
-                              int64_t num_new, float scale, void *k_scratch, void *v_scratch, void *out,
-                              int num_threads) {
+ * not a multiple of 32 up to 256). kv8: the cache holds e5m2 (else bf16). */
+static int paged_prefill(const void *q, const void *cache, int kv8, int64_t num_layers, int64_t layer,
+                         int64_t block_size, int64_t kv_heads, int64_t head_dim, int64_t num_heads,
+                         const int64_t *block_ids, int64_t num_computed, int64_t num_new, float scale,
+                         void *k_scratch, void *v_scratch, void *out, int num_threads) {
     if (head_dim % 32 != 0 || head_dim > MAX_HD) return ERR_HEAD_DIM;
     if (!tandem_prefill_amx_ready()) return ERR_UNAVAILABLE;
-    const int64_t ctx = num_computed + num_new, ctx32 = (ctx + 31) / 32 * 32;
-    const int64_t row_bytes = kv_heads * head_dim * 2, block_bytes = num_layers * 2 * block_size * row_bytes;
+    const int64_t ctx = num_computed + num_new, ctx32 = (ctx + 31) / 32 * 32, kv_elem = kv8 ? 1 : 2;
+    const int64_t row_bytes = kv_heads * head_dim * kv_elem, block_bytes = num_layers * 2 * block_size * row_bytes;
     const int64_t k_off = layer * 2 * block_size * row_bytes, v_off = k_off + block_size * row_bytes;
     const int64_t head_elems = ctx32 * head_dim;              /* one head's packed K (or V) */
     uint16_t *kp = k_scratch, *vp = v_scratch;
@@ -337,13 +357,13 @@ int tandem_paged_prefill_bf16(const void *q, const void *cache, int64_t num_laye
         for (int64_t i = 0; i < kv_heads * kt16; i++) {
             const int64_t kh = i / kt16, t = i % kt16;
             pack_k_tile((uint32_t *)(kp + kh * head_elems + t * 16 * head_dim), cache, block_ids, t,
-                        ctx, head_dim, block_size, block_bytes, row_bytes, k_off, kh * head_dim * 2);
+                        ctx, head_dim, block_size, block_bytes, row_bytes, k_off, kh * head_dim * kv_elem, kv8);
         }
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < kv_heads * kt32; i++) {
             const int64_t kh = i / kt32, t = i % kt32;
             pack_v_tile((uint32_t *)(vp + kh * head_elems + t * 32 * head_dim), cache, block_ids, t,
-                        ctx, head_dim, block_size, block_bytes, row_bytes, v_off, kh * head_dim * 2);
+                        ctx, head_dim, block_size, block_bytes, row_bytes, v_off, kh * head_dim * kv_elem, kv8);
         }
         RowState *st = aligned_alloc(64, 2 * sizeof(RowState));  /* sizeof: a multiple of 64 */
         if (st == NULL) {
@@ -366,16 +386,29 @@ int tandem_paged_prefill_bf16(const void *q, const void *cache, int64_t num_laye
     return failed ? -1 : 0;
 }
 
+#define ENTRY(NAME, KV8)                                                                             \
+    int NAME(const void *q, const void *cache, int64_t num_layers, int64_t layer, int64_t block_size, \
+             int64_t kv_heads, int64_t head_dim, int64_t num_heads, const int64_t *block_ids,        \
+             int64_t num_computed, int64_t num_new, float scale, void *k_scratch, void *v_scratch,   \
+             void *out, int num_threads) {                                                           \
+        return paged_prefill(q, cache, KV8, num_layers, layer, block_size, kv_heads, head_dim,       \
+                             num_heads, block_ids, num_computed, num_new, scale, k_scratch,          \
+                             v_scratch, out, num_threads);                                           \
+    }
+
 #else
+
+#define ENTRY(NAME, KV8)                                                                             \
+    int NAME(const void *q, const void *cache, int64_t num_layers, int64_t layer, int64_t block_size, \
+             int64_t kv_heads, int64_t head_dim, int64_t num_heads, const int64_t *block_ids,        \
+             int64_t num_computed, int64_t num_new, float scale, void *k_scratch, void *v_scratch,   \
+             void *out, int num_threads) {                                                           \
+        return ERR_UNAVAILABLE;                                                                      \
+    }
 
 int tandem_prefill_amx_ready(void) { return 0; }
 
-int tandem_paged_prefill_bf16(const void *q, const void *cache, int64_t num_layers, int64_t layer,
-                              int64_t block_size, int64_t kv_heads, int64_t head_dim,
-                              int64_t num_heads, const int64_t *block_ids, int64_t num_computed,
-                              int64_t num_new, float scale, void *k_scratch, void *v_scratch, void *out,
-                              int num_threads) {
-    return ERR_UNAVAILABLE;
-}
-
 #endif
+
+ENTRY(tandem_paged_prefill_bf16, 0)
+ENTRY(tandem_paged_prefill_bf16_e5m2, 1)

@@ -12,6 +12,8 @@ Per layer and step: write the new tokens' K/V at their slots, then attend.
   by tile multiplies, over the cached context and this step's tokens alike;
 - prefill chunk otherwise, without cached context: causal SDPA straight on this step's K/V (no gather);
 - prefill chunk otherwise, with cached context: gather its blocks, SDPA with the chunk's causal mask.
+The cache may store a narrower type than the model computes in (CacheConfig.kv_cache_dtype):
+K/V are rounded to it when written, and every path reads them back widened (`as_stored`).
 Gathers write into an AttentionWorkspace (buffers reused by every layer and step): on the CPU a
 fresh multi-megabyte tensor per layer costs more in page faults than the copy itself
 (benchmarks/attention_cpu.py).
@@ -57,9 +59,18 @@ class AttentionWorkspace:
 
 def write_kv(kv_cache: torch.Tensor, layer: int, k: torch.Tensor, v: torch.Tensor,
              batch: AttentionBatch) -> None:
-    # k, v [T, KVH, D] -> kv_cache[slot_block, layer, 0|1, slot_offset] = [KVH, D]
-    kv_cache[batch.slot_block_ids, layer, 0, batch.slot_offsets] = k
-    kv_cache[batch.slot_block_ids, layer, 1, batch.slot_offsets] = v
+    # k, v [T, KVH, D] -> kv_cache[slot_block, layer, 0|1, slot_offset] = [KVH, D], rounded to
+    # the cache's storage type
+    kv_cache[batch.slot_block_ids, layer, 0, batch.slot_offsets] = k.to(kv_cache.dtype)
+    kv_cache[batch.slot_block_ids, layer, 1, batch.slot_offsets] = v.to(kv_cache.dtype)
+
+
+def as_stored(x: torch.Tensor, kv_cache: torch.Tensor) -> torch.Tensor:
+    """x as attention reads it back from the cache: rounded through the storage type when that
+    is narrower than the model's (an 8-bit cache), unchanged otherwise. Every attention path
+    reads K/V so, so that a token's output does not depend on whether its keys came from this
+    step or from the cache (chunking, prefix hits, a KV transfer)."""
+    return x if kv_cache.dtype == x.dtype else x.to(kv_cache.dtype).to(x.dtype)
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor,
@@ -95,6 +106,13 @@ def _gather(kv_cache: torch.Tensor, layer: int, block_ids: torch.Tensor,
     return k.view(n * bs, kvh, d), v.view(n * bs, kvh, d)
 
 
+def _gather_as(dtype: torch.dtype, kv_cache: torch.Tensor, layer: int, block_ids: torch.Tensor,
+               ws: AttentionWorkspace) -> tuple[torch.Tensor, torch.Tensor]:
+    # _gather, widened to the model's dtype when the cache stores a narrower type
+    k, v = _gather(kv_cache, layer, block_ids, ws)
+    return (k, v) if k.dtype == dtype else (k.to(dtype), v.to(dtype))
+
+
 def _decode(q: torch.Tensor, kv_cache: torch.Tensor, layer: int, g: DecodeGroup,
             scale: float, ws: AttentionWorkspace) -> torch.Tensor:
     # q [B, H, D] -> [B, H, D]
@@ -104,7 +122,7 @@ def _decode(q: torch.Tensor, kv_cache: torch.Tensor, layer: int, g: DecodeGroup,
     B, H, D = q.shape
     kvh = kv_cache.shape[4]
     # [B * nb * bs, KVH, D] -> [B, nb * bs, KVH, D] -> [B, S=max_ctx, KVH, D] -> [B, KVH, S, D]
-    k, v = _gather(kv_cache, layer, g.block_table.flatten(), ws)
+    k, v = _gather_as(q.dtype, kv_cache, layer, g.block_table.flatten(), ws)
     k = k.view(B, -1, kvh, D)[:, :g.max_ctx].transpose(1, 2)
     v = v.view(B, -1, kvh, D)[:, :g.max_ctx].transpose(1, 2)
     qg = q.view(B, kvh, H // kvh, D)                                    # [B, KVH, group, D]
@@ -119,18 +137,19 @@ def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.
     kernel = ws.prefill_kernel
     if kernel is not None and kernel.supports(q, kv_cache):
         ctx = chunk.num_computed + n
-        k_scratch, v_scratch = ws.kv_views((kernel.scratch_numel(kv_cache, ctx),), kv_cache)
+        k_scratch, v_scratch = ws.kv_views((kernel.scratch_numel(kv_cache, ctx),), q)  # packed as q's dtype
         return kernel(q, kv_cache, layer, chunk.block_ids, chunk.num_computed, scale, k_scratch, v_scratch)
     kvh = k.shape[1]
     # 4-D inputs (a batch of one): 3-D ones send CPU SDPA to its slow math fallback
     qt = q.transpose(0, 1).unsqueeze(0)                                 # [1, H, n, D]
     if chunk.mask is None:
+        k, v = as_stored(k, kv_cache), as_stored(v, kv_cache)
         o = F.scaled_dot_product_attention(qt, k.transpose(0, 1).unsqueeze(0),
                                            v.transpose(0, 1).unsqueeze(0), is_causal=True,
                                            scale=scale, enable_gqa=kvh != H)
     else:
         ctx = chunk.mask.shape[1]
-        kc, vc = _gather(kv_cache, layer, chunk.block_ids, ws)
+        kc, vc = _gather_as(q.dtype, kv_cache, layer, chunk.block_ids, ws)
         kc = kc[:ctx].transpose(0, 1).unsqueeze(0)                      # [1, KVH, ctx, D]
         vc = vc[:ctx].transpose(0, 1).unsqueeze(0)
         o = F.scaled_dot_product_attention(qt, kc, vc, attn_mask=chunk.mask, scale=scale,

@@ -71,6 +71,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="memory for KV blocks, e.g. 512MiB (default) or 4GiB")
     p.add_argument("--num-kv-blocks", type=_positive, default=None,
                    help="exact number of KV blocks (overrides --kv-cache-memory)")
+    p.add_argument("--kv-cache-dtype", choices=CacheConfig.KV_CACHE_DTYPES, default=CacheConfig.kv_cache_dtype,
+                   help="KV cache storage: auto = the model's dtype; fp8_e5m2 = one byte per value "
+                        "(twice the blocks per byte of memory, cheaper decode over long contexts, "
+                        "K/V rounded to 3 significant bits)")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--max-num-batched-tokens", type=_positive,
                    default=SchedulerConfig.max_num_batched_tokens)
@@ -115,7 +119,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           pack_weights=args.pack_weights, attention=args.attention,
                           fused_layers=args.fused_layers),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
-                          num_blocks=args.num_kv_blocks,
+                          num_blocks=args.num_kv_blocks, kv_cache_dtype=args.kv_cache_dtype,
                           enable_prefix_caching=not args.no_prefix_caching),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs,

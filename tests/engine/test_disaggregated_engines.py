@@ -104,6 +104,14 @@ def test_layout_mismatch_is_a_clear_error(llama_dir, qwen3_dir):
                             resume_output_ids=list(pre.new_token_ids))
         with pytest.raises(Exception, match="KV layouts differ.*model"):
             decode.add_request(bad)
+        fp8_decode = Engine.from_config(dataclasses.replace(  # the same model with a 1-byte cache
+            engine_config(llama_dir, role="decode", kv_cache_dtype="fp8_e5m2"), kv_transport="tcp"))
+        try:
+            with pytest.raises(Exception, match="KV layouts differ.*dtype"):
+                fp8_decode.add_request(bad)
+            assert_all_blocks_free(fp8_decode)
+        finally:
+            fp8_decode.shutdown()
         wrong_len = dataclasses.replace(pre.kv_handle, num_tokens=pre.kv_handle.num_tokens + 3)
         with pytest.raises(InvalidRequest):
             prefill_like = EngineRequest("y", first.prompt_token_ids, first.sampling,

@@ -29,38 +29,62 @@ def _machine() -> str:
     return platform.machine().replace("_", "")
 
 
-def _paged(ctxs, heads, kv_heads, D, bs, dtype, layers=2, layer=1, seed=0):
-    """A cache holding each sequence's context in scattered blocks, and its dense K/V."""
+def _paged(ctxs, heads, kv_heads, D, bs, dtype, layers=2, layer=1, seed=0, kv_dtype=None):
+    """A cache (of kv_dtype, default dtype) holding each sequence's context in scattered blocks,
+    and its dense K/V (float32)."""
     g = torch.Generator().manual_seed(seed)
     nbs = [-(-c // bs) for c in ctxs]
-    cache = torch.randn(sum(nbs) + 3, layers, 2, bs, kv_heads, D, generator=g).to(dtype)
+    cache = torch.randn(sum(nbs) + 3, layers, 2, bs, kv_heads, D, generator=g).to(kv_dtype or dtype)
     perm = torch.randperm(cache.shape[0], generator=g).tolist()
     table = torch.zeros(len(ctxs), max(nbs), dtype=torch.long)   # padding entries point at block 0
-    dense = []
-    for i, (c, nb) in enumerate(zip(ctxs, nbs)):
+    for i, nb in enumerate(nbs):
         blocks, perm = perm[:nb], perm[nb:]
         table[i, :nb] = torch.tensor(blocks)
-        kv = cache[blocks, layer].transpose(0, 1).reshape(2, nb * bs, kv_heads, D)[:, :c]
-        dense.append((kv[0].float(), kv[1].float()))
     q = torch.randn(len(ctxs), heads, D, generator=g).to(dtype)
-    return cache, table, torch.tensor(ctxs), q, dense
+    return cache, table, torch.tensor(ctxs), q, _dense(cache, table, ctxs, layer)
+
+
+def _dense(cache, table, ctxs, layer):
+    """Each sequence's (K, V) [ctx, kv_heads, D] in float32, read through its block table."""
+    bs, kv_heads, D = cache.shape[3:]
+    dense = []
+    for i, c in enumerate(ctxs):
+        nb = -(-c // bs)
+        kv = cache[table[i, :nb], layer].transpose(0, 1).reshape(2, nb * bs, kv_heads, D)[:, :c]
+        dense.append((kv[0].float(), kv[1].float()))
+    return dense
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("heads,kv_heads,D,block_size", [
     (12, 4, 64, 16), (8, 8, 128, 16), (6, 2, 96, 16), (4, 1, 80, 16), (2, 2, 8, 16),
     (16, 2, 128, 5), (8, 1, 64, 48), (9, 3, 256, 16), (4, 4, 32, 1)])
-def test_matches_dense_attention(kernel, dtype, tol, heads, kv_heads, D, block_size):
+@pytest.mark.parametrize("kv_dtype", [None, torch.float8_e5m2])
+def test_matches_dense_attention(kernel, dtype, tol, heads, kv_heads, D, block_size, kv_dtype):
     # block sizes 1 to 48 (a context's last block partly filled), GQA groups 1 to 8, head sizes
-    # 8 to 256 (vector and portable paths)
+    # 8 to 256 (vector and portable paths); the cache in q's dtype or in e5m2, which the kernel
+    # widens exactly: the reference is dense attention over the stored values
     ctxs = [1, 15, 16, 17, 300, 33]
-    cache, table, lens, q, dense = _paged(ctxs, heads, kv_heads, D, block_size, dtype)
+    cache, table, lens, q, dense = _paged(ctxs, heads, kv_heads, D, block_size, dtype, kv_dtype=kv_dtype)
     scale = D ** -0.5
     out = kernel(q, cache, 1, table, lens, scale)
     assert out.dtype == dtype and out.shape == q.shape
     for i, (k, v) in enumerate(dense):
         ref = dense_reference(q[i:i + 1].float(), k, v, scale)[0]
         torch.testing.assert_close(out[i].double(), ref, atol=tol, rtol=tol)
+
+
+def test_widens_every_finite_e5m2_value_exactly(kernel):
+    # one position: the output is V itself; V holds each finite e5m2 bit pattern once (zeros,
+    # subnormals, normals, both signs; inf and NaN, 8 patterns, replaced by 0)
+    bits = torch.arange(256, dtype=torch.uint8)
+    values = bits.view(torch.float8_e5m2).float()
+    values[~torch.isfinite(values)] = 0.0
+    cache = torch.zeros(1, 1, 2, 16, 1, 256, dtype=torch.float8_e5m2)
+    cache[0, 0, 1, 0, 0] = values.to(torch.float8_e5m2)
+    q = torch.randn(1, 1, 256)
+    out = kernel(q, cache, 0, torch.zeros(1, 1, dtype=torch.long), torch.tensor([1]), 0.0625)
+    assert torch.equal(out[0, 0], values)
 
 
 def test_reads_only_the_context(kernel):

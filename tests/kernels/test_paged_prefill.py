@@ -94,3 +94,17 @@ def test_supports_and_bad_arguments(kernel):
 def test_without_amx_at_compile_time_there_is_no_kernel(tmp_path):
     flags = tuple(f for f in DEFAULT_FLAGS if f != "-march=native") + ("-march=x86-64-v3",)
     assert PagedPrefillKernel.load(KernelBuildConfig(cache_dir=tmp_path, flags=flags)) is None
+
+
+@pytest.mark.parametrize("heads,kv_heads,D", [(8, 4, 64), (6, 2, 96), (16, 2, 256)])
+@pytest.mark.parametrize("num_computed,num_new", [(0, 37), (130, 64), (511, 260)])
+def test_an_fp8_e5m2_cache_gives_the_bits_of_a_bf16_cache_holding_its_values(kernel, heads, kv_heads,
+                                                                              D, num_computed, num_new):
+    # e5m2 widens to bf16 exactly while packing, so the two caches must agree bit for bit
+    cache, blocks, q, k, v = _paged(num_computed, num_new, heads, kv_heads, D, 16)
+    fp8 = cache.to(torch.float8_e5m2)
+    out = _run(kernel, fp8, blocks, q, num_computed, D ** -0.5)
+    assert torch.equal(out, _run(kernel, fp8.to(BF16), blocks, q, num_computed, D ** -0.5))
+    ref = dense_reference(q.float(), k.to(torch.float8_e5m2).float(), v.to(torch.float8_e5m2).float(),
+                          D ** -0.5)
+    torch.testing.assert_close(out.double(), ref, atol=2e-2, rtol=2e-2)

@@ -27,14 +27,14 @@ def test_flags_build_configs():
                   "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--no-prefix-caching",
                   "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
                   "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024",
-                  "--no-fused-layers"])
+                  "--no-fused-layers", "--kv-cache-dtype", "fp8_e5m2"])
     engine, server = configs_from_args(args)
     assert args.func.__name__ == "serve"
     assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
     assert engine.model.served_name == "demo" and engine.model.max_model_len == 1024
     assert not engine.model.fused_layers
     assert engine.cache.block_size == 32 and engine.cache.kv_cache_bytes == 64 * 2**20
-    assert not engine.cache.enable_prefix_caching
+    assert not engine.cache.enable_prefix_caching and engine.cache.kv_cache_dtype == "fp8_e5m2"
     assert engine.scheduler.max_num_batched_tokens == 256 and engine.scheduler.max_num_seqs == 8
     assert engine.role == "prefill" and engine.num_threads == 2
     assert server.api_keys == ("a", "b", "c") and server.gateway_url == "http://gw:8000"
@@ -44,7 +44,7 @@ def test_flags_build_configs():
 def test_defaults():
     engine, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
     assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
-    assert engine.model.fused_layers
+    assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
 
 
@@ -169,3 +169,9 @@ def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shut
     assert kinds[0] == "start" and kinds.count("register") >= 2
     assert kinds[-2:] == ["deregister", "shutdown"]
     assert ("register", "http://127.0.0.1:9123") in calls
+
+
+def test_an_unknown_kv_cache_dtype_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit):
+        parse(["serve", "--model", "/m", "--kv-cache-dtype", "fp8"])
+    assert "fp8_e5m2" in capsys.readouterr().err
