@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,11 +19,25 @@ from dataclasses import dataclass
 from tandem.kv.events import KVEventLog
 
 
-@dataclass
+@dataclass(slots=True)
 class KVBlock:
     block_id: int
     ref_count: int = 0
     block_hash: int | None = None  # set while the block holds a full, cached block of tokens
+
+
+def _new_blocks(num_blocks: int) -> list[KVBlock]:
+    """num_blocks long-lived objects at once (thousands for a default cache) with the cyclic
+    garbage collector paused, so that allocating them does not set off a full pass over the
+    process's heap (~80 ms with torch loaded, measured on a 5,400-block pool). They hold no
+    reference cycles; the collector's state is restored after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return [KVBlock(i) for i in range(num_blocks)]
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class BlockPool:
@@ -32,7 +47,7 @@ class BlockPool:
             raise ValueError(f"num_blocks must be at least 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.blocks = _new_blocks(num_blocks)
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
         self.events = events

@@ -72,3 +72,17 @@ def test_event_log_resync_when_reader_fell_behind():
     assert batch.events[1].block_hashes == (2, 3)
     fresh = log.since(batch.seq - 1, lambda: ())
     assert not fresh.reset and [e.block_hashes for e in fresh.events] == [(3,)]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_building_a_pool_leaves_the_garbage_collector_as_it_was(enabled):
+    # the pool pauses the cyclic collector while it allocates its blocks (start-up time)
+    import gc
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        pool = BlockPool(5000)
+        assert gc.isenabled() == enabled
+        assert [b.block_id for b in pool.blocks] == list(range(5000)) and pool.num_free == 5000
+    finally:
+        gc.enable() if was else gc.disable()
