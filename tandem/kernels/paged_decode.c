@@ -211,7 +211,7 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
                               const int64_t *table, int64_t ctx, float scale, float *outf,
                               float *scores) {
     const int64_t nblocks = (ctx + block_size - 1) / block_size;
-    const int64_t nv = hd / 16, nb16 = hd / 32;
+    const int64_t nv = hd / 16, nb16 = hd / 32, kv_heads = num_heads / group;  /* no division in the loops */
     __m512 qf[MAX_VEC_QK / 16];
     __m512bh qb[MAX_VEC_QK / 32];
     for (int64_t c = 0; c < num_heads * nv; c++)
@@ -224,7 +224,7 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
         const BlockRows k = block_rows(cache, table, b, ctx, block_size, block_bytes, row_bytes, k_off);
         for (int64_t t = 0; t < k.n; t++) {
             const char *row = row_at(&k, t);
-            for (int64_t kh = 0; kh < num_heads / group; kh++) {
+            for (int64_t kh = 0; kh < kv_heads; kh++) {
                 /* this KV head's key, widened once for the `group` query heads that read it */
                 const char *kr = row + kh * hd * kv_elem;
                 __m512bh kb[MAX_VEC_HD / 32];
@@ -248,9 +248,27 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
     memset(outf, 0, sizeof(float) * (size_t)(num_heads * hd));
     for (int64_t b = 0; b < nblocks; b++) {
         const BlockRows v = block_rows(cache, table, b, ctx, block_size, block_bytes, row_bytes, v_off);
-        for (int64_t t = 0; t < v.n; t++) {
+        int64_t t = 0;
+        for (; t + 1 < v.n; t += 2) {  /* two positions per update of the accumulators */
+            const char *r0 = row_at(&v, t), *r1 = row_at(&v, t + 1);
+            for (int64_t kh = 0; kh < kv_heads; kh++) {
+                __m512 v0[MAX_VEC_HD / 16], v1[MAX_VEC_HD / 16];
+                for (int64_t c = 0; c < nv; c++) {
+                    v0[c] = load16(r0 + (kh * hd + c * 16) * kv_elem, kvt);
+                    v1[c] = load16(r1 + (kh * hd + c * 16) * kv_elem, kvt);
+                }
+                for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
+                    const float *w = scores + h * ctx + b * block_size + t;
+                    const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]);
+                    float *o = outf + h * hd;
+                    for (int64_t c = 0; c < nv; c++)
+                        _mm512_storeu_ps(o + c * 16, _mm512_fmadd_ps(w1, v1[c], _mm512_fmadd_ps(w0, v0[c], _mm512_loadu_ps(o + c * 16))));
+                }
+            }
+        }
+        for (; t < v.n; t++) {
             const char *row = row_at(&v, t);
-            for (int64_t kh = 0; kh < num_heads / group; kh++) {
+            for (int64_t kh = 0; kh < kv_heads; kh++) {
                 __m512 vr[MAX_VEC_HD / 16];
                 for (int64_t c = 0; c < nv; c++) vr[c] = load16(row + (kh * hd + c * 16) * kv_elem, kvt);
                 for (int64_t h = kh * group; h < (kh + 1) * group; h++) {
