@@ -54,9 +54,9 @@ class CacheConfig:
     enable_prefix_caching: bool = True
     hash_seed: int = 0                   # seed of the chained block hashes; equal on every worker
     # storage type of the KV cache: "auto" = the model's dtype; "fp8_e5m2" = 8-bit floats (5-bit
-    # exponent, 2-bit mantissa, no scale), half the memory and memory traffic of bfloat16 per
-    # position: twice the blocks in the same budget and cheaper decode attention over long
-    # contexts, at the cost of K/V rounded to 3 significant bits (values past +-57344 become inf)
+    # exponent, 2-bit mantissa, no scale), half the bytes of bfloat16 per position: twice the
+    # blocks in the same budget, and cheaper decode attention where reading K/V bounds it, at the
+    # cost of K/V rounded to 3 significant bits (values past +-57344 become inf)
     kv_cache_dtype: str = "auto"
 
     KV_CACHE_DTYPES = ("auto", "fp8_e5m2")

@@ -9,8 +9,9 @@
  *
  * The cache stores K/V in the query's type (float32 or bfloat16) or in fp8 e5m2 (one byte: the
  * high byte of an IEEE half, so widening it is exact). Arithmetic in float32 whatever the
- * storage types: scores, softmax and the weighted sum of V; the result is rounded once to q's type. Sequences run in parallel (OpenMP, the
- * caller's thread count); each thread owns its scratch, so the kernel is reentrant.
+ * storage types: scores, softmax and the weighted sum of V; the result is rounded once to q's
+ * type. Sequences run in parallel (OpenMP, the caller's thread count); each thread owns its
+ * scratch, so the kernel is reentrant.
  * The per-sequence body is inlined with constant head sizes (64, 128) so that its row loops
  * unroll into whole vectors; other head sizes take the same code with a runtime bound.
  */
@@ -249,7 +250,7 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
     for (int64_t b = 0; b < nblocks; b++) {
         const BlockRows v = block_rows(cache, table, b, ctx, block_size, block_bytes, row_bytes, v_off);
         int64_t t = 0;
-        for (; t + 1 < v.n; t += 2) {  /* two positions per update of the accumulators */
+        for (; t + 1 < v.n; t += 2) {  /* two positions per read-modify-write of out: same sums */
             const char *r0 = row_at(&v, t), *r1 = row_at(&v, t + 1);
             for (int64_t kh = 0; kh < kv_heads; kh++) {
                 __m512 v0[MAX_VEC_HD / 16], v1[MAX_VEC_HD / 16];
