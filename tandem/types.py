@@ -29,6 +29,7 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token plus the top k
     include_stop_str_in_output: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's logit_bias
 
     @property
     def greedy(self) -> bool:
@@ -68,6 +69,11 @@ class SamplingParams:
             raise bad("top_logprobs", f"must be between 0 and 20, got {self.logprobs}")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise bad("min_tokens", "must be between 0 and max_tokens")
+        for token_id, bias in self.logit_bias:
+            if token_id < 0:
+                raise bad("logit_bias", f"has token id {token_id}; token ids are non-negative")
+            if not (math.isfinite(bias) and -100.0 <= bias <= 100.0):
+                raise bad("logit_bias", f"maps token {token_id} to {bias}; biases are between -100 and 100")
 
 
 class FinishReason(str, enum.Enum):

@@ -114,6 +114,10 @@ class Engine:
         bad = next((t for t in er.prompt_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise InvalidRequest(f"token id {bad} is outside the vocabulary [0, {vocab})", param="prompt")
+        bad = next((t for t, _ in er.sampling.logit_bias if t >= vocab), None)
+        if bad is not None:
+            raise InvalidRequest(f"logit_bias names token id {bad}, outside the vocabulary [0, {vocab})",
+                                 param="logit_bias")
         total = n + len(er.resume_output_ids)
         if total >= self.max_model_len:
             raise PromptTooLong(f"the prompt has {total} tokens; this model's context is "

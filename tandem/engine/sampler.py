@@ -4,7 +4,7 @@ One `Sampler.sample` call per engine step turns logits [N, vocab] (float32, one 
 request) into N token ids, applying each request's own SamplingParams. Order, as in vLLM:
 
   raw logits --(logprobs are read here)--> repetition / frequency / presence penalties
-  --> min_tokens mask (EOS and stop_token_ids banned) --> greedy rows: argmax
+  --> logit_bias added --> min_tokens mask (EOS and stop_token_ids banned) --> greedy rows: argmax
   --> random rows: / temperature --> min_p --> top_k --> top_p --> sample
 
 Logprobs are "raw": log_softmax of the model's logits before any penalty, temperature or
@@ -82,12 +82,16 @@ class Sampler:
 
         work = logits
         pen_idx = [i for i, r in enumerate(rows) if r.params.needs_penalties]
+        bias = _logit_biases(rows)
         ban = _min_tokens_bans(rows, vocab)
-        if pen_idx or ban is not None:
+        if pen_idx or bias is not None or ban is not None:
             work = logits.clone()
             if pen_idx:
                 idx = _index(pen_idx, n, device)
                 work[idx] = apply_penalties(work[idx], [rows[i] for i in pen_idx])
+            if bias is not None:
+                row_ids, tok_ids, values = (t.to(device) for t in bias)
+                work.index_put_((row_ids, tok_ids), values, accumulate=True)
             if ban is not None:
                 work[ban[0].to(device), ban[1].to(device)] = float("-inf")
 
@@ -108,6 +112,16 @@ class Sampler:
                                                          [rows[i].params.logprobs for i in lp_idx])):
                 logprobs[i] = entry
         return SamplerOutput(token_ids=token_list, logprobs=logprobs)
+
+
+def _logit_biases(rows: Sequence[SamplingRow]
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(row index, token id, bias) triples to add to the logits, or None when no row has any."""
+    entries = [(i, t, b) for i, r in enumerate(rows) for t, b in r.params.logit_bias]
+    if not entries:
+        return None
+    row_ids, tok_ids, values = zip(*entries)
+    return torch.tensor(row_ids), torch.tensor(tok_ids), torch.tensor(values, dtype=torch.float32)
 
 
 def _min_tokens_bans(rows: Sequence[SamplingRow], vocab: int

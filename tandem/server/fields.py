@@ -102,6 +102,25 @@ class Fields:
                 raise bad(self.name(key), f"contains {v}, outside [{lo}, {hi}]")
         return tuple(value)
 
+    def token_biases(self, key: str, vocab: int) -> tuple[tuple[int, float], ...]:
+        """OpenAI's logit_bias: an object mapping token ids (as strings) to numbers in [-100, 100]."""
+        value = self.raw(key, _MISSING)
+        if value is _MISSING:
+            return ()
+        if not isinstance(value, dict):
+            raise bad(self.name(key), f"must be an object mapping token ids to biases, got {_show(value)}")
+        out = []
+        for token, bias in value.items():
+            if not (isinstance(token, str) and token.strip().isdigit()):
+                raise bad(self.name(key), f"has key {token!r}; keys are token ids such as \"50256\"")
+            if int(token) >= vocab:
+                raise bad(self.name(key), f"has token id {int(token)}, outside the vocabulary [0, {vocab})")
+            if not (isinstance(bias, (int, float)) and not isinstance(bias, bool)
+                    and math.isfinite(bias) and -100 <= bias <= 100):
+                raise bad(self.name(key), f"maps {token} to {_show(bias)}; biases are numbers from -100 to 100")
+            out.append((int(token), float(bias)))
+        return tuple(out)
+
     def str_or_list(self, key: str) -> tuple[str, ...]:
         value = self.raw(key, _MISSING)
         if value is _MISSING:

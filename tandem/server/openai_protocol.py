@@ -126,8 +126,6 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
 
 
 def _refuse_unsupported(f: Fields) -> None:
-    if f.raw("logit_bias"):
-        raise NotSupportedYet("logit_bias")
     best_of = f.int("best_of", None, 1)
     if best_of is not None and best_of != f.int("n", 1):
         raise NotSupportedYet("best_of", "other than n")
@@ -215,6 +213,7 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
         min_tokens=f.int("min_tokens", 0, 0),
         logprobs=logprobs,
         include_stop_str_in_output=f.bool("include_stop_str_in_output", False),
+        logit_bias=f.token_biases("logit_bias", vocab),
     )
     if sampling.min_tokens > sampling.max_tokens:
         raise bad("min_tokens", f"must not exceed max_tokens ({sampling.max_tokens})")

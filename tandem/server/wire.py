@@ -51,6 +51,12 @@ def _list(conv: Callable[[Any, str], Any]) -> Callable[[Any, str], list]:
     return read
 
 
+def _pair(v: Any, param: str) -> tuple[int, float]:
+    if not (isinstance(v, list) and len(v) == 2):
+        raise _fail(param, "must hold [token id, bias] pairs")
+    return _int(v[0], param), _float(v[1], param)
+
+
 def _str(v: Any, param: str) -> str:
     if isinstance(v, str):
         return v
@@ -64,6 +70,7 @@ _BY_ANNOTATION: dict[str, Callable[[Any, str], Any]] = {
     "int | None": _opt(_int),
     "tuple[str, ...]": lambda v, p: tuple(_list(_str)(v, p)),
     "tuple[int, ...]": lambda v, p: tuple(_list(_int)(v, p)),
+    "tuple[tuple[int, float], ...]": lambda v, p: tuple(_pair(x, p) for x in _list(lambda x, _: x)(v, p)),
 }
 _SAMPLING_FIELDS = {f.name: _BY_ANNOTATION[str(f.type)] for f in fields(SamplingParams)}
 

@@ -154,6 +154,25 @@ def test_penalties_per_row_and_change_greedy_choice():
     torch.testing.assert_close(got[2], torch.tensor([2.0 / 1.1, 1.9, 0.0]))
 
 
+def test_logit_bias_is_added_per_row_after_penalties():
+    logits = torch.tensor([[2.0, 1.9, 0.0], [2.0, 1.9, 0.0], [2.0, 1.9, 0.0]])
+    rows = [row(temperature=0.0, logit_bias=((2, 100.0),)),           # forces token 2
+            row(temperature=0.0, logit_bias=((0, -100.0), (1, -0.5))),  # -98, 1.4, 0: token 1
+            row(temperature=0.0)]                                     # untouched
+    assert Sampler().sample(logits, rows).token_ids == [2, 1, 0]
+    # a penalised token can be brought back by a bias: presence 2 then +0.3
+    r = row(temperature=0.0, presence_penalty=2.0, output_token_ids=[0], logit_bias=((0, 0.3),))
+    assert Sampler().sample(logits[:1], [r]).token_ids == [1]      # 2 - 2 + 0.3 = 0.3 < 1.9
+    r = row(temperature=0.0, presence_penalty=2.0, output_token_ids=[0], logit_bias=((0, 2.0),))
+    assert Sampler().sample(logits[:1], [r]).token_ids == [0]      # 2 - 2 + 2 = 2 > 1.9
+    # random rows never pick a token biased by -100, and logprobs stay raw
+    torch.manual_seed(5)
+    rows = [row(logit_bias=((0, -100.0), (1, -100.0)), logprobs=1) for _ in range(200)]
+    out = Sampler().sample(logits[:1].expand(200, -1), rows)
+    assert set(out.token_ids) == {2}
+    torch.testing.assert_close(out.logprobs[0].logprob, torch.log_softmax(logits[0], -1)[2].item())
+
+
 def test_min_tokens_masks_eos_and_stop_tokens():
     logits = torch.tensor([[0.0, 1.0, 5.0, 4.0, 3.0]])  # EOS = 2 is the argmax, 3 a stop token
     def pick(n_out: int, **kw) -> int:

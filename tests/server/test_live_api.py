@@ -153,6 +153,18 @@ def test_logprobs(client):
     assert lp.text_offset == sorted(lp.text_offset) and lp.text_offset[0] == 0
 
 
+def test_logit_bias_steers_greedy_tokens(client):
+    def tokens(**kw):
+        r = client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=6,
+                                      temperature=0, logprobs=0, extra_body={"ignore_eos": True}, **kw)
+        assert r.usage.completion_tokens == 6
+        return r.choices[0].logprobs.tokens
+
+    plain, forced_a, forced_b = tokens(), tokens(logit_bias={"42": 100}), tokens(logit_bias={"43": 100})
+    assert len(set(forced_a)) == 1 and len(set(forced_b)) == 1 and forced_a != forced_b
+    assert len(set(plain)) > 1   # the random model does not repeat one token by itself
+
+
 def test_errors(client):
     with pytest.raises(openai.BadRequestError) as e:
         greedy_chat(client, ask(5), max_tokens=0)

@@ -39,13 +39,13 @@ def test_chat_sampling_fields():
              presence_penalty=0.5, frequency_penalty=-0.5, repetition_penalty=1.2,
              stop="x", stop_token_ids=[3, 4], ignore_eos=True, min_tokens=2,
              logprobs=True, top_logprobs=3, cache_salt="tenant", user="u",
-             stream=True, stream_options={"include_usage": True})
+             stream=True, stream_options={"include_usage": True}, logit_bias={"7": -100, "12": 2.5})
     s = p.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p, s.seed) == (5, 0.0, 0.5, 0, 0.1, 7)
     assert (s.presence_penalty, s.frequency_penalty, s.repetition_penalty) == (0.5, -0.5, 1.2)
     assert s.stop == ("x",) and s.stop_token_ids == (3, 4) and s.ignore_eos and s.min_tokens == 2
     assert s.logprobs == 3 and p.cache_salt == "tenant" and p.user == "u"
-    assert p.stream and p.include_usage
+    assert p.stream and p.include_usage and s.logit_bias == ((7, -100.0), (12, 2.5))
 
 
 def test_max_completion_tokens_wins_and_stop_list():
@@ -79,7 +79,11 @@ def test_logprobs_without_top_logprobs_means_zero_alternatives():
     ({"stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
     ({"stream": "yes"}, "stream"),
     ({"min_tokens": 10, "max_tokens": 5}, "min_tokens"),
-    ({"logit_bias": {"5": 1}}, "logit_bias"),
+    ({"logit_bias": {"x": 1}}, "logit_bias"),
+    ({"logit_bias": {"5": 101}}, "logit_bias"),
+    ({"logit_bias": {"5": "1"}}, "logit_bias"),
+    ({"logit_bias": {"99999": 1}}, "logit_bias"),
+    ({"logit_bias": [5]}, "logit_bias"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"response_format": "json"}, "response_format"),
     ({"tool_choice": "required"}, "tool_choice"),
