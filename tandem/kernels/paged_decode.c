@@ -147,7 +147,8 @@ INLINE __m512 load16(const void *src, int kvt) {
         return _mm512_castsi512_ps(_mm512_slli_epi32(
             _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)src)), 16));
     if (kvt == KV_E5M2)  /* e5m2 byte b is the half b << 8 */
-        return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8));
+        return _mm512_cvtph_ps(
+            _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src)), 8));
     return _mm512_loadu_ps(src);
 }
 
@@ -262,8 +263,10 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
                     const float *w = scores + h * ctx + b * block_size + t;
                     const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]);
                     float *o = outf + h * hd;
-                    for (int64_t c = 0; c < nv; c++)
-                        _mm512_storeu_ps(o + c * 16, _mm512_fmadd_ps(w1, v1[c], _mm512_fmadd_ps(w0, v0[c], _mm512_loadu_ps(o + c * 16))));
+                    for (int64_t c = 0; c < nv; c++) {
+                        const __m512 acc = _mm512_fmadd_ps(w0, v0[c], _mm512_loadu_ps(o + c * 16));
+                        _mm512_storeu_ps(o + c * 16, _mm512_fmadd_ps(w1, v1[c], acc));
+                    }
                 }
             }
         }
@@ -285,8 +288,9 @@ INLINE void decode_seq_avx512(const void *q, const char *cache, int bf16, int kv
 #endif
 
 /* Returns 0, or -1 when scratch memory could not be allocated (out is then incomplete). */
-static int paged_decode(const void *q, const void *cache, int bf16, int kvt, int64_t num_layers, int64_t layer,
-                        int64_t block_size, int64_t kv_heads, int64_t head_dim, int64_t num_heads,
+static int paged_decode(const void *q, const void *cache, int bf16, int kvt, int64_t num_layers,
+                        int64_t layer, int64_t block_size, int64_t kv_heads, int64_t head_dim,
+                        int64_t num_heads,
                         const int64_t *block_table, int64_t table_stride, const int64_t *context_lens,
                         int64_t num_seqs, float scale, void *out, int num_threads) {
     const int64_t elem = bf16 ? 2 : 4, kv_elem = kvt == KV_E5M2 ? 1 : elem;

@@ -63,9 +63,10 @@ class PagedDecodeKernel:
             raise ValueError(f"paged decode kernel: q {tuple(q.shape)}, cache {tuple(kv_cache.shape)}, "
                              f"table {tuple(table.shape)}, lens {tuple(lens.shape)} disagree")
         out = torch.empty_like(q)
-        rc = self._fns[q.dtype, kv_cache.dtype](q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size,
-                                kv_heads, head_dim, H, table.data_ptr(), table.shape[1],
-                                lens.data_ptr(), B, scale, out.data_ptr(), torch.get_num_threads())
+        fn = self._fns[q.dtype, kv_cache.dtype]
+        rc = fn(q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size, kv_heads, head_dim, H,
+                table.data_ptr(), table.shape[1], lens.data_ptr(), B, scale, out.data_ptr(),
+                torch.get_num_threads())
         if rc != 0:
             raise MemoryError("paged decode kernel: could not allocate its scratch memory")
         return out

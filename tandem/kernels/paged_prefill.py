@@ -48,9 +48,9 @@ class PagedPrefillKernel:
 
     @staticmethod
     def supports(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:
-        return (q.device.type == "cpu" and kv_cache.device.type == "cpu" and q.dtype == PagedPrefillKernel.DTYPE
-                and kv_cache.dtype in PagedPrefillKernel.CACHE_DTYPES and kv_cache.is_contiguous()
-                and q.shape[-1] % 32 == 0 and q.shape[-1] <= 256)
+        return (q.device.type == "cpu" and kv_cache.device.type == "cpu"
+                and q.dtype == PagedPrefillKernel.DTYPE and kv_cache.dtype in PagedPrefillKernel.CACHE_DTYPES
+                and kv_cache.is_contiguous() and q.shape[-1] % 32 == 0 and q.shape[-1] <= 256)
 
     @staticmethod
     def scratch_numel(kv_cache: torch.Tensor, context_len: int) -> int:
@@ -82,9 +82,10 @@ class PagedPrefillKernel:
             if scratch.dtype != self.DTYPE or not scratch.is_contiguous() or scratch.numel() < need:
                 raise ValueError("paged prefill kernel: scratch too small or not contiguous bf16")
         out = torch.empty_like(q)
-        rc = self._fns[kv_cache.dtype](q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size, kv_heads,
-                      head_dim, H, ids.data_ptr(), num_computed, n, scale, k_scratch.data_ptr(),
-                      v_scratch.data_ptr(), out.data_ptr(), torch.get_num_threads())
+        fn = self._fns[kv_cache.dtype]
+        rc = fn(q.data_ptr(), kv_cache.data_ptr(), num_layers, layer, block_size, kv_heads, head_dim, H,
+                ids.data_ptr(), num_computed, n, scale, k_scratch.data_ptr(), v_scratch.data_ptr(),
+                out.data_ptr(), torch.get_num_threads())
         if rc != 0:
             raise RuntimeError(f"paged prefill kernel: {_ERRORS.get(rc, f'error {rc}')}")
         return out
