@@ -70,7 +70,7 @@ _BY_ANNOTATION: dict[str, Callable[[Any, str], Any]] = {
     "int | None": _opt(_int),
     "tuple[str, ...]": lambda v, p: tuple(_list(_str)(v, p)),
     "tuple[int, ...]": lambda v, p: tuple(_list(_int)(v, p)),
-    "tuple[tuple[int, float], ...]": lambda v, p: tuple(_pair(x, p) for x in _list(lambda x, _: x)(v, p)),
+    "tuple[tuple[int, float], ...]": lambda v, p: tuple(_list(_pair)(v, p)),
 }
 _SAMPLING_FIELDS = {f.name: _BY_ANNOTATION[str(f.type)] for f in fields(SamplingParams)}
 
