@@ -31,6 +31,7 @@ from tandem.server.errors import openai_error_response, workers_ai_error_respons
 from tandem.server.internal_api import internal_routes
 from tandem.server.openai_api import openai_routes
 from tandem.server.responses import json_response
+from tandem.server.tokenize_api import tokenize_routes
 from tandem.server.workers_ai_api import workers_ai_routes
 
 Hook = Callable[[], Awaitable[None]]
@@ -109,8 +110,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             if shutdown is not None:
                 await shutdown()
 
-    routes = [*openai_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
-              *_health_routes(ctx), *extra_routes]
+    routes = [*openai_routes(ctx), *tokenize_routes(ctx), *workers_ai_routes(ctx),
+              *internal_routes(ctx), *_health_routes(ctx), *extra_routes]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys:

@@ -220,3 +220,22 @@ def test_disconnect_mid_stream_frees_blocks(server):
         assert time.monotonic() < deadline, f"blocks not freed after a disconnect: {stats}"
         time.sleep(0.05)
     assert stats["generation_tokens"] - before < 200  # aborted, not run to max_tokens
+
+
+def test_tokenize_counts_what_a_chat_request_is_billed_and_detokenize_inverts_it(client, server):
+    messages = ask(7)
+    tok = httpx.post(server + "/tokenize", json={"model": NAME, "messages": messages}, timeout=60).json()
+    billed = greedy_chat(client, messages, max_tokens=1).usage.prompt_tokens
+    assert tok["count"] == len(tok["tokens"]) == billed and tok["max_model_len"] == MAX_LEN
+    text = httpx.post(server + "/tokenize", json={"prompt": "The sky is blue", "add_special_tokens": False},
+                      timeout=60).json()
+    back = httpx.post(server + "/detokenize", json={"model": NAME, "tokens": text["tokens"]}, timeout=60).json()
+    assert back == {"prompt": "The sky is blue"}
+    for path, body, param, status in (
+            ("/tokenize", {"model": NAME}, "prompt", 400),
+            ("/tokenize", {"prompt": "a", "messages": messages}, "prompt", 400),
+            ("/tokenize", {"model": "nope", "prompt": "a"}, "model", 404),
+            ("/detokenize", {"tokens": [10**9]}, "tokens", 400),
+            ("/detokenize", {}, "tokens", 400)):
+        r = httpx.post(server + path, json=body, timeout=60)
+        assert r.status_code == status and r.json()["error"]["param"] == param, (path, body, r.text)
