@@ -11,6 +11,7 @@ cancellation.
 from __future__ import annotations
 
 import hmac
+import importlib.metadata
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 
@@ -80,8 +81,19 @@ def _health_routes(ctx: ServerContext) -> list[Route]:
     async def metrics(request: Request) -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    async def version(request: Request) -> Response:
+        return json_response({"version": _package_version()})
+
     return [Route("/health", health, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"])]
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/version", version, methods=["GET"])]
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("tandem")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

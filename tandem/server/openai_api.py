@@ -1,4 +1,4 @@
-"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models.
+"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{model}.
 
 Flow of a request: parse (400/404/413 before any engine work) -> GenerationRun.start()
 (engine errors before the first token still get their status; backend headers known) ->
@@ -18,6 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.errors import ModelNotFound
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import (
@@ -116,12 +117,22 @@ def openai_routes(ctx: ServerContext) -> list[Route]:
     async def completions(request: Request) -> Response:
         return await handle(request, parse_completion)
 
+    def model_card() -> dict:
+        return {"id": ctx.served_name, "object": "model", "created": int(time.time()),
+                "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len,
+                "root": getattr(ctx.backend, "model_path", None) or ctx.served_name}
+
     async def models(request: Request) -> Response:
-        return json_response({"object": "list", "data": [{
-            "id": ctx.served_name, "object": "model", "created": int(time.time()),
-            "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len,
-            "root": getattr(ctx.backend, "model_path", None) or ctx.served_name}]})
+        return json_response({"object": "list", "data": [model_card()]})
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["model"]
+        if name != ctx.served_name:
+            return openai_error_response(ModelNotFound(
+                f"The model '{name}' does not exist; this server serves '{ctx.served_name}'", param="model"))
+        return json_response(model_card())
 
     return [Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"])]
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/models/{model:path}", model, methods=["GET"])]

@@ -52,3 +52,8 @@ def test_served_model_name_overrides_backend_name():
         assert c.post("/v1/chat/completions", json=BODY).status_code == 404
         assert c.post("/v1/chat/completions", json={**BODY, "model": "alias"}).status_code == 200
         assert c.get("/v1/models").json()["data"][0]["id"] == "alias"
+
+
+def test_version_names_the_installed_package(client):
+    import importlib.metadata
+    assert client.get("/version").json() == {"version": importlib.metadata.version("tandem")}

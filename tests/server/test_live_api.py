@@ -222,6 +222,13 @@ def test_disconnect_mid_stream_frees_blocks(server):
     assert stats["generation_tokens"] - before < 200  # aborted, not run to max_tokens
 
 
+def test_models_list_and_retrieve_with_the_official_client(client):
+    assert [m.id for m in client.models.list()] == [NAME]
+    assert client.models.retrieve(NAME).id == NAME
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("other-model")
+
+
 def test_tokenize_counts_what_a_chat_request_is_billed_and_detokenize_inverts_it(client, server):
     messages = ask(7)
     tok = httpx.post(server + "/tokenize", json={"model": NAME, "messages": messages}, timeout=60).json()

@@ -119,6 +119,10 @@ def test_body_too_large_is_413(client):
 def test_models(client):
     body = client.get("/v1/models").json()
     assert body["object"] == "list" and body["data"][0]["id"] == "fake-model"
+    one = client.get("/v1/models/fake-model").json()
+    assert one["id"] == "fake-model" and one["object"] == "model"
+    missing = client.get("/v1/models/org/other")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
 
 
 def test_one_bad_prompt_in_a_list_fails_the_request_and_aborts_the_others(client, backend):
