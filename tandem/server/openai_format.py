@@ -189,10 +189,17 @@ class OpenAIFormatter:
             chunk["usage"] = None
         return chunk
 
+    def _echo(self, i: int) -> str:
+        """The prompt text a completions choice starts with when echo was asked for, else ""."""
+        return self.p.echo[i // self.p.n] if self.p.echo else ""
+
     def stream_start(self) -> bytes:
-        """Chat opens every choice with the assistant role; completions send nothing."""
+        """Chat opens every choice with the assistant role; completions send their echoed
+        prompt, if any."""
         if not self.chat:
-            return b""
+            return b"".join(sse_event(self._chunk([
+                {"index": i, "text": self._echo(i), "logprobs": None, "finish_reason": None}]))
+                for i in range(len(self.choices)) if self._echo(i))
         return b"".join(sse_event(self._chunk([
             {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
              "finish_reason": None}])) for i in range(len(self.choices)))
@@ -243,7 +250,7 @@ class OpenAIFormatter:
                                 "logprobs": lp, "finish_reason": c.finish_reason})
             else:
                 lp = completion_logprobs(c.logprobs, self.texts, 0)[0] if self.p.logprobs else None
-                choices.append({"index": i, "text": text, "logprobs": lp,
+                choices.append({"index": i, "text": self._echo(i) + text, "logprobs": lp,
                                 "finish_reason": c.finish_reason})
         return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.p.model,

@@ -44,6 +44,7 @@ class ParsedRequest:
     include_usage: bool = False        # stream_options.include_usage
     cache_salt: str | None = None
     user: str | None = None
+    echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
 
     @property
     def logprobs(self) -> bool:
@@ -110,8 +111,6 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
     f = Fields(body)
     model = check_model(f, ctx.served_name)
     _refuse_unsupported(f)
-    if f.bool("echo", False):
-        raise NotSupportedYet("echo")
     if f.has("suffix"):
         raise NotSupportedYet("suffix")
     prompts = _completion_prompts(f.raw("prompt"), ctx)
@@ -120,9 +119,15 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
     for ids in prompts:
         check_prompt_fits(ids, ctx, "prompt")
     logprobs = f.int("logprobs", None, 0, MAX_LOGPROBS)
+    echo = f.bool("echo", False)
+    if echo and logprobs is not None:
+        raise NotSupportedYet("echo", "with logprobs (it needs the prompt's logprobs)")
     max_tokens = f.int("max_tokens", 16, 1)  # OpenAI's completions default
-    return _finish(f, "completion", model, tuple(tuple(p) for p in prompts), ctx,
-                   max_tokens, logprobs)
+    parsed = _finish(f, "completion", model, tuple(tuple(p) for p in prompts), ctx,
+                     max_tokens, logprobs)
+    if not echo:
+        return parsed
+    return replace(parsed, echo=tuple(_prompt_texts(f.raw("prompt"), prompts, ctx)))
 
 
 def _refuse_unsupported(f: Fields) -> None:
@@ -155,6 +160,13 @@ def _completion_prompts(raw: Any, ctx: ParseContext) -> list[list[int]]:
         else:
             raise bad(f"prompt[{i}]", "must be a string or a non-empty array of token ids")
     return out
+
+
+def _prompt_texts(raw: Any, prompts: list[list[int]], ctx: ParseContext) -> list[str]:
+    """The text of each prompt as the client gave it; token-id prompts decoded."""
+    items = [raw] if isinstance(raw, str) or all(_is_int(t) for t in raw) else raw
+    return [item if isinstance(item, str) else ctx.tokenizer.decode(ids, skip_special_tokens=False)
+            for item, ids in zip(items, prompts)]
 
 
 def _is_int(v: Any) -> bool:

@@ -222,6 +222,23 @@ def test_disconnect_mid_stream_frees_blocks(server):
     assert stats["generation_tokens"] - before < 200  # aborted, not run to max_tokens
 
 
+def test_echo_puts_the_prompt_before_each_completion(client):
+    plain = client.completions.create(model=NAME, prompt=["Once upon", "The sky"], max_tokens=5,
+                                      temperature=0, extra_body={"ignore_eos": True})
+    echoed = client.completions.create(model=NAME, prompt=["Once upon", "The sky"], max_tokens=5,
+                                       temperature=0, echo=True, extra_body={"ignore_eos": True})
+    assert [c.text for c in echoed.choices] == ["Once upon" + plain.choices[0].text,
+                                                "The sky" + plain.choices[1].text]
+    streamed = ["", ""]
+    for ch in client.completions.create(model=NAME, prompt=["Once upon", "The sky"], max_tokens=5,
+                                        temperature=0, echo=True, stream=True,
+                                        extra_body={"ignore_eos": True}):
+        for c in ch.choices:
+            streamed[c.index] += c.text
+    assert streamed == [c.text for c in echoed.choices]
+    assert echoed.usage == plain.usage
+
+
 def test_models_list_and_retrieve_with_the_official_client(client):
     assert [m.id for m in client.models.list()] == [NAME]
     assert client.models.retrieve(NAME).id == NAME

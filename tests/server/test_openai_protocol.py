@@ -157,6 +157,8 @@ def test_completion_prompt_forms():
     assert completion(prompt=[5, 6, 7]).prompts == ((5, 6, 7),)
     assert completion(prompt=[[5], [6, 7]]).prompts == ((5,), (6, 7))
     assert completion(prompt="ab").sampling.max_tokens == 16  # OpenAI's completions default
+    assert completion(prompt="ab").echo == ()
+    assert completion(prompt=["ab", [5, 6]], echo=True).echo == ("ab", tok.decode([5, 6]))
 
 
 @pytest.mark.parametrize("kw,param", [
@@ -167,7 +169,7 @@ def test_completion_prompt_forms():
     ({"prompt": [[5], []]}, "prompt[1]"),
     ({"prompt": ["a", 5]}, "prompt[1]"),
     ({"prompt": ["a", "b", "c", "d"]}, "prompt"),
-    ({"prompt": "a", "echo": True}, "echo"),
+    ({"prompt": "a", "echo": True, "logprobs": 0}, "echo"),
     ({"prompt": "a", "suffix": "z"}, "suffix"),
     ({"prompt": "a", "best_of": 3}, "best_of"),
     ({"prompt": "a", "logprobs": 21}, "logprobs"),
