@@ -3,8 +3,8 @@
 `OpenAIFormatter` turns the merged (choice index, delta) stream of one HTTP request into
 either SSE events or, collected, one response object. Shapes follow OpenAI's API exactly:
 chat chunks open with the role and close with an empty delta carrying finish_reason;
-with stream_options.include_usage every chunk has "usage": null and one last chunk has
-empty choices and the usage.
+with stream_options.include_usage every chunk has "usage": null (the usage so far with vLLM's
+continuous_usage_stats) and one last chunk has empty choices and the usage.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ class OpenAIFormatter:
         chunk = {"id": self.id, "object": "chat.completion.chunk" if self.chat else "text_completion",
                  "created": self.created, "model": self.p.model,
                  "system_fingerprint": self.fingerprint, "choices": choices}
-        if self.p.include_usage:
-            chunk["usage"] = None
+        if self.p.include_usage:  # the usage so far with continuous_usage_stats, else only at the end
+            chunk["usage"] = self.usage() if self.p.continuous_usage else None
         return chunk
 
     def _echo(self, i: int) -> str:

@@ -42,6 +42,7 @@ class ParsedRequest:
     n: int = 1
     stream: bool = False
     include_usage: bool = False        # stream_options.include_usage
+    continuous_usage: bool = False     # stream_options.continuous_usage_stats (vLLM): usage in every chunk
     cache_salt: str | None = None
     user: str | None = None
     echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
@@ -200,13 +201,13 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
     """The fields chat and completions share."""
     n = f.int("n", 1, 1, ctx.max_n)
     stream = f.bool("stream", False)
-    include_usage = False
+    include_usage = continuous_usage = False
     opts = f.obj("stream_options")
     if opts is not None:
         if not stream:
             raise bad("stream_options", "is only allowed when 'stream' is true")
         include_usage = opts.bool("include_usage", False)
-        opts.bool("continuous_usage_stats", False)
+        continuous_usage = opts.bool("continuous_usage_stats", False) and include_usage  # as vLLM
     top_k = f.int("top_k", 0, -1)
     vocab = ctx.tokenizer.vocab_size
     sampling = SamplingParams(
@@ -232,4 +233,5 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
     sampling.validate()
     return ParsedRequest(kind=kind, model=model, prompts=prompts, sampling=sampling, n=n,
                          stream=stream, include_usage=include_usage,
+                         continuous_usage=continuous_usage,
                          cache_salt=f.str("cache_salt", nonempty=True), user=f.str("user"))

@@ -86,6 +86,21 @@ def test_stream_equals_non_stream_and_reports_usage(client):
     assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
 
 
+def test_continuous_usage_stats_count_tokens_chunk_by_chunk(client):
+    chunks = list(client.completions.create(
+        model=NAME, prompt="Once upon a time", max_tokens=10, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True, "stream_options": {"include_usage": True,
+                                                           "continuous_usage_stats": True}}))
+    counts = [ch.usage.completion_tokens for ch in chunks]
+    assert counts == sorted(counts) and counts[-1] == 10 and chunks[-1].choices == []
+    assert all(ch.usage.total_tokens == ch.usage.prompt_tokens + ch.usage.completion_tokens for ch in chunks)
+    plain = list(client.completions.create(model=NAME, prompt="Once upon a time", max_tokens=10,
+                                           temperature=0, stream=True, stream_options={"include_usage": True},
+                                           extra_body={"ignore_eos": True}))
+    assert all(ch.usage is None for ch in plain[:-1]) and plain[-1].usage.completion_tokens == 10
+
+
 def test_repeated_prompt_reports_cached_tokens(client, server):
     long = [{"role": "user", "content": "Tell me a story about " + "dragons and castles " * 12}]
     first = greedy_chat(client, long, max_tokens=2)
