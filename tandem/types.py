@@ -30,6 +30,9 @@ class SamplingParams:
     logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token plus the top k
     include_stop_str_in_output: bool = False
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's logit_bias
+    # None: off; k >= 0: each prompt token's logprob (but the first's) plus the top k. Such a
+    # prompt is computed whole: a prefix-cache hit has no logits to score.
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -67,6 +70,8 @@ class SamplingParams:
             raise bad("stop", "must not contain empty strings")
         if self.logprobs is not None and not (0 <= self.logprobs <= 20):
             raise bad("top_logprobs", f"must be between 0 and 20, got {self.logprobs}")
+        if self.prompt_logprobs is not None and not (0 <= self.prompt_logprobs <= 20):
+            raise bad("prompt_logprobs", f"must be between 0 and 20, got {self.prompt_logprobs}")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise bad("min_tokens", "must be between 0 and max_tokens")
         for token_id, bias in self.logit_bias:
@@ -139,6 +144,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), best first
+    rank: int | None = None  # 1 + how many tokens scored higher (known for scored prompt tokens)
 
 
 @dataclass(frozen=True)
@@ -159,6 +165,8 @@ class RequestDelta:
     finished: bool = False
     finish_reason: FinishReason | None = None
     logprobs: list[TokenLogprob] | None = None
+    # prompt tokens 1..n-1 scored (SamplingParams.prompt_logprobs), on the delta of the first token
+    prompt_logprobs: list[TokenLogprob] | None = None
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
     num_output_tokens: int = 0

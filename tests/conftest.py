@@ -22,6 +22,12 @@ def qwen3_dir(tmp_path_factory):
     return write_test_model(tmp_path_factory.mktemp("qwen3"), "Qwen3ForCausalLM", seed=2)
 
 
+@pytest.fixture(params=["llama_dir", "qwen3_dir"])
+def llama_or_qwen3_dir(request):
+    """Each of the two architectures checked against transformers in turn."""
+    return request.getfixturevalue(request.param)
+
+
 def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,
                   max_num_seqs=32, prefix_caching=True, role="both", dtype="float32",
                   kv_cache_dtype="auto") -> EngineConfig:

@@ -184,7 +184,10 @@ class Engine:
         result = self.runner.execute(inputs)
         for seq in out.seqs:
             seq.request.num_computed_tokens += seq.num_new_tokens
-        for req, token, logprob in zip(inputs.sampled, result.token_ids, result.logprobs):
+        for req, scored in result.prompt_logprobs:
+            req.prompt_logprobs += scored
+        sampled = result.sampled
+        for req, token, logprob in zip(inputs.sampled, sampled.token_ids, sampled.logprobs):
             deltas.append(self._append_token(req, token, logprob))
         return deltas
 
@@ -222,8 +225,11 @@ class Engine:
 
     def _delta(self, req: Request, tokens: list[int], text: str,
                logprobs: list[TokenLogprob] | None, **final) -> RequestDelta:
+        # the scored prompt goes out with the stream's first token (never with a resumed one)
+        first = req.sampling.prompt_logprobs is not None and tokens and len(req.output_token_ids) == 1
         return RequestDelta(request_id=req.request_id, new_token_ids=tokens, new_text=text,
-                            logprobs=logprobs, num_prompt_tokens=req.num_prompt_tokens,
+                            logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None,
+                            num_prompt_tokens=req.num_prompt_tokens,
                             num_cached_tokens=req.num_cached_tokens,
                             num_output_tokens=len(req.output_token_ids), **final)
 

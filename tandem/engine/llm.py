@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tandem.config import EngineConfig
 from tandem.engine.engine import Engine
-from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams
+from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams, TokenLogprob
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Completion:
     text: str
     finish_reason: FinishReason | None
     num_cached_tokens: int
+    prompt_logprobs: list[TokenLogprob] | None = None  # tokens 1.. of the prompt, when asked for
 
 
 class LLM:
@@ -44,7 +45,8 @@ class LLM:
                 deltas[d.request_id].append(d)
         return [Completion(list(prompt), [t for d in deltas[rid] for t in d.new_token_ids],
                            "".join(d.new_text for d in deltas[rid]), deltas[rid][-1].finish_reason,
-                           deltas[rid][-1].num_cached_tokens)
+                           deltas[rid][-1].num_cached_tokens,
+                           next((d.prompt_logprobs for d in deltas[rid] if d.prompt_logprobs is not None), None))
                 for rid, prompt in zip(ids, prompts)]
 
     def shutdown(self) -> None:

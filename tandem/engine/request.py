@@ -45,7 +45,8 @@ class Request:
     first_token_time: float | None = None
     finished_time: float | None = None
     detokenizer: Any = None           # IncrementalDetokenizer, made by the engine at admission
-    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # prompt tokens 1.. scored so far (SamplingParams.prompt_logprobs); kept across preemption
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     all_token_ids: list[int] = field(default_factory=list)  # prompt + output, kept in step
 
     def __post_init__(self) -> None:
@@ -70,6 +71,13 @@ class Request:
     @property
     def num_prompt_tokens(self) -> int:
         return len(self.prompt_token_ids)
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Prompt tokens remain to be scored. A resumed request's prompt was scored (and sent)
+        by the pass that generated its first tokens."""
+        return (self.sampling.prompt_logprobs is not None and self.num_resumed == 0
+                and len(self.prompt_logprobs) < self.num_prompt_tokens - 1)
 
     @property
     def finished(self) -> bool:

@@ -108,7 +108,7 @@ class Sampler:
         token_list = tokens.tolist()
         logprobs: list[TokenLogprob | None] = [None] * n
         if raw_logprobs is not None:
-            for i, entry in zip(lp_idx, _gather_logprobs(raw_logprobs, tokens[lp_idx],
+            for i, entry in zip(lp_idx, gather_logprobs(raw_logprobs, tokens[lp_idx],
                                                          [rows[i].params.logprobs for i in lp_idx])):
                 logprobs[i] = entry
         return SamplerOutput(token_ids=token_list, logprobs=logprobs)
@@ -281,16 +281,21 @@ def _cut_sorted(vals: torch.Tensor, lse: torch.Tensor, top_k: torch.Tensor, top_
     return drop, covered
 
 
-def _gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
-                     top_counts: Sequence[int]) -> list[TokenLogprob]:
-    """raw_logprobs: [L, V] log_softmax of raw logits; tokens: [L] sampled ids."""
-    sampled = raw_logprobs.gather(1, tokens.unsqueeze(1)).squeeze(1).tolist()  # [L]
+def gather_logprobs(raw_logprobs: torch.Tensor, tokens: torch.Tensor,
+                    top_counts: Sequence[int], with_rank: bool = False) -> list[TokenLogprob]:
+    """raw_logprobs: [L, V] log_softmax of raw logits; tokens: [L] the ids to report.
+    `with_rank`: also each token's rank (1 + how many ids have a higher logprob)."""
+    chosen = raw_logprobs.gather(1, tokens.unsqueeze(1))  # [L, 1]
+    ranks: list = [None] * len(top_counts)
+    if with_rank:
+        ranks = ((raw_logprobs > chosen).sum(dim=-1) + 1).tolist()
     max_k = max(top_counts)
     top_vals: list[list[float]] = [[] for _ in top_counts]
     top_ids: list[list[int]] = [[] for _ in top_counts]
     if max_k > 0:
         vals, ids = raw_logprobs.topk(min(max_k, raw_logprobs.shape[1]), dim=-1)  # [L, k], sorted
         top_vals, top_ids = vals.tolist(), ids.tolist()
-    return [TokenLogprob(token_id=int(t), logprob=lp, top=tuple(zip(ids_row[:k], vals_row[:k])))
-            for t, lp, ids_row, vals_row, k in zip(tokens.tolist(), sampled, top_ids, top_vals,
-                                                   top_counts)]
+    return [TokenLogprob(token_id=int(t), logprob=lp, top=tuple(zip(ids_row[:k], vals_row[:k])),
+                         rank=rank)
+            for t, lp, ids_row, vals_row, k, rank in zip(tokens.tolist(), chosen.squeeze(1).tolist(),
+                                                         top_ids, top_vals, top_counts, ranks)]

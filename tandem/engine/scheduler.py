@@ -8,7 +8,8 @@ chunk cap) to admission, so that a short prompt never queues behind the chunks o
 already running; what admission leaves unused goes back to those prefills in the same step.
 A waiting prompt whose next uncached block is being computed by a running prefill (agent
 sessions sharing a system prompt) waits until that block is cached rather than computing the
-shared prefix twice; later arrivals may be admitted past it meanwhile.
+shared prefix twice; later arrivals may be admitted past it meanwhile. A prompt whose tokens
+are to be scored (prompt logprobs) skips the prefix cache: only a computed token has logits.
 When a running request cannot get a block, the most recently admitted running request is
 preempted (its blocks freed, its tokens recomputed later). Requests carrying a KV handle
 are admitted with blocks for their prompt and wait for the pull before they run.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from tandem.config import SchedulerConfig
 from tandem.engine.request import Request, RequestStatus
-from tandem.kv.kv_cache_manager import KVCacheManager, PrefixHit
+from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
 from tandem.types import FinishReason
 
 
@@ -157,12 +158,14 @@ class Scheduler:
             while self.waiting and budget > 0 and \
                     len(self.running) + len(self.pulling) < self.config.max_num_seqs:
                 req = self.waiting[0]
-                hit = self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
+                # a prompt to be scored is computed whole: cached blocks have no logits
+                hit = NO_HIT if req.scores_prompt else \
+                    self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
                 if req.kv_handle is not None and req.num_preemptions == 0:
                     if not self._admit_pull(req, hit, pulls):
                         break
                     continue
-                if self._continues_in_flight(req, hit, in_flight):
+                if not req.scores_prompt and self._continues_in_flight(req, hit, in_flight):
                     deferred.append(self.waiting.popleft())  # admitted once those blocks are cached
                     continue
                 num_new = req.num_tokens - hit.num_tokens

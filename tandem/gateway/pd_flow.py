@@ -279,16 +279,19 @@ class _Flow:
         tokens: list[int] = []
         text: list[str] = []
         logprobs: list = []
+        prompt_logprobs = None
         async with aclosing(self._stream(url, preq, "prefill")) as deltas:
             async for d in deltas:
                 tokens += d.new_token_ids
                 text.append(d.new_text)
                 logprobs += d.logprobs or []
+                prompt_logprobs = d.prompt_logprobs if d.prompt_logprobs is not None else prompt_logprobs
                 if d.finished:
                     return RequestDelta(
                         request_id=d.request_id, new_token_ids=tokens, new_text="".join(text),
                         finished=True, finish_reason=d.finish_reason,
                         logprobs=logprobs if d.logprobs is not None else None,
+                        prompt_logprobs=prompt_logprobs,
                         num_prompt_tokens=d.num_prompt_tokens, num_cached_tokens=d.num_cached_tokens,
                         num_output_tokens=d.num_output_tokens, kv_handle=d.kv_handle,
                         timings=d.timings)
@@ -329,7 +332,8 @@ class _Flow:
         return RequestDelta(
             request_id=self.req.request_id, new_token_ids=list(d.new_token_ids),
             new_text=d.new_text, finished=fin, finish_reason=d.finish_reason if fin else None,
-            logprobs=d.logprobs, num_prompt_tokens=len(self.req.prompt_token_ids),
+            logprobs=d.logprobs, prompt_logprobs=d.prompt_logprobs,
+            num_prompt_tokens=len(self.req.prompt_token_ids),
             num_cached_tokens=self.cached or 0, num_output_tokens=len(self.sent),
             timings=timings, error=d.error if fin else None)
 

@@ -1,4 +1,4 @@
-"""The model runner: a scheduler step in, sampled tokens out (mechanism only).
+"""The model runner: a scheduler step in, sampled tokens (and scored prompt tokens) out (mechanism only).
 
 It owns the model, the KV cache tensor and the sampler; it knows nothing of queues or
 policies. Inputs are built on the CPU once per step and moved to the device together.
@@ -12,15 +12,27 @@ from dataclasses import dataclass
 import torch
 
 from tandem.engine.request import Request
-from tandem.engine.sampler import Sampler, SamplerOutput, SamplingRow, make_generator
+from tandem.engine.sampler import Sampler, SamplerOutput, SamplingRow, gather_logprobs, make_generator
 from tandem.engine.scheduler import ScheduledSeq
 from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel
 from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.types import TokenLogprob
 
 # A request's seeded generator is re-derived at every output position, so that seeded
 # sampling gives the same tokens whatever worker, topology or batch produces them.
 _POSITION_STRIDE = 1_000_003
+# Prompt rows scored per pass of the LM head: bounds the [rows, vocab] float32 logits it makes.
+_PROMPT_SCORE_ROWS = 128
+
+
+@dataclass(frozen=True)
+class PromptScoring:
+    """Rows of this step whose hidden state scores the next prompt token (prompt logprobs)."""
+
+    rows: torch.Tensor                  # LongTensor[P]: flat rows, grouped by request
+    targets: torch.Tensor               # LongTensor[P]: the prompt token each row scores
+    spans: list[tuple[Request, int]]    # (request, its number of rows), in row order
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,13 @@ class StepInputs:
     batch: AttentionBatch
     logits_rows: torch.Tensor    # LongTensor[S]: flat rows whose hidden state is sampled
     sampled: list[Request]       # S requests, in the order of logits_rows
+    prompt_scoring: PromptScoring | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    sampled: SamplerOutput
+    prompt_logprobs: list[tuple[Request, list[TokenLogprob]]]  # the next scored prompt tokens
 
 
 class ModelRunner:
@@ -48,9 +67,20 @@ class ModelRunner:
         slices: list[SeqSlice] = []
         logits_rows: list[int] = []
         sampled: list[Request] = []
+        score_rows: list[int] = []
+        score_targets: list[int] = []
+        spans: list[tuple[Request, int]] = []
         for seq, blocks in zip(seqs, block_tables):
             req = seq.request
             start, end = req.num_computed_tokens, req.num_computed_tokens + seq.num_new_tokens
+            if req.scores_prompt:
+                # the row at position i scores prompt token i + 1; tokens 1..len(scored) are done
+                first, stop = max(start, len(req.prompt_logprobs)), min(end, req.num_prompt_tokens - 1)
+                if first < stop:
+                    base = len(input_ids) - start
+                    score_rows.extend(range(base + first, base + stop))
+                    score_targets.extend(req.prompt_token_ids[first + 1:stop + 1])
+                    spans.append((req, stop - first))
             input_ids.extend(req.all_token_ids[start:end])
             positions.extend(range(start, end))
             slices.append(SeqSlice(blocks, start, seq.num_new_tokens))
@@ -63,16 +93,37 @@ class ModelRunner:
             positions=torch.tensor(positions, dtype=torch.long).to(dev, non_blocking=True),
             batch=AttentionBatch.build(slices, self.layout.block_size, dev),
             logits_rows=torch.tensor(logits_rows, dtype=torch.long).to(dev, non_blocking=True),
-            sampled=sampled)
+            sampled=sampled,
+            prompt_scoring=PromptScoring(
+                rows=torch.tensor(score_rows, dtype=torch.long).to(dev, non_blocking=True),
+                targets=torch.tensor(score_targets, dtype=torch.long).to(dev, non_blocking=True),
+                spans=spans) if spans else None)
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs) -> SamplerOutput:
+    def execute(self, inputs: StepInputs) -> StepResult:
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
+        scored = self._score_prompts(hidden, inputs.prompt_scoring) if inputs.prompt_scoring else []
         if not inputs.sampled:
-            return SamplerOutput(token_ids=[], logprobs=[])
+            return StepResult(SamplerOutput(token_ids=[], logprobs=[]), scored)
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_rows))  # [S, V]
         rows = [self._sampling_row(req) for req in inputs.sampled]
-        return self.sampler.sample(logits, rows)
+        return StepResult(self.sampler.sample(logits, rows), scored)
+
+    def _score_prompts(self, hidden: torch.Tensor, scoring: PromptScoring
+                       ) -> list[tuple[Request, list[TokenLogprob]]]:
+        """Raw logprobs of the scored prompt tokens, with each request's top k."""
+        counts = [req.sampling.prompt_logprobs for req, n in scoring.spans for _ in range(n)]
+        entries: list[TokenLogprob] = []
+        for lo in range(0, len(counts), _PROMPT_SCORE_ROWS):
+            hi = min(lo + _PROMPT_SCORE_ROWS, len(counts))
+            logits = self.model.compute_logits(hidden.index_select(0, scoring.rows[lo:hi]))
+            entries += gather_logprobs(torch.log_softmax(logits.float(), dim=-1),
+                                       scoring.targets[lo:hi], counts[lo:hi], with_rank=True)
+        out, at = [], 0
+        for req, n in scoring.spans:
+            out.append((req, entries[at:at + n]))
+            at += n
+        return out
 
     def _sampling_row(self, req: Request) -> SamplingRow:
         params = req.sampling

@@ -9,17 +9,16 @@ continuous_usage_stats) and one last chunk has empty choices and the usage.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
 
+from tandem.server.logprobs_format import (TokenTexts, chat_logprobs, completion_logprobs,
+                                            echoed_logprobs, joined_logprobs, vllm_prompt_logprobs)
 from tandem.server.openai_protocol import ParsedRequest
 from tandem.server.responses import sse_event
 from tandem.types import RequestDelta, TokenLogprob
-
-_MIN_LOGPROB = -9999.0  # JSON has no -inf; OpenAI clients expect a number
 
 
 def make_id(prefix: str) -> str:
@@ -28,104 +27,6 @@ def make_id(prefix: str) -> str:
 
 def system_fingerprint(model_name: str) -> str:
     return f"fp_{zlib.crc32(f'tandem/{model_name}'.encode()):08x}"
-
-
-def _byte_level_decoder() -> dict[str, int]:
-    """Byte-level BPE's alphabet (GPT-2 and its descendants): each byte is one printable char.
-    Printable latin-1 bytes stand for themselves; the others are shifted to 256 and up."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
-                 *range(ord("®"), ord("ÿ") + 1)]
-    table, shifted = {}, 0
-    for b in range(256):
-        if b in printable:
-            table[chr(b)] = b
-        else:
-            table[chr(256 + shifted)] = b
-            shifted += 1
-    return table
-
-
-_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece byte tokens
-
-
-class TokenTexts:
-    """Display text and bytes of single tokens (for logprobs), cached, at most `capacity`.
-
-    A token that is only part of a UTF-8 character decodes to U+FFFD; for those the raw
-    bytes come from the token's vocabulary entry and the text reads "bytes:\\xe2\\x80",
-    as OpenAI shows them.
-    """
-
-    def __init__(self, tokenizer, capacity: int = 65536) -> None:
-        self._tok = tokenizer
-        self._cache: dict[int, tuple[str, list[int]]] = {}
-        self._capacity = capacity
-        self._byte_level = _byte_level_decoder()
-
-    def __call__(self, token_id: int) -> str:
-        return self.entry(token_id)[0]
-
-    def entry(self, token_id: int) -> tuple[str, list[int]]:
-        hit = self._cache.get(token_id)
-        if hit is None:
-            if len(self._cache) >= self._capacity:
-                self._cache.clear()
-            hit = self._cache[token_id] = self._lookup(token_id)
-        return hit
-
-    def _lookup(self, token_id: int) -> tuple[str, list[int]]:
-        text = self._tok.decode([token_id], skip_special_tokens=False)
-        if "\ufffd" not in text:
-            return text, list(text.encode())
-        raw = self._raw_bytes(token_id)
-        if raw is None:
-            return text, list(text.encode())
-        return "bytes:" + "".join(f"\\x{b:02x}" for b in raw), raw
-
-    def _raw_bytes(self, token_id: int) -> list[int] | None:
-        (piece,) = self._tok.convert_ids_to_tokens([token_id])
-        if not piece:
-            return None
-        m = _BYTE_FALLBACK.fullmatch(piece)
-        if m:
-            return [int(m.group(1), 16)]
-        if all(ch in self._byte_level for ch in piece):
-            return [self._byte_level[ch] for ch in piece]
-        return None
-
-
-def _lp(value: float) -> float:
-    return value if value > _MIN_LOGPROB else _MIN_LOGPROB
-
-
-def chat_logprobs(lps: list[TokenLogprob], texts: TokenTexts) -> list[dict]:
-    """Chat shape: [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]."""
-    out = []
-    for lp in lps:
-        tok, raw = texts.entry(lp.token_id)
-        top = []
-        for tid, v in lp.top:
-            t, b = texts.entry(tid)
-            top.append({"token": t, "logprob": _lp(v), "bytes": b})
-        out.append({"token": tok, "logprob": _lp(lp.logprob), "bytes": raw, "top_logprobs": top})
-    return out
-
-
-def completion_logprobs(lps: list[TokenLogprob], texts: TokenTexts, offset: int) -> tuple[dict, int]:
-    """Completions shape {"tokens", "token_logprobs", "top_logprobs", "text_offset"}; returns
-    it and the text offset after these tokens."""
-    tokens, values, tops, offsets = [], [], [], []
-    for lp in lps:
-        tok = texts(lp.token_id)
-        tokens.append(tok)
-        values.append(_lp(lp.logprob))
-        top = {texts(tid): _lp(v) for tid, v in lp.top}
-        top.setdefault(tok, _lp(lp.logprob))
-        tops.append(top)
-        offsets.append(offset)
-        offset += len(tok)
-    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
-            "text_offset": offsets}, offset
 
 
 def usage_dict(prompt: int, completion: int, cached: int) -> dict:
@@ -144,6 +45,7 @@ class _Choice:
     output_tokens: int = 0      # counted from deltas
     final_output_tokens: int = 0  # as the final delta reports it
     text_offset: int = 0        # completions logprobs, streaming
+    prompt_logprobs: list[TokenLogprob] | None = None  # prompt tokens 1.. scored
 
 
 class OpenAIFormatter:
@@ -166,6 +68,8 @@ class OpenAIFormatter:
             c.prompt_tokens = d.num_prompt_tokens
             c.cached_tokens = d.num_cached_tokens
         c.output_tokens += len(d.new_token_ids)
+        if d.prompt_logprobs is not None:
+            c.prompt_logprobs = d.prompt_logprobs
         if d.finished:
             c.finish_reason = d.finish_reason.value if d.finish_reason else "stop"
             c.final_output_tokens = d.num_output_tokens
@@ -193,13 +97,25 @@ class OpenAIFormatter:
         """The prompt text a completions choice starts with when echo was asked for, else ""."""
         return self.p.echo[i // self.p.n] if self.p.echo else ""
 
+    def _echoed_logprobs(self, i: int) -> tuple[dict, int]:
+        """Completions logprobs of choice i's echoed prompt, and the text offset after it."""
+        c = self.choices[i]
+        return echoed_logprobs(self.p.prompts[i // self.p.n], c.prompt_logprobs or [], self.texts,
+                               self.p.sampling.logprobs)
+
+    def _vllm_prompt_logprobs(self, i: int) -> list | None:
+        scored = self.choices[i].prompt_logprobs
+        if self.p.prompt_logprobs is None or scored is None:
+            return None
+        return vllm_prompt_logprobs(scored, self.texts, self.p.prompt_logprobs)
+
     def stream_start(self) -> bytes:
         """Chat opens every choice with the assistant role; completions send their echoed
         prompt, if any."""
-        if not self.chat:
+        if not self.chat:  # an echo with logprobs waits for the scored prompt (first delta)
             return b"".join(sse_event(self._chunk([
                 {"index": i, "text": self._echo(i), "logprobs": None, "finish_reason": None}]))
-                for i in range(len(self.choices)) if self._echo(i))
+                for i in range(len(self.choices)) if self._echo(i) and not self.p.echo_logprobs)
         return b"".join(sse_event(self._chunk([
             {"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
              "finish_reason": None}])) for i in range(len(self.choices)))
@@ -208,20 +124,32 @@ class OpenAIFormatter:
         c = self._record(i, d)
         has_lp = self.p.logprobs and bool(d.logprobs)
         events = []
+        prompt_lp = self._vllm_prompt_logprobs(i) if d.prompt_logprobs is not None else None
         if self.chat:
-            if d.new_text or has_lp:
+            if d.new_text or has_lp or prompt_lp is not None:
                 lp = {"content": chat_logprobs(d.logprobs, self.texts)} if has_lp else None
-                events.append(sse_event(self._chunk([{"index": i, "delta": {"content": d.new_text},
-                                                      "logprobs": lp, "finish_reason": None}])))
+                chunk = self._chunk([{"index": i, "delta": {"content": d.new_text},
+                                      "logprobs": lp, "finish_reason": None}])
+                if prompt_lp is not None:
+                    chunk["prompt_logprobs"] = prompt_lp
+                events.append(sse_event(chunk))
             if d.finished:
                 events.append(sse_event(self._chunk([{"index": i, "delta": {}, "logprobs": None,
                                                       "finish_reason": c.finish_reason}])))
-        elif d.new_text or has_lp or d.finished:
-            lp = None
-            if has_lp:
-                lp, c.text_offset = completion_logprobs(d.logprobs, self.texts, c.text_offset)
-            events.append(sse_event(self._chunk([{"index": i, "text": d.new_text, "logprobs": lp,
-                                                  "finish_reason": c.finish_reason}])))
+        else:
+            if self.p.echo_logprobs and d.prompt_logprobs is not None:
+                echo_lp, c.text_offset = self._echoed_logprobs(i)
+                events.append(sse_event(self._chunk([{"index": i, "text": self._echo(i),
+                                                      "logprobs": echo_lp, "finish_reason": None}])))
+            if d.new_text or has_lp or d.finished or prompt_lp is not None:
+                lp = None
+                if has_lp:
+                    lp, c.text_offset = completion_logprobs(d.logprobs, self.texts, c.text_offset)
+                choice = {"index": i, "text": d.new_text, "logprobs": lp,
+                          "finish_reason": c.finish_reason}
+                if prompt_lp is not None:
+                    choice["prompt_logprobs"] = prompt_lp
+                events.append(sse_event(self._chunk([choice])))
         return b"".join(events)
 
     def stream_end(self) -> bytes:
@@ -248,10 +176,21 @@ class OpenAIFormatter:
                 choices.append({"index": i, "message": {"role": "assistant", "content": text,
                                                         "refusal": None},
                                 "logprobs": lp, "finish_reason": c.finish_reason})
-            else:
-                lp = completion_logprobs(c.logprobs, self.texts, 0)[0] if self.p.logprobs else None
-                choices.append({"index": i, "text": self._echo(i) + text, "logprobs": lp,
-                                "finish_reason": c.finish_reason})
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
+                continue
+            lp = None
+            if self.p.echo_logprobs:
+                echo_lp, offset = self._echoed_logprobs(i)
+                lp = joined_logprobs(echo_lp, completion_logprobs(c.logprobs, self.texts, offset)[0])
+            elif self.p.logprobs:
+                lp = completion_logprobs(c.logprobs, self.texts, 0)[0]
+            choice = {"index": i, "text": self._echo(i) + text, "logprobs": lp,
+                      "finish_reason": c.finish_reason}
+            if self.p.prompt_logprobs is not None:
+                choice["prompt_logprobs"] = self._vllm_prompt_logprobs(i)
+            choices.append(choice)
+        body = {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
                 "created": self.created, "model": self.p.model,
                 "system_fingerprint": self.fingerprint, "choices": choices, "usage": self.usage()}
+        if self.chat and self.p.prompt_logprobs is not None:
+            body["prompt_logprobs"] = self._vllm_prompt_logprobs(0)  # one prompt per chat request
+        return body

@@ -46,10 +46,16 @@ class ParsedRequest:
     cache_salt: str | None = None
     user: str | None = None
     echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
+    prompt_logprobs: int | None = None  # vLLM's prompt_logprobs: the scored prompt in its own field
 
     @property
     def logprobs(self) -> bool:
         return self.sampling.logprobs is not None
+
+    @property
+    def echo_logprobs(self) -> bool:
+        """Completions with echo and logprobs: each choice's logprobs start with its prompt's."""
+        return bool(self.echo) and self.logprobs
 
     def engine_requests(self, base_id: str) -> list[EngineRequest]:
         """Engine requests in choice order: choice index = prompt index * n + j.
@@ -121,11 +127,9 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
         check_prompt_fits(ids, ctx, "prompt")
     logprobs = f.int("logprobs", None, 0, MAX_LOGPROBS)
     echo = f.bool("echo", False)
-    if echo and logprobs is not None:
-        raise NotSupportedYet("echo", "with logprobs (it needs the prompt's logprobs)")
     max_tokens = f.int("max_tokens", 16, 1)  # OpenAI's completions default
     parsed = _finish(f, "completion", model, tuple(tuple(p) for p in prompts), ctx,
-                     max_tokens, logprobs)
+                     max_tokens, logprobs, echo_logprobs=echo)
     if not echo:
         return parsed
     return replace(parsed, echo=tuple(_prompt_texts(f.raw("prompt"), prompts, ctx)))
@@ -197,8 +201,10 @@ def check_prompt_fits(ids: list[int], ctx: ParseContext, param: str) -> None:
 
 
 def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ...],
-            ctx: ParseContext, max_tokens: int, logprobs: int | None) -> ParsedRequest:
-    """The fields chat and completions share."""
+            ctx: ParseContext, max_tokens: int, logprobs: int | None,
+            echo_logprobs: bool = False) -> ParsedRequest:
+    """The fields chat and completions share. `echo_logprobs`: the prompt is echoed, with
+    logprobs if `logprobs` is set, which then needs its tokens scored as well."""
     n = f.int("n", 1, 1, ctx.max_n)
     stream = f.bool("stream", False)
     include_usage = continuous_usage = False
@@ -210,6 +216,8 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
         continuous_usage = opts.bool("continuous_usage_stats", False) and include_usage  # as vLLM
     top_k = f.int("top_k", 0, -1)
     vocab = ctx.tokenizer.vocab_size
+    prompt_logprobs = f.int("prompt_logprobs", None, 0, MAX_LOGPROBS)
+    scored = [k for k in (prompt_logprobs, logprobs if echo_logprobs else None) if k is not None]
     sampling = SamplingParams(
         max_tokens=max_tokens,
         temperature=f.float("temperature", 1.0, 0.0, 2.0),
@@ -227,11 +235,12 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
         logprobs=logprobs,
         include_stop_str_in_output=f.bool("include_stop_str_in_output", False),
         logit_bias=f.token_biases("logit_bias", vocab),
+        prompt_logprobs=max(scored) if scored else None,
     )
     if sampling.min_tokens > sampling.max_tokens:
         raise bad("min_tokens", f"must not exceed max_tokens ({sampling.max_tokens})")
     sampling.validate()
     return ParsedRequest(kind=kind, model=model, prompts=prompts, sampling=sampling, n=n,
                          stream=stream, include_usage=include_usage,
-                         continuous_usage=continuous_usage,
+                         continuous_usage=continuous_usage, prompt_logprobs=prompt_logprobs,
                          cache_salt=f.str("cache_salt", nonempty=True), user=f.str("user"))

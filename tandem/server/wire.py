@@ -125,6 +125,18 @@ def _lp_in(v: Any) -> float:
     return -math.inf if v is None else float(v)
 
 
+def _lps_out(lps: list[TokenLogprob]) -> list:
+    """[token_id, logprob, [[top id, top logprob], ...]] per token, plus the rank when known."""
+    return [[lp.token_id, _lp_out(lp.logprob), [[t, _lp_out(v)] for t, v in lp.top]]
+            + ([lp.rank] if lp.rank is not None else []) for lp in lps]
+
+
+def _lps_in(lps: list) -> list[TokenLogprob]:
+    return [TokenLogprob(token_id=e[0], logprob=_lp_in(e[1]),
+                         top=tuple((a, _lp_in(b)) for a, b in e[2]),
+                         rank=e[3] if len(e) > 3 else None) for e in lps]
+
+
 def delta_to_dict(d: RequestDelta) -> dict:
     """Fields at their defaults are left out: deltas are the hot path of the gateway."""
     out: dict[str, Any] = {"request_id": d.request_id, "new_token_ids": d.new_token_ids,
@@ -134,9 +146,9 @@ def delta_to_dict(d: RequestDelta) -> dict:
     if d.finish_reason is not None:
         out["finish_reason"] = d.finish_reason.value
     if d.logprobs is not None:
-        # [token_id, logprob, [[top id, top logprob], ...]] per token
-        out["logprobs"] = [[lp.token_id, _lp_out(lp.logprob),
-                            [[t, _lp_out(v)] for t, v in lp.top]] for lp in d.logprobs]
+        out["logprobs"] = _lps_out(d.logprobs)
+    if d.prompt_logprobs is not None:
+        out["prompt_logprobs"] = _lps_out(d.prompt_logprobs)
     for name in ("num_prompt_tokens", "num_cached_tokens", "num_output_tokens"):
         if value := getattr(d, name):
             out[name] = value
@@ -153,15 +165,15 @@ def delta_to_dict(d: RequestDelta) -> dict:
 
 def delta_from_dict(d: dict) -> RequestDelta:
     lps = d.get("logprobs")
+    prompt_lps = d.get("prompt_logprobs")
     t = d.get("timings")
     reason = d.get("finish_reason")
     return RequestDelta(
         request_id=d["request_id"], new_token_ids=d["new_token_ids"], new_text=d["new_text"],
         finished=d.get("finished", False),
         finish_reason=FinishReason(reason) if reason is not None else None,
-        logprobs=None if lps is None else [
-            TokenLogprob(token_id=tid, logprob=_lp_in(v), top=tuple((a, _lp_in(b)) for a, b in top))
-            for tid, v, top in lps],
+        logprobs=None if lps is None else _lps_in(lps),
+        prompt_logprobs=None if prompt_lps is None else _lps_in(prompt_lps),
         num_prompt_tokens=d.get("num_prompt_tokens", 0),
         num_cached_tokens=d.get("num_cached_tokens", 0),
         num_output_tokens=d.get("num_output_tokens", 0),

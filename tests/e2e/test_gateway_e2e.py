@@ -146,6 +146,15 @@ def test_greedy_identity_one_engine_colocated_disaggregated(model):
             assert (pd.headers["x-tandem-prefill"], pd.headers["x-tandem-decode"]) \
                 == (url(c, "w0"), url(c, "w1"))
             assert pd.json()["usage"]["completion_tokens"] == 48
+        # echo with logprobs: the prefill worker scores the prompt; the gateway passes it on
+        scored = {name: complete(url(c, name), PROMPT, 4, echo=True, logprobs=2).json()["choices"][0]
+                  for name in ("w2", "gco", "gpd", "gshm")}
+        want = scored["w2"]["logprobs"]
+        assert want["token_logprobs"][0] is None and len(want["tokens"]) > 4
+        for name in ("gco", "gpd", "gshm"):
+            got = scored[name]["logprobs"]
+            assert scored[name]["text"] == scored["w2"]["text"] and got["tokens"] == want["tokens"]
+            assert got["token_logprobs"][1:] == pytest.approx(want["token_logprobs"][1:], abs=1e-5)
         # streaming through the PD gateway: the first token is stitched in, same text
         headers, chunks, usage = stream_chunks(url(c, "gpd"), PROMPT, 48)
         assert "".join(chunks) == text_of(complete(url(c, "w2"), PROMPT, 48))

@@ -278,3 +278,46 @@ def test_tokenize_counts_what_a_chat_request_is_billed_and_detokenize_inverts_it
             ("/detokenize", {}, "tokens", 400)):
         r = httpx.post(server + path, json=body, timeout=60)
         assert r.status_code == status and r.json()["error"]["param"] == param, (path, body, r.text)
+
+
+def test_echo_with_logprobs_scores_the_prompt(client, server):
+    """lm-eval's loglikelihood request: echo + logprobs scores every prompt token."""
+    prompt = "The cat sat on the mat because"
+    ids = httpx.post(server + "/tokenize", json={"prompt": prompt}, timeout=60).json()["tokens"]
+    kw = dict(model=NAME, prompt=prompt, max_tokens=3, temperature=0, logprobs=2,
+              extra_body={"ignore_eos": True})
+    plain = client.completions.create(**kw).choices[0]
+    echoed = client.completions.create(echo=True, **kw).choices[0]
+    lp = echoed.logprobs
+    n = len(ids)
+    assert echoed.text == prompt + plain.text
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == n + 3
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert all(v <= 0 for v in lp.token_logprobs[1:])
+    assert all(lp.tokens[i] in lp.top_logprobs[i] and len(lp.top_logprobs[i]) <= 3 for i in range(1, n))
+    assert lp.text_offset[0] == 0 and lp.text_offset == sorted(lp.text_offset)
+    # the generated part is what the request without echo reported
+    assert lp.tokens[n:] == plain.logprobs.tokens
+    assert lp.token_logprobs[n:] == pytest.approx(plain.logprobs.token_logprobs, abs=1e-5)
+    assert lp.text_offset[n] == sum(len(t) for t in lp.tokens[:n])
+    # streamed: the echo (with its logprobs) comes first, then the tokens
+    streamed = list(client.completions.create(echo=True, stream=True, **kw))
+    first = streamed[0].choices[0]
+    assert first.text == prompt and first.logprobs.token_logprobs == pytest.approx(
+        [None] + lp.token_logprobs[1:n], abs=1e-5)
+    assert "".join(ch.choices[0].text for ch in streamed if ch.choices) == echoed.text
+
+    # vLLM's prompt_logprobs: one entry per prompt token, keyed by token id, the same values
+    raw = httpx.post(server + "/v1/completions", json={
+        "model": NAME, "prompt": prompt, "max_tokens": 1, "prompt_logprobs": 1}, timeout=60).json()
+    scored = raw["choices"][0]["prompt_logprobs"]
+    assert len(scored) == n and scored[0] is None
+    for i in range(1, n):
+        entry = scored[i][str(ids[i])]
+        assert entry["logprob"] == pytest.approx(lp.token_logprobs[i], abs=1e-5)
+        assert entry["rank"] >= 1 and entry["decoded_token"] == lp.tokens[i]
+        assert len(scored[i]) <= 2
+    chat = httpx.post(server + "/v1/chat/completions", json={
+        "model": NAME, "messages": ask(9), "max_tokens": 1, "prompt_logprobs": 0}, timeout=60).json()
+    assert len(chat["prompt_logprobs"]) == chat["usage"]["prompt_tokens"]
+    assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # computed whole

@@ -81,8 +81,8 @@ def test_errors_have_openai_shape_and_status(client):
         (chat(client, temperature="hot"), 400, "temperature"),
         (chat(client, messages=[{"role": "user", "content": "x" * 300}]), 413, "messages"),
         (client.post("/v1/completions", json={"model": "fake-model", "prompt": "x" * 5000}), 413, None),
-        (client.post("/v1/completions", json={"model": "fake-model", "prompt": "a", "echo": True,
-                                              "logprobs": 1}), 400, "echo"),
+        (client.post("/v1/completions", json={"model": "fake-model", "prompt": "a",
+                                              "prompt_logprobs": 21}), 400, "prompt_logprobs"),
     ]
     for r, status, param in cases:
         assert r.status_code == status, r.text

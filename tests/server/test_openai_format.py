@@ -1,9 +1,10 @@
 import math
+from dataclasses import replace
 
 from tests.server.fakes import ByteTokenizer
 from tests.server.sse import events
-from tandem.server.openai_format import (OpenAIFormatter, TokenTexts, chat_logprobs,
-                                         completion_logprobs, usage_dict)
+from tandem.server.logprobs_format import TokenTexts, chat_logprobs, completion_logprobs
+from tandem.server.openai_format import OpenAIFormatter, usage_dict
 from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion
 from tandem.types import FinishReason, RequestDelta, TokenLogprob
 
@@ -103,3 +104,38 @@ def test_partial_utf8_tokens_show_their_raw_bytes():
     assert texts.entry(0) == (" hi", [32, 104, 105])
     assert texts.entry(1) == ("bytes:\\xe2", [0xE2])
     assert texts.entry(2) == ("bytes:\\x80", [0x80])
+
+
+def test_echo_with_logprobs_puts_the_scored_prompt_first():
+    # prompt "ab" encodes as [BOS, a, b]: tokens a and b are scored, BOS is not
+    p = parse_completion({"model": "m", "prompt": "ab", "echo": True, "logprobs": 1,
+                          "prompt_logprobs": 2}, CTX)
+    bos = p.prompts[0][0]
+    scored = [TokenLogprob(A, -1.5, ((B, -0.5), (A, -1.5)), rank=2), TokenLogprob(B, -0.25, ((B, -0.25),), rank=1)]
+    first = RequestDelta(request_id="r-0", new_token_ids=[A], new_text="a", logprobs=[TokenLogprob(A, -0.75, ())],
+                         prompt_logprobs=scored, num_prompt_tokens=3)
+    last = delta(0, "", finished=True, out=1)
+    f = OpenAIFormatter(p, "cmpl-1", "fp", TokenTexts(TOK))
+    f.add(0, first)
+    f.add(0, last)
+    (choice,) = f.response()["choices"]
+    bos_text = TokenTexts(TOK)(bos)
+    assert choice["text"] == "aba"
+    assert choice["logprobs"] == {
+        "tokens": [bos_text, "a", "b", "a"], "token_logprobs": [None, -1.5, -0.25, -0.75],
+        "top_logprobs": [None, {"b": -0.5, "a": -1.5}, {"b": -0.25}, {"a": -0.75}],
+        "text_offset": [0, len(bos_text), len(bos_text) + 1, len(bos_text) + 2]}
+    assert choice["prompt_logprobs"] == [
+        None, {str(A): {"logprob": -1.5, "rank": 2, "decoded_token": "a"},
+               str(B): {"logprob": -0.5, "rank": 1, "decoded_token": "b"}},
+        {str(B): {"logprob": -0.25, "rank": 1, "decoded_token": "b"}}]
+
+    # streamed: no echo at the start; it comes with the first delta, with the prompt's logprobs
+    s = OpenAIFormatter(replace(p, stream=True), "cmpl-1", "fp", TokenTexts(TOK))
+    assert s.stream_start() == b""
+    ev = events((s.stream_delta(0, first) + s.stream_delta(0, last)).decode())
+    assert ev[0]["choices"][0]["text"] == "ab"
+    assert ev[0]["choices"][0]["logprobs"]["token_logprobs"] == [None, -1.5, -0.25]
+    assert ev[1]["choices"][0]["text"] == "a"
+    assert ev[1]["choices"][0]["logprobs"]["text_offset"] == [len(bos_text) + 2]
+    assert ev[1]["choices"][0]["prompt_logprobs"] == choice["prompt_logprobs"]

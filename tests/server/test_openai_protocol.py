@@ -169,7 +169,8 @@ def test_completion_prompt_forms():
     ({"prompt": [[5], []]}, "prompt[1]"),
     ({"prompt": ["a", 5]}, "prompt[1]"),
     ({"prompt": ["a", "b", "c", "d"]}, "prompt"),
-    ({"prompt": "a", "echo": True, "logprobs": 0}, "echo"),
+    ({"prompt": "a", "prompt_logprobs": 21}, "prompt_logprobs"),
+    ({"prompt": "a", "prompt_logprobs": -1}, "prompt_logprobs"),
     ({"prompt": "a", "suffix": "z"}, "suffix"),
     ({"prompt": "a", "best_of": 3}, "best_of"),
     ({"prompt": "a", "logprobs": 21}, "logprobs"),
@@ -178,6 +179,18 @@ def test_completion_prompt_forms():
 def test_completion_bad_values(kw, param):
     err = error_of(completion, **kw)
     assert err.status == 400 and err.param == param, err.message
+
+
+def test_echo_with_logprobs_scores_the_prompt():
+    p = completion(prompt="ab", echo=True, logprobs=2)
+    assert p.echo_logprobs and p.sampling.prompt_logprobs == 2 and p.prompt_logprobs is None
+    # vLLM's prompt_logprobs on its own, and with echo: the larger count is scored
+    q = completion(prompt="ab", prompt_logprobs=1)
+    assert q.sampling.prompt_logprobs == 1 and q.prompt_logprobs == 1 and not q.echo_logprobs
+    r = completion(prompt="ab", echo=True, logprobs=1, prompt_logprobs=3)
+    assert r.sampling.prompt_logprobs == 3 and r.prompt_logprobs == 3
+    assert completion(prompt="ab", echo=True).sampling.prompt_logprobs is None
+    assert completion(prompt="ab", logprobs=2).sampling.prompt_logprobs is None
 
 
 def test_engine_requests_fan_out_with_distinct_seeds():

@@ -23,7 +23,8 @@ def test_request_roundtrip_keeps_every_field():
     sp = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, top_k=5, min_p=0.05, seed=3,
                         presence_penalty=0.1, frequency_penalty=0.2, repetition_penalty=1.1,
                         stop=("a", "b"), stop_token_ids=(1, 2), ignore_eos=True, min_tokens=1,
-                        logprobs=2, include_stop_str_in_output=True, logit_bias=((5, -1.5), (9, 100.0)))
+                        logprobs=2, include_stop_str_in_output=True, logit_bias=((5, -1.5), (9, 100.0)),
+                        prompt_logprobs=0)
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(sp, f.name) != f.default for f in fields(SamplingParams))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1, 2, 3], sampling=sp, cache_salt="t",
@@ -66,6 +67,8 @@ def test_delta_roundtrip_full():
                      finish_reason=FinishReason.LENGTH,
                      logprobs=[TokenLogprob(5, -math.inf, ((5, -0.5), (7, -math.inf))),
                                TokenLogprob(6, -0.25, ())],
+                     prompt_logprobs=[TokenLogprob(3, -1.0, ((4, -0.5),), rank=2),
+                                      TokenLogprob(4, -math.inf, (), rank=9)],
                      num_prompt_tokens=10, num_cached_tokens=8, num_output_tokens=2,
                      kv_handle=HANDLE, timings=RequestTimings(1.0, 1.5, 2.0, None), error="boom")
     assert roundtrip(d, wire.delta_to_dict, wire.delta_from_dict) == d
