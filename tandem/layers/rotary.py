@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE), half-split layout, with default / linear / llama3 scaling.
+"""Rotary position embedding (RoPE), half-split layout, with default / linear / llama3 / yarn scaling.
 
 cos/sin are computed once per step from the step's positions and shared by all layers.
 """
@@ -29,7 +29,45 @@ def inv_frequencies(head_dim: int, rope: RopeSpec, max_position_embeddings: int)
         smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return torch.where(medium, smoothed, scaled)
+    if rope.rope_type == "yarn":
+        return _yarn_frequencies(inv, head_dim, rope, max_position_embeddings)
     return inv
+
+
+def _yarn_frequencies(inv: torch.Tensor, head_dim: int, rope: RopeSpec,
+                      max_position_embeddings: int) -> torch.Tensor:
+    """YaRN: dimensions that turn fewer than beta_slow times over the original context are
+    interpolated (divided by factor), those turning more than beta_fast times kept, a linear
+    ramp between."""
+    old_len = rope.original_max_position_embeddings or max_position_embeddings
+
+    def dim_turning(turns: float) -> float:  # the dimension that turns `turns` times over old_len
+        return head_dim * math.log(old_len / (turns * 2 * math.pi)) / (2 * math.log(rope.theta))
+
+    low, high = dim_turning(rope.beta_fast), dim_turning(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # 1: extrapolate (keep), 0: interpolate
+    return inv / rope.factor * (1 - keep) + inv * keep
+
+
+def attention_scale(rope: RopeSpec) -> float:
+    """The factor cos and sin are multiplied by (YaRN's attention temperature; 1 otherwise)."""
+    if rope.rope_type != "yarn":
+        return 1.0
+    if rope.attention_factor is not None:
+        return rope.attention_factor
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if rope.mscale and rope.mscale_all_dim:
+        return mscale(rope.factor, rope.mscale) / mscale(rope.factor, rope.mscale_all_dim)
+    return mscale(rope.factor)
 
 
 class RotaryEmbedding:
@@ -38,11 +76,15 @@ class RotaryEmbedding:
     def __init__(self, head_dim: int, rope: RopeSpec, max_position_embeddings: int,
                  device: torch.device | str) -> None:
         self.inv_freq = inv_frequencies(head_dim, rope, max_position_embeddings).to(device)  # [D/2]
+        self.scale = attention_scale(rope)
 
     def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         # positions LongTensor[T] -> cos, sin [T, 1, D/2] in `dtype` (broadcast over heads)
         freqs = positions.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)  # [T, D/2] float32
-        return freqs.cos().to(dtype).unsqueeze(1), freqs.sin().to(dtype).unsqueeze(1)
+        cos, sin = freqs.cos(), freqs.sin()
+        if self.scale != 1.0:
+            cos, sin = cos * self.scale, sin * self.scale
+        return cos.to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -12,17 +12,24 @@ from pathlib import Path
 
 from tandem.errors import ModelLoadError
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
 class RopeSpec:
     theta: float = 10000.0
-    rope_type: str = "default"      # default | linear | llama3
-    factor: float = 1.0             # linear, llama3
+    rope_type: str = "default"      # default | linear | llama3 | yarn
+    factor: float = 1.0             # linear, llama3, yarn
     low_freq_factor: float = 1.0    # llama3
     high_freq_factor: float = 4.0   # llama3
-    original_max_position_embeddings: int | None = None  # llama3
+    original_max_position_embeddings: int | None = None  # llama3, yarn
+    # yarn: the ramp between kept and interpolated frequencies, and the cos/sin scale
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None   # None: derived from factor (and mscale)
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,11 +127,25 @@ def parse_rope(cfg: dict) -> RopeSpec:
         raise ModelLoadError(f"unsupported rope type {rope_type!r}; supported: "
                              + ", ".join(SUPPORTED_ROPE_TYPES))
     orig = merged.get("original_max_position_embeddings")
+    factor = merged.get("factor")
+    if factor is None and rope_type == "yarn" and orig:
+        factor = int(cfg.get("max_position_embeddings") or orig) / int(orig)  # as transformers
+    attention_factor = merged.get("attention_factor")
     return RopeSpec(
         theta=theta,
         rope_type=rope_type,
-        factor=float(merged.get("factor", 1.0)),
+        factor=float(factor if factor is not None else 1.0),
         low_freq_factor=float(merged.get("low_freq_factor", 1.0)),
         high_freq_factor=float(merged.get("high_freq_factor", 4.0)),
         original_max_position_embeddings=int(orig) if orig else None,
+        beta_fast=float(merged.get("beta_fast") or 32.0),
+        beta_slow=float(merged.get("beta_slow") or 1.0),
+        attention_factor=float(attention_factor) if attention_factor is not None else None,
+        mscale=_opt_float(merged.get("mscale")),
+        mscale_all_dim=_opt_float(merged.get("mscale_all_dim")),
+        truncate=bool(merged.get("truncate", True)),
     )
+
+
+def _opt_float(value) -> float | None:
+    return float(value) if value is not None else None

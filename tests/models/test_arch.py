@@ -49,6 +49,19 @@ def test_qwen_families():
     assert qwen3.head_dim == 256 and not qwen3.attention_bias
 
 
+def test_yarn_legacy_config_and_factor_from_the_context_ratio():
+    arch = ModelArch.from_config({**BASE, "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 32768}})
+    r = arch.rope
+    assert (r.rope_type, r.factor, r.original_max_position_embeddings) == ("yarn", 4.0, 32768)
+    assert (r.beta_fast, r.beta_slow, r.attention_factor, r.truncate) == (32.0, 1.0, None, True)
+    # no factor: max_position_embeddings over the original context, as transformers derives it
+    derived = ModelArch.from_config({**BASE, "rope_parameters": {
+        "rope_type": "yarn", "rope_theta": 1e6, "original_max_position_embeddings": 32768,
+        "mscale": 1.0, "mscale_all_dim": 1.0}}).rope
+    assert derived.factor == 4.0 and derived.mscale == derived.mscale_all_dim == 1.0
+
+
 def test_bad_configs():
     with pytest.raises(ModelLoadError, match="'architectures'"):
         ModelArch.from_config({k: v for k, v in BASE.items() if k != "architectures"})

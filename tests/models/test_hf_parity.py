@@ -70,6 +70,16 @@ def test_llama3_rope_scaling(tmp_path):
     run_parity(write_test_model(tmp_path, rope_scaling=scaling, rope_theta=500000.0), "float32", atol=1e-4)
 
 
+@pytest.mark.parametrize("extra", [{}, {"mscale": 0.8, "mscale_all_dim": 0.5, "beta_fast": 16},
+                                   {"attention_factor": 1.3, "truncate": False}],
+                         ids=["qwen-style", "mscale", "attention-factor"])
+def test_yarn_rope_scaling(tmp_path, extra):
+    # positions well past the original 8-token context: interpolated and kept bands both show
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8, **extra}
+    path = write_test_model(tmp_path, "Qwen3ForCausalLM", rope_scaling=scaling, rope_theta=10000.0)
+    run_parity(path, "float32", atol=1e-4)
+
+
 def test_linear_rope_scaling_legacy_config(tmp_path):
     path = write_test_model(tmp_path, rope_scaling={"rope_type": "linear", "factor": 2.0}, legacy_config=True)
     run_parity(path, "float32", atol=1e-4)
