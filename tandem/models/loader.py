@@ -86,9 +86,13 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
 
 
 def max_model_len(cfg: ModelConfig, arch: ModelArch) -> int:
-    """cfg.max_model_len, else max_position_embeddings; never past a sliding window, which the
-    attention does not implement (full attention equals windowed attention up to the window)."""
+    """cfg.max_model_len, else max_position_embeddings (with YaRN, at least the original context
+    times its factor, as vLLM derives it); never past a sliding window, which the attention
+    does not implement (full attention equals windowed attention up to the window)."""
     limit = cfg.max_model_len or arch.max_position_embeddings
+    rope = arch.rope
+    if not cfg.max_model_len and rope.rope_type == "yarn" and rope.original_max_position_embeddings:
+        limit = max(limit, int(rope.original_max_position_embeddings * rope.factor))
     if arch.sliding_window:
         limit = min(limit, arch.sliding_window)
     return limit

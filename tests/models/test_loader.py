@@ -159,3 +159,12 @@ def test_sliding_window_caps_max_model_len(tmp_path):
     (path / "config.json").write_text(json.dumps(cfg))
     assert load(path).max_model_len == 1024
     assert load(path, max_model_len=512).max_model_len == 512
+
+
+def test_yarn_extends_the_context_as_vllm_derives_it(tmp_path):
+    # Qwen's documented long-context setting: max_position_embeddings stays at the original
+    # context, rope scaling yarn with factor 4
+    scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}
+    path = write_test_model(tmp_path, "Qwen3ForCausalLM", rope_scaling=scaling, max_position_embeddings=2048)
+    assert load(path).max_model_len == 8192
+    assert load(path, max_model_len=3000).max_model_len == 3000
