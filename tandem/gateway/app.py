@@ -13,7 +13,6 @@ with the gateway's metrics added to /metrics, and
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
@@ -74,13 +73,15 @@ def model_facts(model_path: str | None, served_name: str | None) -> tuple[object
     if model_path is None:
         raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
                          "and chat template to hash prompt prefixes like the workers do")
+    from tandem.models.arch import ModelArch
     from tandem.models.tokenizer import Tokenizer, warm_chat_template
 
     path = Path(model_path)
     tokenizer = Tokenizer.from_dir(path)
     warm_chat_template(tokenizer)
-    config = json.loads((path / "config.json").read_text())
-    max_len = int(config.get("max_position_embeddings") or 4096)
+    # the workers' default context (a worker started with a shorter --max-model-len still
+    # refuses what does not fit it, with the same 413)
+    max_len = ModelArch.from_dir(path).context_length()
     return tokenizer, served_name or path.resolve().name, max_len
 
 

@@ -54,6 +54,18 @@ class ModelArch:
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
+    def context_length(self, configured: int | None = None) -> int:
+        """The longest context served: `configured`, else max_position_embeddings (with YaRN, at
+        least the original context times its factor, as vLLM derives it); never past a sliding
+        window, which the attention does not implement (full attention equals windowed
+        attention up to the window)."""
+        limit = configured or self.max_position_embeddings
+        if not configured and self.rope.rope_type == "yarn" and self.rope.original_max_position_embeddings:
+            limit = max(limit, int(self.rope.original_max_position_embeddings * self.rope.factor))
+        if self.sliding_window:
+            limit = min(limit, self.sliding_window)
+        return limit
+
     @classmethod
     def from_dir(cls, path: str | Path) -> "ModelArch":
         cfg_path = Path(path) / "config.json"

@@ -41,7 +41,7 @@ class LoadedModel:
     generation_defaults: dict = field(default_factory=dict)  # generation_config.json as is
     name: str = ""                     # served name
     path: str = ""
-    max_model_len: int = 0             # see max_model_len(): configured, capped by a sliding window
+    max_model_len: int = 0             # see ModelArch.context_length: configured, capped by a sliding window
     packing: PackingThread | None = None  # packs the linear weights while the model already serves
 
     def wait_packed(self) -> None:
@@ -80,22 +80,9 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
         generation_defaults=gen,
         name=cfg.served_name or path.resolve().name,
         path=str(path),
-        max_model_len=max_model_len(cfg, arch),
+        max_model_len=arch.context_length(cfg.max_model_len or None),
         packing=packing,
     )
-
-
-def max_model_len(cfg: ModelConfig, arch: ModelArch) -> int:
-    """cfg.max_model_len, else max_position_embeddings (with YaRN, at least the original context
-    times its factor, as vLLM derives it); never past a sliding window, which the attention
-    does not implement (full attention equals windowed attention up to the window)."""
-    limit = cfg.max_model_len or arch.max_position_embeddings
-    rope = arch.rope
-    if not cfg.max_model_len and rope.rope_type == "yarn" and rope.original_max_position_embeddings:
-        limit = max(limit, int(rope.original_max_position_embeddings * rope.factor))
-    if arch.sliding_window:
-        limit = min(limit, arch.sliding_window)
-    return limit
 
 
 def resolve_dtype(name: str, arch: ModelArch) -> torch.dtype:
