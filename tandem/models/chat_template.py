@@ -32,18 +32,45 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _check_attribute(name) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} is not allowed")
+
+
 class _SafeNamespace(jinja2.utils.Namespace):
     """namespace() without underscore-prefixed attributes (no route to CPython internals)."""
 
+    def __init__(*args, **kwargs):
+        for name in kwargs:
+            _check_attribute(name)
+        for arg in args[1:]:
+            for name in dict(arg):
+                _check_attribute(name)
+        jinja2.utils.Namespace.__init__(*args, **kwargs)
+
     def __setitem__(self, name, value):
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} is not allowed")
+        _check_attribute(name)
         super().__setitem__(name, value)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: marks the assistant's tokens for training
+    masks (transformers' extension); rendering keeps its body as is."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
 
 
 def compile_template(source: str) -> jinja2.Template:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
                        namespace=_SafeNamespace, dict=dict)
@@ -58,3 +85,6 @@ def render(template: jinja2.Template, **variables) -> str:
         return template.render(**variables)
     except jinja2.TemplateError as e:
         raise ChatTemplateError(f"chat template error: {e}") from e
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        # the template's own logic failed on these messages (e.g. len() of a missing field)
+        raise ChatTemplateError(f"chat template error: {type(e).__name__}: {e}") from e

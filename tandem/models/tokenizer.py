@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as Backend
 
 from tandem.errors import ChatTemplateError, ModelLoadError
 
-_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token")
+_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
 class Tokenizer:
@@ -88,7 +88,10 @@ class Tokenizer:
         from tandem.models.chat_template import render
 
         template = self.compiled_chat_template()
-        variables = {k: v for k, v in self.special_tokens.items()}
+        # as transformers: a token the model lacks is undefined ({{ bos_token }} renders ""),
+        # and documents is always defined
+        variables = {k: v for k, v in self.special_tokens.items() if v is not None}
+        variables["documents"] = None
         variables.update(kwargs)
         return render(template, messages=messages, tools=tools,
                       add_generation_prompt=add_generation_prompt, **variables)

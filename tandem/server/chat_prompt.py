@@ -15,6 +15,9 @@ from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import bad
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# Names an assistant message's reasoning goes by: Qwen3's templates read reasoning_content,
+# gpt-oss's thinking; OpenAI-compatible clients may send reasoning.
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 # Keys of chat_template_kwargs that would clash with the template call itself.
 _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "tokenize",
                                        "add_generation_prompt"})
@@ -25,6 +28,9 @@ def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
 
     Text parts are joined into one string; "developer" becomes "system"; tool call
     arguments given as a JSON string become an object (templates render them with tojson).
+    As transformers does: fields sent as null are left out (clients echo assistant messages
+    back with "tool_calls": null, which templates testing `is defined` would take for calls),
+    and an assistant's reasoning is given under each name templates read it by.
     """
     if not isinstance(raw, list) or not raw:
         raise bad(param, "must be a non-empty array of messages")
@@ -36,8 +42,12 @@ def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
         role = msg.get("role")
         if not isinstance(role, str) or role not in _ROLES:
             raise bad(f"{p}.role", f"must be one of {sorted(_ROLES)}, got {role!r}")
-        norm = dict(msg)
+        norm = {k: v for k, v in msg.items() if v is not None}
         norm["role"] = "system" if role == "developer" else role
+        reasoning = next((msg[k] for k in _REASONING_KEYS if isinstance(msg.get(k), str)), None)
+        if reasoning is not None:
+            norm.setdefault("reasoning_content", reasoning)
+            norm.setdefault("thinking", reasoning)
         norm["content"] = _content_text(msg.get("content"), role, msg, f"{p}.content")
         if msg.get("tool_calls") is not None:
             norm["tool_calls"] = _tool_calls(msg["tool_calls"], f"{p}.tool_calls")

@@ -136,3 +136,49 @@ def test_warm_chat_template_compiles_once_and_logs_a_broken_one(tmp_path, caplog
     assert "chat completions will fail" in caplog.text
     with pytest.raises(ChatTemplateError):
         broken.apply_chat_template([{"role": "user", "content": "x"}])
+
+
+# A template written to probe what transformers hands templates: which variables are defined,
+# a field sent as null, the reasoning names, the {% generation %} tag of training templates.
+PROBE_TEMPLATE = (
+    "[bos={{ bos_token if bos_token is defined else 'undef' }}|pad={{ pad_token is defined }}"
+    "|docs={{ documents is defined }}]"
+    "{% for m in messages %}<{{ m.role }}"
+    "{% if m.tool_calls is defined %} calls={{ m.tool_calls | length }}{% endif %}"
+    "{% if m.reasoning_content is defined %} rc={{ m.reasoning_content }}{% endif %}"
+    "{% if m.thinking is defined %} th={{ m.thinking }}{% endif %}>"
+    "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+    "{% else %}{{ m.content }}{% endif %}{% endfor %}")
+
+
+def test_template_variables_and_messages_as_transformers_gives_them(tmp_path):
+    from tandem.server.chat_prompt import normalize_messages
+
+    path = write_test_model(tmp_path, "Qwen3ForCausalLM")
+    (path / "chat_template.jinja").write_text(PROBE_TEMPLATE)
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["bos_token"] = None  # as Qwen's tokenizers: no BOS at all
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    ours, hf = Tokenizer.from_dir(path), transformers.AutoTokenizer.from_pretrained(str(path))
+    sent = [{"role": "user", "content": "hi", "name": None},
+            # an assistant message echoed back by a client: null fields, reasoning under vLLM's name
+            {"role": "assistant", "content": "ok", "tool_calls": None, "refusal": None,
+             "reasoning": "think first"},
+            {"role": "user", "content": "bye"}]
+    hf_view = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": "ok", "reasoning_content": "think first"},
+               {"role": "user", "content": "bye"}]
+    text = ours.apply_chat_template(normalize_messages(sent), add_generation_prompt=False)
+    assert text == hf.apply_chat_template(hf_view, tokenize=False)
+    assert text.startswith("[bos=undef|pad=True|docs=True]") and "calls=" not in text
+    assert "<assistant rc=think first th=think first>ok" in text
+
+
+def test_python_errors_inside_a_template_are_template_errors(tmp_path):
+    path = write_test_model(tmp_path)
+    (path / "chat_template.jinja").write_text("{{ messages[0].tool_calls | length }}")
+    with pytest.raises(ChatTemplateError, match="TypeError"):
+        Tokenizer.from_dir(path).apply_chat_template([{"role": "user", "content": "x", "tool_calls": None}])
+    (path / "chat_template.jinja").write_text("{% set ns = namespace(_hidden=1) %}{{ ns._hidden }}")
+    with pytest.raises(ChatTemplateError, match="not allowed"):
+        Tokenizer.from_dir(path).apply_chat_template([{"role": "user", "content": "x"}])
