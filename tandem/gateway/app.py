@@ -177,7 +177,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
             await http.aclose()
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
-                                 api_keys=config.api_keys, host=config.host, port=config.port)
+                                 api_keys=config.api_keys, host=config.host, port=config.port,
+                                 sampling_defaults=config.sampling_defaults)
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
                     extra_routes=_management_routes(registry, monitor))
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)

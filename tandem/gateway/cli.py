@@ -15,6 +15,7 @@ import logging
 import sys
 
 from tandem.router.policies import POLICY_NAMES
+from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default=None, metavar="PATH",
                    help="model directory: tokenizer and chat template (to hash prompt prefixes)")
     g.add_argument("--served-model-name", default=None)
+    g.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
+                   help="auto: sampling defaults from the model's generation_config.json (as vLLM "
+                        "and tandem serve); vllm: the API's own defaults")
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
     g.add_argument("--unhealthy-after", type=int, default=3, help="failed polls before unhealthy")
@@ -71,7 +75,9 @@ def gateway_config_from_args(args: argparse.Namespace):
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
-        model_path=args.model, served_model_name=args.served_model_name, host=args.host,
+        model_path=args.model, served_model_name=args.served_model_name,
+        sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config)
+        if args.model else SamplingDefaults(), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.router.admission import AdmissionLimits
+from tandem.server.sampling_defaults import SamplingDefaults
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class GatewayConfig:
     decode_policy: str | None = None   # ... for the decode pool
     model_path: str | None = None     # tokenizer and chat template (needed to hash prefixes)
     served_model_name: str | None = None
+    sampling_defaults: SamplingDefaults = SamplingDefaults()  # the model's generation_config.json
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: tuple[str, ...] = ()

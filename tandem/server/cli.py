@@ -21,6 +21,7 @@ from tandem.config import (
     TransferConfig,
 )
 from tandem.server.config import ServerConfig
+from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -90,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-transfer-port", type=int, default=0,
                    help="port of the KV transfer control server (0: a free port)")
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
+    p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
+                   help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
+                        "vllm: the API's own defaults")
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--gateway", default=None,
@@ -128,6 +132,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
                                 port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout))
     server = ServerConfig(served_model_name=args.served_model_name,
+                          sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
                           gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,

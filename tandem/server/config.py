@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tandem.server.sampling_defaults import SamplingDefaults
+
 
 @dataclass(frozen=True)
 class ServerConfig:
@@ -12,6 +14,7 @@ class ServerConfig:
     max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
     max_n: int = 16                       # largest `n` (choices per prompt)
     max_prompts: int = 64                 # largest list of prompts in one completions request
+    sampling_defaults: SamplingDefaults = SamplingDefaults()  # for what requests leave out
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with

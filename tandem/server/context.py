@@ -63,7 +63,8 @@ class ServerContext:
     def parse_context(self) -> ParseContext:
         return ParseContext(served_name=self.served_name, tokenizer=self.backend.tokenizer,
                             max_model_len=self.backend.max_model_len, max_n=self.config.max_n,
-                            max_prompts=self.config.max_prompts)
+                            max_prompts=self.config.max_prompts,
+                            defaults=self.config.sampling_defaults)
 
     def run(self, requests: list[EngineRequest]) -> GenerationRun:
         return GenerationRun(self.backend, requests, self.metrics, self.pass_info)

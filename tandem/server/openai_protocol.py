@@ -14,6 +14,7 @@ from tandem.errors import ModelNotFound, PromptTooLong
 from tandem.server.chat_prompt import normalize_messages, render_chat, template_kwargs, validate_tools
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
+from tandem.server.sampling_defaults import SamplingDefaults
 from tandem.types import EngineRequest, SamplingParams
 
 _SEED_MIN, _SEED_MAX = -(2**63), 2**63 - 1
@@ -29,6 +30,7 @@ class ParseContext:
     max_model_len: int
     max_n: int = 16
     max_prompts: int = 64
+    defaults: SamplingDefaults = SamplingDefaults()  # what a request leaves out (the model's advice)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
         max_tokens = f.int("max_tokens", None, 1)
     if max_tokens is None:  # OpenAI's chat default: whatever room the context leaves
         max_tokens = ctx.max_model_len - len(ids)
+        if ctx.defaults.max_tokens is not None:
+            max_tokens = min(max_tokens, ctx.defaults.max_tokens)
     return _finish(f, "chat", model, (tuple(ids),), ctx, max_tokens, logprobs)
 
 
@@ -214,20 +218,21 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
             raise bad("stream_options", "is only allowed when 'stream' is true")
         include_usage = opts.bool("include_usage", False)
         continuous_usage = opts.bool("continuous_usage_stats", False) and include_usage  # as vLLM
-    top_k = f.int("top_k", 0, -1)
+    d = ctx.defaults
+    top_k = f.int("top_k", d.top_k, -1)
     vocab = ctx.tokenizer.vocab_size
     prompt_logprobs = f.int("prompt_logprobs", None, 0, MAX_LOGPROBS)
     scored = [k for k in (prompt_logprobs, logprobs if echo_logprobs else None) if k is not None]
     sampling = SamplingParams(
         max_tokens=max_tokens,
-        temperature=f.float("temperature", 1.0, 0.0, 2.0),
-        top_p=f.float("top_p", 1.0),
+        temperature=f.float("temperature", d.temperature, 0.0, 2.0),
+        top_p=f.float("top_p", d.top_p),
         top_k=0 if top_k == -1 else top_k,  # vLLM spells "off" as -1
-        min_p=f.float("min_p", 0.0),
+        min_p=f.float("min_p", d.min_p),
         seed=f.int("seed", None, _SEED_MIN, _SEED_MAX),
         presence_penalty=f.float("presence_penalty", 0.0),
         frequency_penalty=f.float("frequency_penalty", 0.0),
-        repetition_penalty=f.float("repetition_penalty", 1.0),
+        repetition_penalty=f.float("repetition_penalty", d.repetition_penalty),
         stop=f.str_or_list("stop"),
         stop_token_ids=f.int_list("stop_token_ids", 0, vocab - 1),
         ignore_eos=f.bool("ignore_eos", False),
