@@ -41,6 +41,7 @@ class SamplingRow:
     params: SamplingParams
     output_token_ids: Sequence[int] = ()   # generated so far (penalties, min_tokens)
     prompt_token_ids: Sequence[int] = ()   # repetition penalty covers prompt + output
+    prompt_ids: torch.Tensor | None = None  # distinct_ids(prompt_token_ids), cached by the caller
     generator: torch.Generator | None = None  # per-request RNG; None = torch's global RNG
     eos_token_ids: tuple[int, ...] = ()    # banned with stop_token_ids until min_tokens
 
@@ -149,45 +150,44 @@ def _min_tokens_bans(rows: Sequence[SamplingRow], vocab: int
 
 
 def apply_penalties(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
-    """Penalties for M rows, vectorized over the vocabulary.
+    """Penalties for M rows, touching only the tokens each row has seen (a long prompt costs a
+    gather and a scatter of its distinct ids, not passes over the vocabulary).
 
-    logits: [M, V]. Repetition (HF): over tokens seen in prompt or output, positive logits
-    are divided by the penalty and negative ones multiplied. Then OpenAI's
-    logit -= frequency * count_in_output + presence * (count_in_output > 0).
+    logits: [M, V], modified in place and returned. Repetition (HF): over tokens seen in prompt
+    or output, positive logits are divided by the penalty and negative ones multiplied. Then
+    OpenAI's logit -= frequency * count_in_output + presence * (count_in_output > 0).
     """
-    m, vocab = logits.shape
     device = logits.device
-    counts = torch.zeros(m, vocab, dtype=logits.dtype, device=device)  # [M, V] output counts
-    row_of = [i for i, r in enumerate(rows) for _ in r.output_token_ids]
-    if row_of:
-        out_ids = [t for r in rows for t in r.output_token_ids]
-        counts.index_put_((torch.tensor(row_of, device=device), torch.tensor(out_ids, device=device)),
-                          torch.ones(len(out_ids), dtype=logits.dtype, device=device),
-                          accumulate=True)
-    seen_in_output = counts > 0  # [M, V]
+    for i, r in enumerate(rows):
+        p = r.params
+        row = logits[i]  # [V], a view
+        out_ids = torch.tensor(r.output_token_ids, dtype=torch.long, device=device) \
+            if r.output_token_ids else None
+        if p.repetition_penalty != 1.0:
+            prompt_ids = r.prompt_ids if r.prompt_ids is not None else \
+                distinct_ids(r.prompt_token_ids, device)
+            seen = prompt_ids if out_ids is None else torch.cat((prompt_ids, out_ids))
+            # every copy of an id gets the value computed from the same original logit
+            vals = row[seen]
+            row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if out_ids is not None and (p.frequency_penalty != 0.0 or p.presence_penalty != 0.0):
+            ids, counts = torch.unique(out_ids, return_counts=True)
+            row[ids] = row[ids] - p.frequency_penalty * counts.to(row.dtype) - p.presence_penalty
+    return logits
 
-    rep = torch.tensor([r.params.repetition_penalty for r in rows],
-                       dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
-    rep_rows = [i for i, r in enumerate(rows) if r.params.repetition_penalty != 1.0]
-    if rep_rows:
-        seen = seen_in_output.clone()
-        prompt_row_of = [i for i in rep_rows for _ in rows[i].prompt_token_ids]
-        if prompt_row_of:
-            prompt_ids = [t for i in rep_rows for t in rows[i].prompt_token_ids]
-            seen[torch.tensor(prompt_row_of, device=device),
-                 torch.tensor(prompt_ids, device=device)] = True
-        penalized = torch.where(logits > 0, logits / rep, logits * rep)
-        logits = torch.where(seen, penalized, logits)
 
-    freq = torch.tensor([r.params.frequency_penalty for r in rows],
-                        dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
-    pres = torch.tensor([r.params.presence_penalty for r in rows],
-                        dtype=logits.dtype, device=device).unsqueeze(1)  # [M, 1]
-    return logits - freq * counts - pres * seen_in_output.to(logits.dtype)
+def distinct_ids(token_ids: Sequence[int], device: torch.device | str) -> torch.Tensor:
+    """LongTensor of the distinct ids among token_ids (what a repetition penalty touches)."""
+    return torch.unique(torch.tensor(list(token_ids), dtype=torch.long, device=device))
 
 
 def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
-    """logits: [R, V] (not modified) -> sampled token ids [R]."""
+    """logits: [R, V] (not modified) -> sampled token ids [R].
+
+    Inverse-CDF sampling, one uniform per row, over the row's kept tokens in vocabulary order
+    (a truncated row's CDF covers only its kept set: C tokens, not V). The CDF is accumulated
+    in float64 so that rounding over a large vocabulary does not shift tokens' intervals.
+    """
     device = logits.device
     temp = torch.tensor([r.params.temperature for r in rows], dtype=logits.dtype, device=device)
     logits = logits / temp.unsqueeze(1)
@@ -199,15 +199,6 @@ def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.T
         threshold = min_p.unsqueeze(1) * probs.amax(dim=-1, keepdim=True)  # [R, 1]
         logits = logits.masked_fill(probs < threshold, float("-inf"))
 
-    trunc = [i for i, r in enumerate(rows) if r.params.top_k > 0 or r.params.top_p < 1.0]
-    if trunc:
-        idx = _index(trunc, len(rows), device)
-        logits[idx] = apply_top_k_top_p(logits[idx], [rows[i].params.top_k for i in trunc],
-                                   [rows[i].params.top_p for i in trunc])
-
-    # Inverse-CDF sampling: one uniform per row. The CDF is accumulated in float64 so that
-    # rounding over a large vocabulary does not shift tokens' intervals.
-    cdf = torch.softmax(logits, dim=-1).to(torch.float64).cumsum(dim=-1)  # [R, V]
     uniform = torch.empty(len(rows), dtype=torch.float64, device=device)  # [R]
     unseeded = [i for i, r in enumerate(rows) if r.generator is None]
     if unseeded:
@@ -216,8 +207,27 @@ def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.T
     for i, r in enumerate(rows):
         if r.generator is not None:  # exactly one draw per step: batch-independent
             uniform[i] = torch.rand(1, dtype=torch.float64, device=device, generator=r.generator)[0]
+
+    tokens = torch.empty(len(rows), dtype=torch.long, device=device)
+    trunc = [i for i, r in enumerate(rows) if r.params.top_k > 0 or r.params.top_p < 1.0]
+    whole = [i for i, r in enumerate(rows) if not (r.params.top_k > 0 or r.params.top_p < 1.0)]
+    if whole:
+        idx = _index(whole, len(rows), device)
+        tokens[idx] = _inverse_cdf(logits[idx], uniform[idx])
+    if trunc:
+        idx = _index(trunc, len(rows), device)
+        kept = top_k_top_p_kept(logits[idx], [rows[i].params.top_k for i in trunc],
+                                [rows[i].params.top_p for i in trunc])
+        for i, (ids, vals) in zip(trunc, kept):
+            tokens[i] = ids[_inverse_cdf(vals.unsqueeze(0), uniform[i:i + 1])[0]]
+    return tokens
+
+
+def _inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """logits [R, N], uniform [R] in [0, 1) -> [R] column indices drawn from softmax(logits)."""
+    cdf = torch.softmax(logits, dim=-1).to(torch.float64).cumsum(dim=-1)  # [R, N]
     target = (uniform * cdf[:, -1]).unsqueeze(1)  # [R, 1], below the total mass
-    # First token whose CDF exceeds the target: never a zero-probability (masked) token.
+    # First column whose CDF exceeds the target: never a zero-probability (masked) one.
     return torch.searchsorted(cdf, target, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
@@ -229,41 +239,70 @@ def _index(idx: list[int], n: int, device: torch.device) -> torch.Tensor | slice
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
-    """Per-row top-k (0 = off), then top-p over the top-k set; dropped tokens become -inf.
+    """[T, V] logits with every token top_k_top_p_kept drops set to -inf."""
+    out = torch.full_like(logits, float("-inf"))
+    for i, (ids, vals) in enumerate(top_k_top_p_kept(logits, top_k, top_p)):
+        out[i, ids] = vals
+    return out
+
+
+def top_k_top_p_kept(logits: torch.Tensor, top_k: list[int], top_p: list[float]
+                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per row, the tokens top-k (0 = off) then top-p over the top-k set keep: (ids in
+    ascending order, their logits).
 
     logits: [T, V]. top-p keeps the smallest best-first prefix whose probability mass reaches
     top_p (the top token always stays); top_p == 1 keeps everything.
     Fast path: most mass sits in a few tokens, so only the best C = max(TOP_CANDIDATES,
-    max top_k) tokens (max top_k alone when every row has one) are sorted (topk); rows whose top-p cut is not within them fall back to
-    a full sort. Both paths compute the same prefix sums, so the choice of path (which
-    depends on the batch) never changes a row's result.
+    max top_k) tokens (max top_k alone when every row has one) are sorted (topk); rows whose
+    top-p cut is not within them fall back to a full sort. Both paths compute the same prefix
+    sums and the kept set comes out in id order, so the path (which depends on the batch)
+    never changes a row's result.
     """
     t_count, vocab = logits.shape
     device = logits.device
     k = torch.tensor(top_k, device=device)  # [T]
     p = torch.tensor(top_p, dtype=logits.dtype, device=device)  # [T]
-    lse = logits.logsumexp(dim=-1, keepdim=True)  # [T, 1]
-    out = torch.full_like(logits, float("-inf"))
+    # top-p's mass is relative to what top-k kept, so a row with top-k needs no normalizer
+    # but a shift (its best logit); only rows without top-k need the vocabulary's log-sum-exp
+    lse = logits.amax(dim=-1, keepdim=True)  # [T, 1]
+    no_k = [i for i, kk in enumerate(top_k) if kk <= 0]
+    if no_k:
+        sel = _index(no_k, t_count, device)
+        lse[sel] = logits[sel].logsumexp(dim=-1, keepdim=True)
+    kept: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * t_count
     # Rows that all have a top_k need no more than the largest one.
     cand = min(vocab, max(top_k) if min(top_k) > 0 else max(TOP_CANDIDATES, max(top_k)))
-    rest = torch.ones(t_count, dtype=torch.bool, device=device)  # [T] rows still to do
+    rest = list(range(t_count))  # rows still to do
     if cand * 4 < vocab:
         vals, ids = logits.topk(cand, dim=-1)  # [T, C], best first
         drop, covered = _cut_sorted(vals, lse, k, p)
-        out.scatter_(1, ids, vals.masked_fill(drop, float("-inf")))
-        rest = ~covered
-    if bool(rest.any()):
-        sub = rest.nonzero().squeeze(1)
+        is_covered = covered.tolist()
+        rest = [i for i, ok in enumerate(is_covered) if not ok]
+        _collect(kept, [i for i, ok in enumerate(is_covered) if ok], vals, ids, drop)
+    if rest:
+        sub = torch.tensor(rest, device=device)
         vals, ids = logits[sub].sort(dim=-1, descending=True)  # [S, V]
         drop, _ = _cut_sorted(vals, lse[sub], k[sub], p[sub])
-        out[sub] = torch.full_like(vals, float("-inf")).scatter_(
-            1, ids, vals.masked_fill(drop, float("-inf")))
-    return out
+        _collect(kept, rest, vals, ids, drop, rows_are_local=True)
+    return kept  # type: ignore[return-value]
+
+
+def _collect(kept: list, rows: list[int], vals: torch.Tensor, ids: torch.Tensor, drop: torch.Tensor,
+             rows_are_local: bool = False) -> None:
+    """kept[row] = (ids ascending, logits) of the undropped prefix of each sorted row."""
+    counts = (~drop).sum(dim=1).tolist()  # the dropped tokens are a suffix of the sorted order
+    for j, row in enumerate(rows):
+        at = j if rows_are_local else row
+        n = counts[at]
+        order = ids[at, :n].argsort()
+        kept[row] = (ids[at, :n][order], vals[at, :n][order])
 
 
 def _cut_sorted(vals: torch.Tensor, lse: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """vals: [T, C] a row's best C logits, descending; lse: [T, 1] log-normalizer of the row.
+    """vals: [T, C] a row's best C logits, descending; lse: [T, 1] log-normalizer of the row
+    (for a row with top_k, any shift: its top-p mass is relative to the kept tokens').
 
     Returns (drop [T, C] bool, covered [T] bool): covered rows' cut lies within the C tokens.
     """

@@ -6,13 +6,15 @@ policies. Inputs are built on the CPU once per step and moved to the device toge
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from tandem.engine.request import Request
-from tandem.engine.sampler import Sampler, SamplerOutput, SamplingRow, gather_logprobs, make_generator
+from tandem.engine.sampler import (Sampler, SamplerOutput, SamplingRow, distinct_ids, gather_logprobs,
+                                   make_generator)
 from tandem.engine.scheduler import ScheduledSeq
 from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel
@@ -60,6 +62,8 @@ class ModelRunner:
         self.kv_cache = kv_cache  # [num_blocks, num_layers, 2, block_size, kv_heads, head_dim]
         self.device = device
         self.sampler = Sampler()
+        # a request's distinct prompt ids, for its repetition penalty: built once, dropped with it
+        self._prompt_ids: weakref.WeakKeyDictionary[Request, torch.Tensor] = weakref.WeakKeyDictionary()
 
     def prepare(self, seqs: Sequence[ScheduledSeq], block_tables: Sequence[list[int]]) -> StepInputs:
         input_ids: list[int] = []
@@ -131,6 +135,11 @@ class ModelRunner:
         if params.seed is not None and not params.greedy:
             seed = (params.seed * _POSITION_STRIDE + len(req.output_token_ids)) % (2**63)
             generator = make_generator(seed, self.device)
+        prompt_ids = None
+        if params.repetition_penalty != 1.0:
+            prompt_ids = self._prompt_ids.get(req)
+            if prompt_ids is None:
+                prompt_ids = self._prompt_ids[req] = distinct_ids(req.prompt_token_ids, self.device)
         return SamplingRow(params=params, output_token_ids=req.output_token_ids,
-                           prompt_token_ids=req.prompt_token_ids, generator=generator,
-                           eos_token_ids=self.loaded.eos_token_ids)
+                           prompt_token_ids=req.prompt_token_ids, prompt_ids=prompt_ids,
+                           generator=generator, eos_token_ids=self.loaded.eos_token_ids)

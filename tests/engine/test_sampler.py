@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -266,3 +267,34 @@ def test_sampled_tokens_stay_in_kept_set_large_vocab():
     tokens = Sampler().sample(logits.expand(200, -1), rows).token_ids
     assert set(tokens) <= ref
     assert len(set(tokens)) > 1
+
+
+def _naive_penalties(logits, r):
+    """Reference: the formulas over the whole vocabulary, one row."""
+    p = r.params
+    out = logits.clone()
+    seen = set(r.prompt_token_ids) | set(r.output_token_ids)
+    for t in seen:
+        if p.repetition_penalty != 1.0:
+            v = out[t]
+            out[t] = v / p.repetition_penalty if v > 0 else v * p.repetition_penalty
+    for t in set(r.output_token_ids):
+        out[t] = out[t] - p.frequency_penalty * r.output_token_ids.count(t) - p.presence_penalty
+    return out
+
+
+def test_penalties_touch_only_seen_tokens_with_or_without_cached_prompt_ids():
+    from tandem.engine.sampler import distinct_ids
+
+    g = torch.Generator().manual_seed(3)
+    vocab = 5000
+    rows = [row(repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.2,
+                prompt_token_ids=torch.randint(0, vocab, (300,), generator=g).tolist(),
+                output_token_ids=torch.randint(0, vocab, (40,), generator=g).tolist()),
+            row(repetition_penalty=0.8, prompt_token_ids=[1, 1, 2]),            # no output yet
+            row(frequency_penalty=-0.5, output_token_ids=[7, 7, 7, 9])]         # no repetition
+    logits = torch.randn(3, vocab, generator=g)
+    want = torch.stack([_naive_penalties(logits[i], r) for i, r in enumerate(rows)])
+    torch.testing.assert_close(apply_penalties(logits.clone(), rows), want, rtol=0, atol=1e-6)
+    cached = [dataclasses.replace(r, prompt_ids=distinct_ids(r.prompt_token_ids, "cpu")) for r in rows]
+    assert torch.equal(apply_penalties(logits.clone(), cached), apply_penalties(logits.clone(), rows))
