@@ -32,6 +32,7 @@ from tandem.types import SamplingParams, TokenLogprob
 MIN_TEMPERATURE = 1e-5
 # top-k/top-p first look at this many best tokens per row (see apply_top_k_top_p).
 TOP_CANDIDATES = 1024
+_CDF_BLOCK = 1024   # columns per block of the two-level inverse CDF
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,7 +225,38 @@ def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.T
 
 
 def _inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """logits [R, N], uniform [R] in [0, 1) -> [R] column indices drawn from softmax(logits)."""
+    """logits [R, N], uniform [R] in [0, 1) -> [R] column indices drawn from softmax(logits).
+
+    Over a large vocabulary, in two levels: the float64 CDF of blocks of _CDF_BLOCK columns
+    picks a block, then the CDF inside that block picks the column (one pass over the row
+    instead of a float64 copy and cumsum of all of it)."""
+    n = logits.shape[1]
+    if n < 8 * _CDF_BLOCK:
+        return _flat_inverse_cdf(logits, uniform)
+    probs = torch.softmax(logits, dim=-1)  # [R, N]
+    full = n // _CDF_BLOCK * _CDF_BLOCK
+    # block sums in float32 (their rounding moves a block's bounds by ~1e-7 of its mass, as the
+    # float32 softmax itself does); accumulated over blocks in float64
+    sums = torch.cat([probs[:, :full].unflatten(1, (-1, _CDF_BLOCK)).sum(-1),
+                      probs[:, full:].sum(-1, keepdim=True)], dim=1)  # [R, B]
+    block_cdf = sums.to(torch.float64).cumsum(dim=1)
+    target = uniform * block_cdf[:, -1]  # [R]
+    # a block of zero mass has the CDF of the one before: never the first to exceed the target
+    blocks = torch.searchsorted(block_cdf, target.unsqueeze(1), right=True).squeeze(1)
+    blocks = blocks.clamp_(max=block_cdf.shape[1] - 1).tolist()
+    out = torch.empty(len(blocks), dtype=torch.long, device=logits.device)
+    for i, b in enumerate(blocks):
+        start = b * _CDF_BLOCK
+        seg = probs[i, start:start + _CDF_BLOCK].to(torch.float64)
+        before = block_cdf[i, b - 1] if b else 0.0
+        j = int(torch.searchsorted(seg.cumsum(0), (target[i] - before).unsqueeze(0), right=True))
+        if j >= seg.shape[0]:  # the block's sum rounded above its running total: its last
+            j = int(seg.nonzero()[-1])  # token of non-zero mass (never a masked one)
+        out[i] = start + j
+    return out
+
+
+def _flat_inverse_cdf(logits: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
     cdf = torch.softmax(logits, dim=-1).to(torch.float64).cumsum(dim=-1)  # [R, N]
     target = (uniform * cdf[:, -1]).unsqueeze(1)  # [R, 1], below the total mass
     # First column whose CDF exceeds the target: never a zero-probability (masked) one.
@@ -271,32 +303,33 @@ def top_k_top_p_kept(logits: torch.Tensor, top_k: list[int], top_p: list[float]
         sel = _index(no_k, t_count, device)
         lse[sel] = logits[sel].logsumexp(dim=-1, keepdim=True)
     kept: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * t_count
-    # Rows that all have a top_k need no more than the largest one.
-    cand = min(vocab, max(top_k) if min(top_k) > 0 else max(TOP_CANDIDATES, max(top_k)))
     rest = list(range(t_count))  # rows still to do
+    # Rows that all have a top_k need no more than the largest one (torch's topk costs a pass
+    # over the vocabulary whatever C is: one size is tried, not a growing series).
+    cand = min(vocab, max(top_k) if min(top_k) > 0 else max(TOP_CANDIDATES, max(top_k)))
     if cand * 4 < vocab:
         vals, ids = logits.topk(cand, dim=-1)  # [T, C], best first
         drop, covered = _cut_sorted(vals, lse, k, p)
         is_covered = covered.tolist()
-        rest = [i for i, ok in enumerate(is_covered) if not ok]
-        _collect(kept, [i for i, ok in enumerate(is_covered) if ok], vals, ids, drop)
+        done = [j for j, ok in enumerate(is_covered) if ok]
+        _collect(kept, done, vals, ids, drop, done)
+        rest = [j for j, ok in enumerate(is_covered) if not ok]
     if rest:
-        sub = torch.tensor(rest, device=device)
+        sub = _index(rest, t_count, device)
         vals, ids = logits[sub].sort(dim=-1, descending=True)  # [S, V]
         drop, _ = _cut_sorted(vals, lse[sub], k[sub], p[sub])
-        _collect(kept, rest, vals, ids, drop, rows_are_local=True)
+        _collect(kept, rest, vals, ids, drop, list(range(len(rest))))
     return kept  # type: ignore[return-value]
 
 
 def _collect(kept: list, rows: list[int], vals: torch.Tensor, ids: torch.Tensor, drop: torch.Tensor,
-             rows_are_local: bool = False) -> None:
-    """kept[row] = (ids ascending, logits) of the undropped prefix of each sorted row."""
+             at: list[int]) -> None:
+    """kept[rows[j]] = (ids ascending, logits) of the undropped prefix of sorted row at[j]."""
     counts = (~drop).sum(dim=1).tolist()  # the dropped tokens are a suffix of the sorted order
-    for j, row in enumerate(rows):
-        at = j if rows_are_local else row
-        n = counts[at]
-        order = ids[at, :n].argsort()
-        kept[row] = (ids[at, :n][order], vals[at, :n][order])
+    for row, a in zip(rows, at):
+        n = counts[a]
+        order = ids[a, :n].argsort()
+        kept[row] = (ids[a, :n][order], vals[a, :n][order])
 
 
 def _cut_sorted(vals: torch.Tensor, lse: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor

@@ -298,3 +298,20 @@ def test_penalties_touch_only_seen_tokens_with_or_without_cached_prompt_ids():
     torch.testing.assert_close(apply_penalties(logits.clone(), rows), want, rtol=0, atol=1e-6)
     cached = [dataclasses.replace(r, prompt_ids=distinct_ids(r.prompt_token_ids, "cpu")) for r in rows]
     assert torch.equal(apply_penalties(logits.clone(), cached), apply_penalties(logits.clone(), rows))
+
+
+def test_two_level_inverse_cdf_draws_what_the_flat_cdf_draws():
+    from tandem.engine.sampler import _flat_inverse_cdf, _inverse_cdf
+
+    g = torch.Generator().manual_seed(9)
+    vocab = 50_000  # large enough for the blocked path, with a partial last block
+    logits = torch.randn(4, vocab, generator=g) * torch.tensor([[0.5], [3.0], [8.0], [1.0]])
+    logits[3, ::3] = float("-inf")  # masked tokens (min_p) must never be drawn
+    uniform = torch.rand(2000, dtype=torch.float64, generator=g)
+    rows = torch.arange(2000) % 4
+    got = torch.cat([_inverse_cdf(logits[rows[i:i + 200]], uniform[i:i + 200]) for i in range(0, 2000, 200)])
+    want = torch.cat([_flat_inverse_cdf(logits[rows[i:i + 200]], uniform[i:i + 200])
+                      for i in range(0, 2000, 200)])
+    assert torch.equal(got, want)
+    assert not torch.isinf(logits[rows, got]).any()
+    assert len(set(got[rows == 0].tolist())) > 400  # a flat row spreads over many blocks
