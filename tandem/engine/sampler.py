@@ -349,6 +349,7 @@ def _cut_sorted(vals: torch.Tensor, lse: torch.Tensor, top_k: torch.Tensor, top_
                             torch.ones_like(top_p))  # [T]
     mass_before = (cum - probs) / kept_mass.unsqueeze(1)  # [T, C] mass of strictly better tokens
     drop |= (mass_before >= top_p.unsqueeze(1)) & (top_p < 1.0).unsqueeze(1)
+    drop[:, 0] = False  # the best token always stays (a top_p below float32's range reads as 0)
     covered = (top_k > 0) | (top_p >= 1.0) | (cum[:, -1] >= top_p)
     return drop, covered
 

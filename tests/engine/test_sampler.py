@@ -315,3 +315,10 @@ def test_two_level_inverse_cdf_draws_what_the_flat_cdf_draws():
     assert torch.equal(got, want)
     assert not torch.isinf(logits[rows, got]).any()
     assert len(set(got[rows == 0].tolist())) > 400  # a flat row spreads over many blocks
+
+
+def test_top_p_below_float32_range_keeps_the_best_token():
+    # found by tests/server/test_fuzz_api.py: top_p 1e-308 is > 0 but reads as 0.0 in float32
+    logits = torch.tensor([[0.5, 2.0, 1.0, -1.0]])
+    r = seeded(3, top_p=1e-308)
+    assert Sampler().sample(logits, [r]).token_ids == [1]
