@@ -96,7 +96,8 @@ def resolve_dtype(name: str, arch: ModelArch) -> torch.dtype:
 
 
 def safetensors_files(path: Path) -> list[Path]:
-    """The checkpoint's shards: from model.safetensors.index.json, else every *.safetensors."""
+    """The checkpoint's shards: from model.safetensors.index.json, else model.safetensors, else
+    every *.safetensors but Mistral's consolidated.safetensors."""
     index = path / "model.safetensors.index.json"
     if index.is_file():
         weight_map = json.loads(index.read_text()).get("weight_map", {})
@@ -105,10 +106,14 @@ def safetensors_files(path: Path) -> list[Path]:
             if not f.is_file():
                 raise ModelLoadError(f"missing file {f} (listed in {index.name})")
         return files
+    if (path / "model.safetensors").is_file():
+        return [path / "model.safetensors"]
     files = sorted(path.glob("*.safetensors"))
+    # Mistral's repositories ship their own format (consolidated.safetensors) beside HF's
+    hf_files = [f for f in files if not f.name.startswith("consolidated")]
     if not files:
         raise ModelLoadError(f"missing file {path / 'model.safetensors'}: no *.safetensors in {path}")
-    return files
+    return hf_files or files
 
 
 def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtype,

@@ -70,6 +70,22 @@ def test_sharded_checkpoint_loads_same_weights(tmp_path):
         assert torch.equal(a[name], b[name]), name
 
 
+def test_mistral_consolidated_file_beside_hf_weights_is_not_loaded(tmp_path):
+    from safetensors.torch import save_file
+
+    want = load(write_test_model(tmp_path / "ref", seed=5))
+    for name, kw in (("single", {}), ("sharded", {"max_shard_bytes": 40_000})):
+        path = write_test_model(tmp_path / name, seed=5, **kw)
+        # Mistral's own format, with its own tensor names: tandem would refuse them
+        save_file({"layers.0.attention.wq.weight": torch.zeros(2, 2)}, str(path / "consolidated.safetensors"))
+        got = dict(load(path).model.named_parameters())
+        assert all(torch.equal(p, got[n]) for n, p in want.model.named_parameters()), name
+    # sharded without an index: every shard but the consolidated file
+    (tmp_path / "sharded" / "model.safetensors.index.json").unlink()
+    got = dict(load(tmp_path / "sharded").model.named_parameters())
+    assert all(torch.equal(p, got[n]) for n, p in want.model.named_parameters())
+
+
 def test_sharded_loads_in_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     path = write_test_model(tmp_path, max_shard_bytes=40_000)
