@@ -37,9 +37,15 @@ class DecodeGroup:
     token_range: tuple[int, int] | None  # (start, end) when the rows are contiguous in the flat input
     token_index: torch.Tensor            # LongTensor[B]: rows of the flat input
     block_table: torch.Tensor            # LongTensor[B, max_blocks]; padding entries point at block 0
-    key_mask: torch.Tensor               # BoolTensor[B, 1, 1, max_ctx]; True = attend
     context_lens: torch.Tensor           # LongTensor[B]: keys each row attends (its new token included)
     max_ctx: int                         # longest context in the group (keys per row before masking)
+
+    @functools.cached_property
+    def key_mask(self) -> torch.Tensor:
+        """BoolTensor[B, 1, 1, max_ctx]; True = attend. Built on first use: only the SDPA path
+        reads it (the native kernel takes context_lens), and over long contexts it is large."""
+        keys = torch.arange(self.max_ctx, device=self.context_lens.device)
+        return (keys.unsqueeze(0) < self.context_lens.unsqueeze(1)).view(-1, 1, 1, self.max_ctx)
 
 
 @dataclass(frozen=True)
@@ -136,13 +142,11 @@ def _decode_group(seqs: list[SeqSlice], rows: list[int], block_size: int,
         nb = -(-c // block_size)
         padded.append(s.block_ids[:nb] + [0] * (max_nb - nb))
     table = torch.tensor(padded, dtype=torch.long)                                  # [B, max_nb]
-    key_mask = torch.arange(max_ctx).unsqueeze(0) < torch.tensor(ctx).unsqueeze(1)  # [B, max_ctx]
     contiguous = rows == list(range(rows[0], rows[0] + len(rows)))
     return DecodeGroup(
         token_range=(rows[0], rows[0] + len(rows)) if contiguous else None,
         token_index=torch.tensor(rows, dtype=torch.long).to(device),
         block_table=table.to(device),
-        key_mask=key_mask.view(len(seqs), 1, 1, max_ctx).to(device),
         context_lens=torch.tensor(ctx, dtype=torch.long).to(device),
         max_ctx=max_ctx,
     )
