@@ -16,6 +16,7 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 
 from tandem.errors import ChatTemplateError, ModelLoadError
+from tandem.models.segment_encoder import SegmentEncoder
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -33,6 +34,7 @@ class Tokenizer:
         self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))  # eos_token first, no repeats
         self.chat_template = chat_template
         self._template = None  # compiled on first use: jinja2 costs ~0.1 s that an engine may never need
+        self._prompt_encoder: SegmentEncoder | None = None  # made on first chat prompt
 
     @classmethod
     def from_dir(cls, path: str | Path) -> "Tokenizer":
@@ -56,6 +58,14 @@ class Tokenizer:
         # encode_batch releases the GIL while it works, so a long prompt tokenized on a
         # thread does not stall the HTTP event loop
         return self.backend.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Ids of a rendered chat prompt (its special tokens written as text, no BOS/EOS added):
+        encode(text, add_special_tokens=False), with the pieces between special tokens cached
+        across requests (see SegmentEncoder)."""
+        if self._prompt_encoder is None:
+            self._prompt_encoder = SegmentEncoder(self.backend)
+        return self._prompt_encoder.encode(text)
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

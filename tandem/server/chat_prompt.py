@@ -138,4 +138,7 @@ def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
         raise InvalidRequest(f"the chat template rejected the messages: {exc}", param=param) \
             from None
     # The template writes the special tokens (BOS, role markers) itself.
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    encode_prompt = getattr(tokenizer, "encode_prompt", None)
+    if encode_prompt is None:  # a tokenizer without the piece cache (test doubles)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(encode_prompt(text))
