@@ -41,3 +41,21 @@ def test_stable_across_processes():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "123"}).stdout.strip()
     assert out == str(hash_request_blocks(list(range(48)), 16, "salt", 3))
+
+
+def test_request_hashes_equal_chained_block_hashes():
+    import random
+
+    from tandem.kv.block_hash import hash_block_tokens, hash_request_blocks
+
+    rng = random.Random(0)
+    for _ in range(100):
+        ids = [rng.randrange(2**31) for _ in range(rng.randrange(0, 120))]
+        bs, salt, seed = rng.choice([1, 4, 16]), rng.choice([None, "", "tenant"]), rng.choice([0, 7, -3])
+        chained, parent = [], None
+        for i in range(len(ids) // bs):
+            parent = hash_block_tokens(parent, ids[i * bs:(i + 1) * bs], (salt,) if i == 0 and salt else (), seed)
+            chained.append(parent)
+        assert hash_request_blocks(ids, bs, salt, seed) == chained
+        for start in range(1, len(chained)):  # extending a hashed prefix
+            assert hash_request_blocks(ids, bs, salt, seed, start, chained[start - 1]) == chained[start:]
