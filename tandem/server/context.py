@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 from tandem.server.backend import Backend
 from tandem.server.config import ServerConfig
+from tandem.server.logprobs_format import TokenTexts
 from tandem.server.metrics import ServerMetrics
-from tandem.server.openai_format import TokenTexts, system_fingerprint
+from tandem.server.openai_format import system_fingerprint
 from tandem.server.openai_protocol import ParseContext
 from tandem.server.run import GenerationRun
 from tandem.types import EngineRequest
