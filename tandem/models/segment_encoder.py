@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+from array import array
 from collections import OrderedDict
 
 from tokenizers import Tokenizer as Backend
@@ -31,10 +32,13 @@ _PROBES = ("{s}system\nYou are terse.{s}\n{s}user\n hi  there {s}\n\n",
 
 
 class SegmentEncoder:
+    """Pieces are kept as 4-byte ids (a list of Python ints costs ~36 bytes a token): 32M
+    characters of pieces, ~10M tokens, hold ~40 MB."""
+
     def __init__(self, backend: Backend, capacity_chars: int = 32 << 20) -> None:
         self._backend = backend
         self._capacity = capacity_chars
-        self._cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._cache: OrderedDict[str, array] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
         self._ids = _separators(backend)
@@ -56,7 +60,7 @@ class SegmentEncoder:
         if missing:
             # encode_batch releases the GIL: other requests parse meanwhile
             for piece, enc in zip(missing, self._backend.encode_batch(missing, add_special_tokens=False)):
-                known[piece] = enc.ids
+                known[piece] = array("i", enc.ids)
             with self._lock:
                 for piece in missing:
                     self._store(piece, known[piece])
@@ -68,13 +72,13 @@ class SegmentEncoder:
                 out.extend(known[piece])
         return out
 
-    def _hit(self, piece: str) -> list[int] | None:
+    def _hit(self, piece: str) -> array | None:
         ids = self._cache.get(piece)
         if ids is not None:
             self._cache.move_to_end(piece)
         return ids
 
-    def _store(self, piece: str, ids: list[int]) -> None:
+    def _store(self, piece: str, ids: array) -> None:
         if piece in self._cache or len(piece) > self._capacity // 4:
             return
         self._cache[piece] = ids
