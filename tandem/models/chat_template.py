@@ -68,9 +68,13 @@ class _GenerationTag(jinja2.ext.Extension):
         return caller()
 
 
+def _environment() -> ImmutableSandboxedEnvironment:
+    return ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                         extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+
+
 def compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, _GenerationTag])
+    env = _environment()
     env.filters["tojson"] = _tojson
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
                        namespace=_SafeNamespace, dict=dict)
@@ -78,6 +82,48 @@ def compile_template(source: str) -> jinja2.Template:
         return env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise ChatTemplateError(f"chat template does not parse (line {e.lineno}): {e.message}") from e
+
+
+def loops_over_content(source: str) -> bool:
+    """Whether the template iterates over a message's content, i.e. reads OpenAI's list of
+    parts ([{"type": "text", "text": ...}]) and joins them its own way (vLLM's "openai" content
+    format); other templates get one string per message (vLLM's "string" format)."""
+    try:
+        ast = _environment().parse(source)
+    except jinja2.TemplateSyntaxError:
+        return False
+    loops = list(ast.find_all(jinja2.nodes.For))
+    message_vars = {loop.target.name for loop in loops if isinstance(loop.target, jinja2.nodes.Name)
+                    and any(n.name.endswith("messages") for n in _names(loop.iter))}
+    message_vars.add("message")
+    content_vars = {a.target.name for a in ast.find_all(jinja2.nodes.Assign)
+                    if isinstance(a.target, jinja2.nodes.Name) and _content_of(a.node, message_vars)}
+    return any(_content_of(loop.iter, message_vars)
+               or (isinstance(_unfiltered(loop.iter), jinja2.nodes.Name)
+                   and _unfiltered(loop.iter).name in content_vars) for loop in loops)
+
+
+def _names(node) -> list:
+    """The Name nodes of an expression, itself included (find_all skips the node it starts at)."""
+    return ([node] if isinstance(node, jinja2.nodes.Name) else []) + list(node.find_all(jinja2.nodes.Name))
+
+
+def _unfiltered(node):
+    while isinstance(node, jinja2.nodes.Filter) and node.node is not None:
+        node = node.node
+    return node
+
+
+def _content_of(node, message_vars: set[str]) -> bool:
+    """`node` is message.content or message['content'] (maybe filtered) for a message variable."""
+    node = _unfiltered(node)
+    if isinstance(node, jinja2.nodes.Getattr):
+        base, key = node.node, node.attr
+    elif isinstance(node, jinja2.nodes.Getitem) and isinstance(node.arg, jinja2.nodes.Const):
+        base, key = node.node, node.arg.value
+    else:
+        return False
+    return key == "content" and isinstance(base, jinja2.nodes.Name) and base.name in message_vars
 
 
 def render(template: jinja2.Template, **variables) -> str:

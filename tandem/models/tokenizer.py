@@ -7,6 +7,7 @@ eos ids).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from pathlib import Path
@@ -88,6 +89,14 @@ class Tokenizer:
 
             self._template = compile_template(self.chat_template)
         return self._template
+
+    @functools.cached_property
+    def content_as_parts(self) -> bool:
+        """The chat template loops over a message's content: it takes OpenAI's text parts as a
+        list (and joins them its own way) rather than one string."""
+        from tandem.models.chat_template import loops_over_content
+
+        return bool(self.chat_template) and loops_over_content(self.chat_template)
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = True, **kwargs) -> str:

@@ -26,8 +26,9 @@ _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "tok
 def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
     """OpenAI messages -> what HF chat templates expect.
 
-    Text parts are joined into one string; "developer" becomes "system"; tool call
-    arguments given as a JSON string become an object (templates render them with tojson).
+    Content given as parts stays a list of text parts (render_chat joins them unless the
+    template reads parts); "developer" becomes "system"; tool call arguments given as a JSON
+    string become an object (templates render them with tojson).
     As transformers does: fields sent as null are left out (clients echo assistant messages
     back with "tool_calls": null, which templates testing `is defined` would take for calls),
     and an assistant's reasoning is given under each name templates read it by.
@@ -48,14 +49,15 @@ def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
         if reasoning is not None:
             norm.setdefault("reasoning_content", reasoning)
             norm.setdefault("thinking", reasoning)
-        norm["content"] = _content_text(msg.get("content"), role, msg, f"{p}.content")
+        norm["content"] = _content(msg.get("content"), role, msg, f"{p}.content")
         if msg.get("tool_calls") is not None:
             norm["tool_calls"] = _tool_calls(msg["tool_calls"], f"{p}.tool_calls")
         out.append(norm)
     return out
 
 
-def _content_text(content: Any, role: str, msg: dict, param: str) -> str:
+def _content(content: Any, role: str, msg: dict, param: str) -> str | list[dict]:
+    """A string, or the text parts [{"type": "text", "text": ...}] (anything else refused)."""
     if isinstance(content, str):
         return content
     if content is None:
@@ -63,7 +65,7 @@ def _content_text(content: Any, role: str, msg: dict, param: str) -> str:
             return ""
         raise bad(param, "is required")
     if isinstance(content, list):
-        texts = []
+        parts = []
         for k, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                 raise bad(f"{param}[{k}]", "must be an object with a 'type'")
@@ -71,8 +73,8 @@ def _content_text(content: Any, role: str, msg: dict, param: str) -> str:
                 raise NotSupportedYet(f"{param}[{k}]", f"of type {part['type']!r}")
             if not isinstance(part.get("text"), str):
                 raise bad(f"{param}[{k}].text", "must be a string")
-            texts.append(part["text"])
-        return "\n".join(texts)
+            parts.append({"type": "text", "text": part["text"]})
+        return parts
     raise bad(param, "must be a string or an array of content parts")
 
 
@@ -117,6 +119,13 @@ def validate_tools(raw: Any, tool_choice: Any, param: str = "tools") -> list[dic
     return raw or None
 
 
+def _joined(message: dict) -> dict:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    return {**message, "content": "\n".join(part["text"] for part in content)}
+
+
 def template_kwargs(raw: Any) -> dict:
     if raw is None:
         return {}
@@ -130,7 +139,12 @@ def template_kwargs(raw: Any) -> dict:
 
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
                 kwargs: dict, param: str = "messages") -> list[int]:
-    """Prompt token ids of a conversation, ready for the assistant's turn."""
+    """Prompt token ids of a conversation, ready for the assistant's turn.
+
+    As vLLM's content format "auto": a template that loops over a message's content gets its
+    text parts as they came; any other gets them joined with newlines into one string."""
+    if not getattr(tokenizer, "content_as_parts", False):
+        messages = [_joined(m) for m in messages]
     try:
         text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
                                              **kwargs)

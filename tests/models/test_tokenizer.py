@@ -182,3 +182,46 @@ def test_python_errors_inside_a_template_are_template_errors(tmp_path):
     (path / "chat_template.jinja").write_text("{% set ns = namespace(_hidden=1) %}{{ ns._hidden }}")
     with pytest.raises(ChatTemplateError, match="not allowed"):
         Tokenizer.from_dir(path).apply_chat_template([{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize("source,loops", [
+    ("{% for message in messages %}{% for part in message['content'] %}{{ part.text }}{% endfor %}{% endfor %}", True),
+    ("{% for m in loop_messages %}{% set c = m.content %}"
+     "{% for p in c | selectattr('type', 'equalto', 'text') %}{{ p.text }}{% endfor %}{% endfor %}", True),
+    ("{% for m in messages[1:] %}{% for x in m['content'] %}{{ x['text'] }}{% endfor %}{% endfor %}", True),
+    ("{% for message in messages %}{% if message.content is string %}{{ message.content }}{% endif %}"
+     "{% endfor %}", False),
+    ("{% for tool in tools %}{% for p in tool.content %}{% endfor %}{% endfor %}", False),
+    ("{% for message in messages %}{{ message.content", False),  # does not parse
+])
+def test_content_format_detection(source, loops):
+    from tandem.models.chat_template import loops_over_content
+
+    assert loops_over_content(source) is loops
+
+
+PARTS_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message.role }}\n"
+                  "{% if message.content is string %}{{ message.content }}"
+                  "{% else %}{% for part in message.content %}[{{ part.text | trim }}]{% endfor %}{% endif %}"
+                  "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_text_parts_reach_a_template_that_reads_parts_and_are_joined_for_others(tmp_path):
+    from tandem.server.chat_prompt import normalize_messages, render_chat
+
+    sent = [{"role": "user", "content": [{"type": "text", "text": " Part one. "},
+                                         {"type": "text", "text": "Part two."}]}]
+    reads_parts = write_test_model(tmp_path / "parts", "Qwen3ForCausalLM")
+    (reads_parts / "chat_template.jinja").write_text(PARTS_TEMPLATE)
+    ours = Tokenizer.from_dir(reads_parts)
+    hf = transformers.AutoTokenizer.from_pretrained(str(reads_parts))
+    assert ours.content_as_parts
+    want = hf.apply_chat_template(sent, add_generation_prompt=True, tokenize=False)
+    assert "[Part one.][Part two.]" in want
+    assert ours.decode(render_chat(ours, normalize_messages(sent), None, {}), skip_special_tokens=False) == want
+
+    joins = write_test_model(tmp_path / "string", "Qwen3ForCausalLM")
+    ours = Tokenizer.from_dir(joins)
+    assert not ours.content_as_parts
+    text = ours.decode(render_chat(ours, normalize_messages(sent), None, {}), skip_special_tokens=False)
+    assert " Part one. \nPart two." in text
