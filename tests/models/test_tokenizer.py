@@ -129,6 +129,7 @@ def test_warm_chat_template_compiles_once_and_logs_a_broken_one(tmp_path, caplog
     warm_chat_template(tok)
     compiled = tok.compiled_chat_template()
     assert compiled is tok.compiled_chat_template()  # compiled at warm-up, reused
+    assert tok._prompt_encoder is not None and "content_as_parts" in vars(tok)  # made at warm-up
     broken_dir = write_test_model(tmp_path / "broken")
     (broken_dir / "chat_template.jinja").write_text("{% if %}")
     broken = Tokenizer.from_dir(broken_dir)
