@@ -57,6 +57,11 @@ class _Tokenizer:
     def compiled_chat_template(self):
         self.compiled += 1
 
+    def encode_prompt(self, text):
+        return []
+
+    content_as_parts = False
+
 
 def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_template():
     import asyncio
