@@ -111,7 +111,10 @@ class Engine:
         if n == 0:
             raise InvalidRequest("the prompt is empty", param="prompt")
         vocab = self.loaded.arch.vocab_size
-        bad = next((t for t in er.prompt_token_ids if not 0 <= t < vocab), None)
+        ids = er.prompt_token_ids
+        bad = None
+        if min(ids) < 0 or max(ids) >= vocab:  # two C passes; the culprit searched only then
+            bad = next(t for t in ids if not 0 <= t < vocab)
         if bad is not None:
             raise InvalidRequest(f"token id {bad} is outside the vocabulary [0, {vocab})", param="prompt")
         bad = next((t for t, _ in er.sampling.logit_bias if t >= vocab), None)

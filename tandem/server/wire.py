@@ -51,6 +51,13 @@ def _list(conv: Callable[[Any, str], Any]) -> Callable[[Any, str], list]:
     return read
 
 
+def _int_list(v: Any, param: str) -> list[int]:
+    """A list of ints (token ids: a long prompt is checked in one pass, not one call an item)."""
+    if isinstance(v, list) and all(type(x) is int for x in v):
+        return v
+    return _list(_int)(v, param)
+
+
 def _pair(v: Any, param: str) -> tuple[int, float]:
     if not (isinstance(v, list) and len(v) == 2):
         raise _fail(param, "must hold [token id, bias] pairs")
@@ -109,12 +116,12 @@ def request_from_dict(d: Any) -> EngineRequest:
         raise _fail("kv_handle", "must be an object")
     return EngineRequest(
         request_id=_str(d["request_id"], "request_id"),
-        prompt_token_ids=_list(_int)(d["prompt_token_ids"], "prompt_token_ids"),
+        prompt_token_ids=_int_list(d["prompt_token_ids"], "prompt_token_ids"),
         sampling=sampling_from_dict(d.get("sampling", {})),
         cache_salt=_opt(_str)(d.get("cache_salt"), "cache_salt"),
         prefill_only=_bool(d.get("prefill_only", False), "prefill_only"),
         kv_handle=KVHandle.from_dict(handle) if handle is not None else None,
-        resume_output_ids=_list(_int)(d.get("resume_output_ids", []), "resume_output_ids"))
+        resume_output_ids=_int_list(d.get("resume_output_ids", []), "resume_output_ids"))
 
 
 def _lp_out(v: float) -> float | None:
