@@ -97,15 +97,20 @@ class SegmentEncoder:
 
 
 def _separators(backend: Backend) -> dict[str, int]:
-    """Special tokens safe to cut at: matched on the raw text, stripping no whitespace, and
-    not part of a longer added token."""
+    """Special tokens safe to cut at: matched on the raw text, stripping no whitespace, not
+    part of a longer added token, and starting with no added token's ending (that token, met
+    first, would be matched across the cut)."""
     added = backend.get_added_tokens_decoder()
-    contents = [t.content for t in added.values()]
+    contents = [t.content for t in added.values() if t.content]
+    endings = {c[i:] for c in contents for i in range(1, len(c))}  # proper suffixes
     out = {}
     for token_id, t in added.items():
-        if not t.special or t.normalized or t.lstrip or t.rstrip or t.single_word or not t.content:
+        c = t.content
+        if not t.special or t.normalized or t.lstrip or t.rstrip or t.single_word or not c:
             continue
-        if any(t.content in other and t.content != other for other in contents):
+        if any(c in other and c != other for other in contents):
             continue
-        out[t.content] = token_id
+        if any(c[:i] in endings for i in range(1, len(c))):
+            continue
+        out[c] = token_id
     return out

@@ -86,3 +86,13 @@ def test_cache_is_bounded_and_thread_safe():
         t.join(60)
     assert not errors
     assert enc._chars <= 2000 and sum(len(p) for p in enc._cache) == enc._chars
+
+
+def test_a_token_that_could_straddle_a_cut_keeps_its_separator_out():
+    # "x<|im" ends with the start of "<|im_start|>": in "x<|im_start|>" it is matched first
+    backend = Tokenizer.from_str(trained_tokenizer_json(512, "qwen"))
+    backend.add_tokens([AddedToken("x<|im", normalized=False)])
+    enc = SegmentEncoder(backend)
+    assert set(enc._ids) == {"<|endoftext|>"}  # both <|im_...|> tokens begin with "<|im"
+    for text in ["x<|im_start|>user\nhi<|im_end|>", "ax<|im_start|>x<|im_end|>"]:
+        assert enc.encode(text) == backend.encode(text, add_special_tokens=False).ids
