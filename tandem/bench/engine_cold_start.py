@@ -11,12 +11,14 @@ Baselines, measured in the same run:
 - transformers (for reference): import, from_pretrained, one generated token.
 With `cold=True` the page cache is dropped (root only: /proc/sys/vm/drop_caches) before each
 timed process, so every number includes reading its files from disk; otherwise all are warm.
+tandem's modules are compiled to bytecode first, as an installed package ships them.
 
 Run `python -m tandem.bench.engine_cold_start MODEL_DIR DTYPE THREADS [tandem|hf]` for the child.
 """
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import subprocess
@@ -87,7 +89,15 @@ def read_files_s(files: list[str], cold: bool) -> float:
     return time.perf_counter() - t0
 
 
+def ensure_bytecode() -> None:
+    """Compile tandem's modules, as an installed (non-editable) package has them: a checkout's
+    sources would otherwise be compiled again in the timed process (always, under
+    PYTHONDONTWRITEBYTECODE), while torch's site-packages load bytecode."""
+    compileall.compile_dir(str(Path(__file__).resolve().parents[1]), quiet=1)
+
+
 def measure(model_dir: str, dtype: str, threads: int, cold: bool, with_hf: bool = True) -> ColdStartRun:
+    ensure_bytecode()
     py = sys.executable
     child = [py, "-m", "tandem.bench.engine_cold_start", model_dir, dtype, str(threads)]
     ready_s, line = _timed(child + ["tandem"], cold)
