@@ -210,8 +210,9 @@ def _sample_random(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.T
             uniform[i] = torch.rand(1, dtype=torch.float64, device=device, generator=r.generator)[0]
 
     tokens = torch.empty(len(rows), dtype=torch.long, device=device)
-    trunc = [i for i, r in enumerate(rows) if r.params.top_k > 0 or r.params.top_p < 1.0]
-    whole = [i for i, r in enumerate(rows) if not (r.params.top_k > 0 or r.params.top_p < 1.0)]
+    truncated = [r.params.top_k > 0 or r.params.top_p < 1.0 for r in rows]
+    trunc = [i for i, t in enumerate(truncated) if t]
+    whole = [i for i, t in enumerate(truncated) if not t]
     if whole:
         idx = _index(whole, len(rows), device)
         tokens[idx] = _inverse_cdf(logits[idx], uniform[idx])
