@@ -89,7 +89,18 @@ def _dense_tool_exchanges(rng: random.Random, verses) -> tuple[list[dict], list[
     return tools, [fn(rng, verses) for fn, _, _ in picked]
 
 
-LAYOUTS = {"sparse": _sparse_tool_exchanges, "dense": _dense_tool_exchanges}
+def _drill_tool_exchanges(rng: random.Random, verses) -> tuple[list[dict], list[Exchange]]:
+    """1-3 tools offered and 1-2 requests that use them: short transcripts, so that copying argument
+    values from the request (which the dense layout spreads over long tool listings) is seen often."""
+    first = _pick(rng, TOOL_SCENARIOS)
+    tools = _tools_for(rng, set(first[2]), rng.randint(1, 3))
+    offered = {t["function"]["name"] for t in tools}
+    usable = [s for s in TOOL_SCENARIOS if set(s[2]) <= offered]
+    picked = [first] + [_pick(rng, usable) for _ in range(rng.choices([0, 1], weights=[0.6, 0.4])[0])]
+    return tools, [fn(rng, verses) for fn, _, _ in picked]
+
+
+LAYOUTS = {"sparse": _sparse_tool_exchanges, "dense": _dense_tool_exchanges, "drill": _drill_tool_exchanges}
 
 
 def make_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...], layout: str = "dense") -> dict:

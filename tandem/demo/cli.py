@@ -1,9 +1,12 @@
 """`tandem demo build-corpus | train-tokenizer | train | evaluate`: build the demo models from scratch.
 
-    tandem demo build-corpus --out /tmp/tandem-demo/corpus
-    tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer
-    tandem demo train --size target --minutes 34 --batch-size 2 --lr 3e-3 --out models/tandem-demo-target
-    tandem demo train --size draft --minutes 12 --batch-size 4 --lr 3e-3 --out models/tandem-demo-draft
+    tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense
+    tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill
+    tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /tmp/tandem-demo/tokenizer
+    tandem demo train --size target --minutes 80 --batch-size 2 --lr 4e-3 --assistant-loss-weight 4 \
+        --tool-call-loss-weight 8 --corpus /tmp/tandem-demo/corpus-dense \
+        --extra-corpus /tmp/tandem-demo/corpus-drill --out models/tandem-demo-target
+    tandem demo train --size draft --minutes 40 ... (the same flags) --out models/tandem-demo-draft
     tandem demo evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
 """
 
@@ -24,14 +27,17 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--agent-train", type=int, default=6000)
     p.add_argument("--agent-heldout", type=int, default=300)
-    p.add_argument("--layout", default="dense", choices=["sparse", "dense"],
-                   help="sparse: 1-3 requests, 2-5 tools; dense: 1-5 requests over 2-4 tools")
+    p.add_argument("--layout", default="dense", choices=["dense", "drill", "sparse"],
+                   help="sparse: 1-3 requests, 2-5 tools; dense: 1-5 requests over 2-4 tools; "
+                        "drill: 1-2 requests over 1-3 tools")
     p.set_defaults(func=_build_corpus)
 
     p = sub.add_parser("train-tokenizer", help="byte-level BPE on the training split")
     p.add_argument("--corpus", default="/tmp/tandem-demo/corpus")
     p.add_argument("--out", default="/tmp/tandem-demo/tokenizer")
     p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--isolate-spaces", action="store_true",
+                   help="spaces as tokens of their own, so values read the same in prose and in JSON")
     p.set_defaults(func=_train_tokenizer)
 
     from tandem.demo.train import add_train_args
@@ -58,7 +64,7 @@ def _build_corpus(a: argparse.Namespace) -> None:
 def _train_tokenizer(a: argparse.Namespace) -> None:
     from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
 
-    tok = train_tokenizer(corpus_texts(a.corpus), vocab_size=a.vocab_size)
+    tok = train_tokenizer(corpus_texts(a.corpus), vocab_size=a.vocab_size, isolate_spaces=a.isolate_spaces)
     for f in save_tokenizer_files(tok, a.out):
         print(f)
 

@@ -6,7 +6,8 @@
 - tool calls: for every tool-call turn of held-out transcripts, the target's greedy continuation of the
   conversation so far must hold <tool_call> blocks whose JSON names a tool offered in that transcript and
   whose arguments validate against its schema (all blocks of the turn valid = turn valid); also reported:
-  the share whose calls equal the reference exactly;
+  the share whose calls equal the reference exactly, and the share of the reference's string argument
+  values found verbatim in the conversation so far (the values a model can copy) that its calls reproduce;
 - draft agreement: over held-out transcripts (teacher forcing), the share of positions where the draft's
   argmax next token equals the target's, over all positions and over assistant-reply positions only.
 Results go to eval_results.json and the "Evaluation" section of README.md in each model directory.
@@ -77,11 +78,24 @@ def _reference_calls(message: dict) -> list[tuple[str, dict]]:
     return [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
 
 
+def copyable_values(reference: list[tuple[str, dict]], produced: list[tuple[str, dict | None]],
+                    context: str) -> tuple[int, int]:
+    """(values, reproduced): the reference calls' top-level string argument values that occur verbatim in
+    `context`, and how many of them a produced call of the same tool carries under the same key."""
+    values = reproduced = 0
+    for name, args in reference:
+        for key, value in args.items():
+            if isinstance(value, str) and value and value in context:
+                values += 1
+                reproduced += any(n == name and isinstance(a, dict) and a.get(key) == value for n, a in produced)
+    return values, reproduced
+
+
 @torch.no_grad()
 def tool_call_validity(model, tok, transcripts: list[dict], max_new_tokens: int) -> dict:
     template = compile_template()
     eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
-    valid = exact = names = turns = 0
+    valid = exact = names = turns = values = copied = 0
     failures: list[dict] = []
     for tr in transcripts:
         schemas = tools_by_name(tr["tools"] or [])
@@ -98,11 +112,15 @@ def tool_call_validity(model, tok, transcripts: list[dict], max_new_tokens: int)
             ref = _reference_calls(tr["messages"][i])
             names += [c.name for c in checks] == [n for n, _ in ref]
             exact += ok and [(c.name, c.arguments) for c in checks] == ref
+            v, c = copyable_values(ref, [(c.name, c.arguments) for c in checks], prompt)
+            values, copied = values + v, copied + c
             if not ok and len(failures) < 10:
                 failures.append({"output": text, "reasons": [c.reason for c in checks if not c.ok]})
     return {"turns": turns, "valid_share": round(valid / max(turns, 1), 4),
             "tool_name_match_share": round(names / max(turns, 1), 4),
-            "exact_match_share": round(exact / max(turns, 1), 4), "sample_failures": failures}
+            "exact_match_share": round(exact / max(turns, 1), 4),
+            "argument_values": {"values": values, "copied_share": round(copied / max(values, 1), 4)},
+            "sample_failures": failures}
 
 
 _ASSISTANT = re.compile(r"<\|im_start\|>assistant\n(.*?<\|im_end\|>)", re.DOTALL)

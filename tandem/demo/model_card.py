@@ -137,7 +137,11 @@ def render_card(model_dir: Path, role: str) -> str:
     if ev is not None:
         lines += ["", "Undertrained for copying: the target picks the right tool and emits schema-valid arguments, but "
                   "rarely copies argument values from the request or the tool result "
-                  f"({ev['tool_calls']['exact_match_share'] * 100:.1f}% exact calls; see the examples). Training "
+                  f"({ev['tool_calls']['exact_match_share'] * 100:.1f}% exact calls"
+                  + (f"; {ev['tool_calls']['argument_values']['copied_share'] * 100:.1f}% of the "
+                     f"{ev['tool_calls']['argument_values']['values']} reference string values that appear in "
+                     "the conversation are reproduced" if "argument_values" in ev["tool_calls"] else "")
+                  + "; see the examples). Training "
                   "is resumable (`--resume` with a larger `--minutes`) when the machine has CPU to spare."]
     lines.append("")
     return "\n".join(lines)

@@ -5,6 +5,9 @@ the last four ids are <tool_call>, </tool_call>, <tool_response>, </tool_respons
 tokens so that decoded text keeps them for tool-call parsers (as Qwen's tokenizers do). All seven are
 matched before pre-tokenization, so they are always single tokens.
 Digits are split one per token, which helps a small model copy numbers into tool arguments.
+With `isolate_spaces`, spaces are tokens of their own (never merged into the word after them): a value
+then reads the same in a request ("in Paris") and in a tool call ("city": "Paris"), so a small model can
+copy it token for token; with words carrying their leading space the two spellings are different tokens.
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 EOS_TOKEN, PAD_TOKEN = "<|im_end|>", "<|endoftext|>"
 # contractions, words with one leading space, single digits, punctuation runs, newlines, other spaces
-SPLIT_PATTERN = (r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPLIT_PATTERN = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+# the same pieces, but no space joins the word, digit or punctuation after it
+SPACE_TOKEN_PATTERN = r"'(?:[sdmt]|ll|ve|re)|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
-def new_tokenizer() -> Tokenizer:
+def new_tokenizer(isolate_spaces: bool = False) -> Tokenizer:
     tok = Tokenizer(models.BPE())
+    pattern = SPACE_TOKEN_PATTERN if isolate_spaces else SPLIT_PATTERN
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
@@ -40,9 +46,9 @@ def _strip_markers(text: str) -> str:
     return text
 
 
-def train_tokenizer(texts, vocab_size: int = 4096) -> Tokenizer:
+def train_tokenizer(texts, vocab_size: int = 4096, isolate_spaces: bool = False) -> Tokenizer:
     """BPE over `texts` (an iterable of strings); the vocabulary has exactly `vocab_size` entries."""
-    tok = new_tokenizer()
+    tok = new_tokenizer(isolate_spaces)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(TOOL_TOKENS), min_frequency=2, show_progress=False,
         special_tokens=list(SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet())

@@ -7,6 +7,7 @@ progress is step/steps with --steps, else elapsed wall time / budget with --minu
 evaluation and checkpoint time too, and accumulates across resumes). A checkpoint (weights, optimizer,
 data position, history) is written to the work directory every few minutes; --resume continues from it.
 The final model is saved in bfloat16 safetensors with the tokenizer files, a loss curve and train_log.json.
+--extra-corpus adds another corpus's training transcripts.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class TrainConfig:
     # weight of tokens inside assistant replies (tool calls, answers) in the training loss; the rest
     # (system prompt, tool schemas, user turns, KJV) weighs 1. The logged loss is always the plain mean.
     assistant_loss_weight: float = 1.0
+    # weight of the tokens of a tool call (`<tool_call>` to `</tool_call>`), above the assistant weight
+    tool_call_loss_weight: float | None = None
+    extra_corpus_dirs: tuple[str, ...] = ()   # their agent.train transcripts join the training data
     threads: int = 1
     eval_every: int = 50               # steps between held-out evaluations
     eval_rows: int = 4                 # rows per corpus part in those evaluations
@@ -96,11 +100,16 @@ def progress_of(cfg: TrainConfig, state: TrainState) -> float:
     return state.elapsed / (cfg.minutes * 60)
 
 
-def _docs(cfg: TrainConfig, tok: Tokenizer, part: str, split: str):
-    cache = Path(cfg.token_cache) / f"tokens.{part}.{split}.npz"
+def _docs(cfg: TrainConfig, tok: Tokenizer, part: str, split: str, corpus_dir: str | None = None):
+    """Tokenized documents of one corpus part, cached (an extra corpus in a subfolder named after it)."""
+    corpus_dir = corpus_dir or cfg.corpus_dir
+    cache = Path(cfg.token_cache)
+    if corpus_dir != cfg.corpus_dir:
+        cache = cache / Path(corpus_dir).name
+    cache = cache / f"tokens.{part}.{split}.npz"
     if cache.exists():
         return load_docs(cache)
-    docs = tokenize_docs(tok, load_texts(cfg.corpus_dir, part, split), tok.token_to_id(PAD_TOKEN))
+    docs = tokenize_docs(tok, load_texts(corpus_dir, part, split), tok.token_to_id(PAD_TOKEN))
     cache.parent.mkdir(parents=True, exist_ok=True)
     save_docs(docs, cache)
     return docs
@@ -115,9 +124,21 @@ def build_model(cfg: TrainConfig, tok: Tokenizer):
     return LlamaForCausalLM(mcfg)
 
 
-def assistant_mask(rows: np.ndarray, header: list[int], end_id: int) -> np.ndarray:
-    """bool [B, T]: tokens after an `<|im_start|>assistant\\n` header up to and including its `<|im_end|>`.
-    A row that starts inside a reply counts those first tokens as not assistant (they lack their header)."""
+def loss_weights(cfg: TrainConfig, rows: np.ndarray, tok: Tokenizer) -> torch.Tensor:
+    """float [B, T]: 1 everywhere, the assistant weight inside replies, the tool-call weight inside calls."""
+    weights = torch.ones(rows.shape)
+    if cfg.assistant_loss_weight != 1.0:
+        header, end_id = tok.encode("<|im_start|>assistant\n").ids, tok.token_to_id("<|im_end|>")
+        weights[torch.from_numpy(span_mask(rows, header, end_id))] = cfg.assistant_loss_weight
+    if cfg.tool_call_loss_weight is not None:
+        calls = span_mask(rows, [tok.token_to_id("<tool_call>")], tok.token_to_id("</tool_call>"))
+        weights[torch.from_numpy(calls)] = cfg.tool_call_loss_weight
+    return weights
+
+
+def span_mask(rows: np.ndarray, header: list[int], end_id: int) -> np.ndarray:
+    """bool [B, T]: tokens after each `header` sequence (e.g. `<|im_start|>assistant\\n`) up to and including
+    the next `end_id`. A row that starts inside a span counts those first tokens out (they lack the header)."""
     mask = np.zeros(rows.shape, dtype=bool)
     h = len(header)
     for b, row in enumerate(rows.tolist()):
@@ -171,6 +192,15 @@ def _command_line() -> str:
     return f"python -m tandem.demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
 
 
+def write_corpus_manifest(corpus_dir: str, extra_corpus_dirs: tuple[str, ...], out: Path) -> None:
+    """corpus_manifest.json: the main corpus's manifest, with those of the extra corpora whose training
+    transcripts were used too (the held-out splits are always the main corpus's)."""
+    manifest = json.loads((Path(corpus_dir) / "manifest.json").read_text())
+    if extra_corpus_dirs:
+        manifest["extra_corpora"] = [json.loads((Path(d) / "manifest.json").read_text()) for d in extra_corpus_dirs]
+    (out / "corpus_manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
 def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per_epoch: int) -> dict:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -181,7 +211,7 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
     model.save_pretrained(out, safe_serialization=True)
     for name in TOKENIZER_FILES:    # our generation_config.json (eos = <|im_end|>, <|endoftext|>) wins
         shutil.copy(Path(cfg.tokenizer_dir) / name, out / name)
-    shutil.copy(Path(cfg.corpus_dir) / "manifest.json", out / "corpus_manifest.json")
+    write_corpus_manifest(cfg.corpus_dir, cfg.extra_corpus_dirs, out)
     plot_loss_curve(state.history, out / "loss_curve.png",
                     f"tandem-demo {cfg.size}: {state.tokens / 1e6:.2f}M tokens, {state.elapsed / 60:.1f} min")
     recent = [x for _, _, x in state.history["train"][-50:]]
@@ -210,19 +240,20 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
 def train(cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     tok = Tokenizer.from_file(str(Path(cfg.tokenizer_dir) / "tokenizer.json"))
-    train_docs = concat_docs([_docs(cfg, tok, p, "train") for p in PARTS])
+    train_docs = concat_docs([_docs(cfg, tok, p, "train") for p in PARTS]
+                             + [_docs(cfg, tok, "agent", "train", d) for d in cfg.extra_corpus_dirs])
     heldout = {p: torch.from_numpy(fixed_rows(_docs(cfg, tok, p, "heldout"), cfg.seq_len, cfg.eval_rows))
                for p in PARTS}
     model = build_model(cfg, tok)
     opt = make_optimizer(cfg, model)
-    header, end_id = tok.encode("<|im_start|>assistant\n").ids, tok.token_to_id("<|im_end|>")
     state = TrainState()
     ckpt = cfg.work / "checkpoint.pt"
     if cfg.resume and ckpt.exists():
         saved = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optim"])
-        state = TrainState(**saved["state"])
+        known = {f.name for f in dataclasses.fields(TrainState)}   # a field no longer kept is dropped
+        state = TrainState(**{k: v for k, v in saved["state"].items() if k in known})
         print(f"resumed from {ckpt} at step {state.step} ({state.elapsed / 60:.1f} min)", file=sys.stderr)
     state.segments.append([state.step + 1, _command_line()])
     cfg.work.mkdir(parents=True, exist_ok=True)
@@ -247,9 +278,7 @@ def train(cfg: TrainConfig) -> dict:
         lr = lr_at(cfg, state.step, progress_of(cfg, state))
         for g in opt.param_groups:
             g["lr"] = lr
-        weights = torch.ones(batch.shape)
-        if cfg.assistant_loss_weight != 1.0:
-            weights[torch.from_numpy(assistant_mask(batch.numpy(), header, end_id))] = cfg.assistant_loss_weight
+        weights = loss_weights(cfg, batch.numpy(), tok)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
             logits = model(input_ids=batch).logits                                   # [B, T, V]
         loss_t, loss = weighted_loss(logits, batch, weights)
@@ -297,6 +326,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--assistant-loss-weight", type=float, default=d.assistant_loss_weight)
+    p.add_argument("--tool-call-loss-weight", type=float, default=None)
+    p.add_argument("--extra-corpus", action="append", default=[], help="another corpus directory (repeatable)")
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--eval-every", type=int, default=d.eval_every)
     p.add_argument("--float32", action="store_true", help="disable bfloat16 autocast")
@@ -308,7 +339,9 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(out_dir=a.out, size=a.size, corpus_dir=a.corpus, tokenizer_dir=a.tokenizer,
                        work_dir=a.work, token_cache=a.token_cache, minutes=a.minutes, steps=a.steps, batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr,
-                       threads=a.threads, assistant_loss_weight=a.assistant_loss_weight, eval_every=a.eval_every,
+                       threads=a.threads, assistant_loss_weight=a.assistant_loss_weight,
+                       tool_call_loss_weight=a.tool_call_loss_weight, extra_corpus_dirs=tuple(a.extra_corpus),
+                       eval_every=a.eval_every,
                        bf16_autocast=not a.float32, seed=a.seed,
                        resume=a.resume, progress=not a.no_progress)
 

@@ -21,7 +21,7 @@ def test_catalog_names_are_unique():
     assert len(names) == len(set(names)) >= 12
 
 
-@pytest.mark.parametrize("layout", ["sparse", "dense"])
+@pytest.mark.parametrize("layout", ["sparse", "dense", "drill"])
 def test_every_generated_call_validates_and_is_offered(verses, layout):
     calls = 0
     for i in range(600):
@@ -92,3 +92,16 @@ def test_dense_layout_offers_few_tools_and_many_calls(verses):
             n_calls.append(len(tool_call_turns(tr)))
     assert max(n_tools) <= 4 and min(n_tools) >= 2
     assert sum(n_calls) / len(n_calls) > 3.0
+
+
+def test_drill_layout_is_short_and_calls_what_it_offers(verses):
+    n_tools, n_requests = [], []
+    for i in range(300):
+        tr = make_transcript(9, "train", i, verses, "drill")
+        if tr["tools"]:
+            n_tools.append(len(tr["tools"]))
+            n_requests.append(sum(m["role"] == "user" and not m["content"].startswith(("Thank", "Thanks", "Great",
+                                                                                         "Perfect"))
+                                  for m in tr["messages"]))
+    assert max(n_tools) <= 3 and min(n_tools) == 1
+    assert all(n >= 1 for n in n_requests) and max(n_requests) <= 3   # 1-2 requests, maybe a greeting first

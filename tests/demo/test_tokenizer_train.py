@@ -48,6 +48,15 @@ def test_digits_are_single_tokens(tok_dir):
     assert tok.encode("2025").tokens == ["2", "0", "2", "5"]
 
 
+def test_isolated_spaces_give_a_value_the_same_tokens_in_a_request_and_in_a_tool_call(tok_dir):
+    tok = train_tokenizer(TEXTS * 20, vocab_size=400, isolate_spaces=True)
+    for value in ("Paris", "alice.smith@acme.io", "electric cars", "37 * 12"):
+        alone = tok.encode(value).ids
+        for text in (f"What about {value}?", f'{{"arguments": {{"q": "{value}"}}}}', f"in {value} today"):
+            ids = tok.encode(text).ids
+            assert any(ids[i:i + len(alone)] == alone for i in range(len(ids))), (value, text)
+
+
 def test_config_files(tok_dir):
     path, tok = tok_dir
     cfg = json.loads((path / "tokenizer_config.json").read_text())

@@ -23,11 +23,11 @@ def prepared(tmp_path_factory, bible_text):
     return root
 
 
-def _cfg(root, steps, resume=False):
+def _cfg(root, steps, resume=False, **kw):
     return TrainConfig(out_dir=str(root / "model"), size="tiny", corpus_dir=str(root / "corpus"),
                        tokenizer_dir=str(root / "tokenizer"), work_dir=str(root / "work"),
                        token_cache=str(root / "tokens"), minutes=None, steps=steps, seq_len=64, batch_size=2,
-                       warmup_steps=2, eval_every=2, eval_rows=1, resume=resume, progress=False)
+                       warmup_steps=2, eval_every=2, eval_rows=1, resume=resume, progress=False, **kw)
 
 
 def test_schedule_warms_up_then_decays():
@@ -36,7 +36,7 @@ def test_schedule_warms_up_then_decays():
     assert lr_at(cfg, 50, 0.5) == pytest.approx(0.55) and lr_at(cfg, 100, 1.0) == pytest.approx(0.1)
 
 
-def test_train_then_resume(prepared):
+def test_train_then_resume(prepared, bible_text):
     log = train(_cfg(prepared, 4))
     out = prepared / "model"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -57,16 +57,26 @@ def test_train_then_resume(prepared):
     model = transformers.AutoModelForCausalLM.from_pretrained(str(out))
     assert sum(p.numel() for p in model.parameters()) == log2["parameters"]
 
+    # resumed on more data (an extra corpus's transcripts) with tool calls weighted: 2 more steps
+    build_corpus(prepared / "corpus-drill", CorpusConfig(agent_train=20, agent_heldout=2, layout="drill"),
+                 bible_text=bible_text)
+    log3 = train(_cfg(prepared, 8, resume=True, tool_call_loss_weight=8.0,
+                      extra_corpus_dirs=(str(prepared / "corpus-drill"),)))
+    assert log3["steps"] == 8 and [s for s, _, _ in log3["history"]["train"]] == list(range(1, 9))
+    assert (prepared / "tokens" / "corpus-drill" / "tokens.agent.train.npz").is_file()
+    manifest = json.loads((out / "corpus_manifest.json").read_text())
+    assert [m["config"]["layout"] for m in manifest["extra_corpora"]] == ["drill"]
 
-def test_assistant_mask_covers_replies_through_im_end():
+
+def test_span_mask_covers_replies_through_im_end():
     import numpy as np
 
-    from tandem.demo.train import assistant_mask
+    from tandem.demo.train import span_mask
 
     header, end = [1, 392, 201], 2
     rows = np.array([[7, 7, 2, 1, 392, 201, 5, 6, 2, 1, 336, 201, 4, 2, 1, 392],
                      [1, 392, 201, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9]])
-    got = assistant_mask(rows, header, end).astype(int).tolist()
+    got = span_mask(rows, header, end).astype(int).tolist()
     assert got[0] == [0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0]   # row starting mid-reply: unknown, 0
     assert got[1] == [0, 0, 0] + [1] * 13
 
@@ -84,3 +94,26 @@ def test_weighted_loss_reduces_to_plain_mean_with_unit_weights():
     w, _ = weighted_loss(logits, ids, weights)
     ref = torch.nn.functional.cross_entropy(logits[:, :4].flatten(0, 1), ids[:, 1:5].flatten())
     assert float(w) == pytest.approx(float(ref), rel=1e-5)
+
+
+def test_loss_weights_rank_tool_calls_over_replies_over_the_rest():
+    import numpy as np
+
+    from tandem.demo.train import loss_weights, span_mask
+
+    rows = np.array([[5, 7, 3, 9, 8, 5, 7]])
+    assert span_mask(rows, [7], 8).astype(int).tolist() == [[0, 0, 1, 1, 1, 0, 0]]   # open span runs to the end
+
+    class Tok:   # the four special tokens loss_weights looks up
+        ids = {"<|im_end|>": 2, "<tool_call>": 7, "</tool_call>": 8}
+
+        def token_to_id(self, s):
+            return self.ids[s]
+
+        def encode(self, s):
+            return type("E", (), {"ids": [1, 4]})()
+
+    rows = np.array([[6, 1, 4, 9, 7, 3, 8, 2, 6]])
+    w = loss_weights(TrainConfig(out_dir="x", assistant_loss_weight=4.0, tool_call_loss_weight=8.0), rows, Tok())
+    assert w.tolist() == [[1, 1, 1, 4, 4, 8, 8, 4, 1]]
+    assert loss_weights(TrainConfig(out_dir="x"), rows, Tok()).tolist() == [[1.0] * 9]
