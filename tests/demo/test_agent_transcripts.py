@@ -83,25 +83,24 @@ def test_generation_is_deterministic(verses):
     assert make_transcript(5, "train", 42, verses) != make_transcript(6, "train", 42, verses)
 
 
+def _with_tools(verses, layout: str) -> list[dict]:
+    """Transcripts 0-299 of seed 9 that offer tools."""
+    return [tr for i in range(300) if (tr := make_transcript(9, "train", i, verses, layout))["tools"]]
+
+
 def test_dense_layout_offers_few_tools_and_many_calls(verses):
-    n_tools, n_calls = [], []
-    for i in range(300):
-        tr = make_transcript(9, "train", i, verses, "dense")
-        if tr["tools"]:
-            n_tools.append(len(tr["tools"]))
-            n_calls.append(len(tool_call_turns(tr)))
+    transcripts = _with_tools(verses, "dense")
+    n_tools = [len(tr["tools"]) for tr in transcripts]
+    n_calls = [len(tool_call_turns(tr)) for tr in transcripts]
     assert max(n_tools) <= 4 and min(n_tools) >= 2
     assert sum(n_calls) / len(n_calls) > 3.0
 
 
 def test_drill_layout_is_short_and_calls_what_it_offers(verses):
-    n_tools, n_requests = [], []
-    for i in range(300):
-        tr = make_transcript(9, "train", i, verses, "drill")
-        if tr["tools"]:
-            n_tools.append(len(tr["tools"]))
-            n_requests.append(sum(m["role"] == "user" and not m["content"].startswith(("Thank", "Thanks", "Great",
-                                                                                         "Perfect"))
-                                  for m in tr["messages"]))
+    transcripts = _with_tools(verses, "drill")
+    n_tools = [len(tr["tools"]) for tr in transcripts]
+    thanks = ("Thank", "Thanks", "Great", "Perfect")
+    n_requests = [sum(m["role"] == "user" and not m["content"].startswith(thanks) for m in tr["messages"])
+                  for tr in transcripts]
     assert max(n_tools) <= 3 and min(n_tools) == 1
     assert all(n >= 1 for n in n_requests) and max(n_requests) <= 3   # 1-2 requests, maybe a greeting first
