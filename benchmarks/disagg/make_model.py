@@ -1,11 +1,12 @@
-"""A random Llama-shaped checkpoint with the demo model's 4096-token BPE tokenizer.
+"""A random Llama-shaped checkpoint with a 4096-token BPE tokenizer from the demo model family.
 
 `tandem model make-test` trains its tokenizer on a small built-in corpus (about 1,000 tokens of
 vocabulary, ~3.4 tokens per English word), which would make a "few thousand token" system prompt
-a few hundred words. The shipped demo tokenizer (models/tandem-demo-target, 4096 tokens, ~1.45
-tokens per word of the agentic generator) is closer to real vocabularies, so this script writes
-the random weights with `write_test_model` and then swaps in the demo's tokenizer, chat template
-and special-token ids.
+a few hundred words. The tokenizer in benchmarks/disagg/tokenizer/ (the demo models' first one,
+4096 tokens, words carrying their leading space: ~1.45 tokens per word of the agentic generator) is
+closer to real vocabularies, so this script writes the random weights with `write_test_model` and
+then adds that tokenizer, its chat template and special-token ids. It is kept here, apart from the
+shipped models, so that the workloads of docs/benchmarks.md keep their token counts.
 
   python benchmarks/disagg/make_model.py OUT_DIR [--hidden-size 512] [--layers 8] [--heads 8] [--kv-heads 4]
 """
@@ -19,9 +20,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root, for `tandem`
+from tokenizers import Tokenizer
+
 from tandem.testing.tiny_model import write_test_model
 
-DEMO = Path(__file__).resolve().parents[2] / "models" / "tandem-demo-target"
+TOKENIZER_DIR = Path(__file__).resolve().parent / "tokenizer"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 
 
@@ -35,16 +38,17 @@ def main() -> int:
     p.add_argument("--max-position-embeddings", type=int, default=8192)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    demo_cfg = json.loads((DEMO / "config.json").read_text())
+    gen = json.loads((TOKENIZER_DIR / "generation_config.json").read_text())
+    vocab_size = Tokenizer.from_file(str(TOKENIZER_DIR / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
     out = write_test_model(a.out_dir, "LlamaForCausalLM", hidden_size=a.hidden_size, num_layers=a.layers,
                            num_heads=a.heads, num_kv_heads=a.kv_heads, intermediate_size=2 * a.hidden_size,
-                           vocab_size=demo_cfg["vocab_size"], max_position_embeddings=a.max_position_embeddings,
+                           vocab_size=vocab_size, max_position_embeddings=a.max_position_embeddings,
                            dtype="bfloat16", seed=a.seed)
     for name in TOKENIZER_FILES:
-        shutil.copyfile(DEMO / name, out / name)
+        shutil.copyfile(TOKENIZER_DIR / name, out / name)
     cfg = json.loads((out / "config.json").read_text())
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        cfg[key] = demo_cfg[key]
+        cfg[key] = gen[key]
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     print(out)
     return 0
