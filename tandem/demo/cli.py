@@ -1,16 +1,16 @@
 """`tandem demo build-corpus | train-tokenizer | train | evaluate`: build the demo models from scratch.
 
-The shipped models' exact commands are on their cards. A recipe whose models copy argument values
-from requests into tool calls (spaces as tokens, short drill transcripts, tool calls weighted; with it
-the draft learns to copy within 40 minutes, the target needs more than 115):
+The shipped models' exact commands are on their cards; in short (spaces as tokens, so that a value
+reads the same in a request and in a tool call; short drill transcripts beside the dense ones; tool
+calls weighted in the loss):
 
     tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense
     tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill
-    tandem demo train-tokenizer --isolate-spaces --corpus /tmp/tandem-demo/corpus-dense --out /tmp/tandem-demo/tokenizer
+    tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /tmp/tandem-demo/tokenizer
     tandem demo train --size draft --minutes 40 --batch-size 2 --lr 4e-3 --assistant-loss-weight 4 \
         --tool-call-loss-weight 8 --corpus /tmp/tandem-demo/corpus-dense \
         --extra-corpus /tmp/tandem-demo/corpus-drill --out models/tandem-demo-draft
-    tandem demo train --size target ... (the same flags, a longer --minutes) --out models/tandem-demo-target
+    tandem demo train --size target ... (the same flags, --minutes 200) --out models/tandem-demo-target
     tandem demo evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
 """
 
@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     p.add_argument("--corpus", default="/tmp/tandem-demo/corpus")
     p.add_argument("--out", default="/tmp/tandem-demo/tokenizer")
     p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--isolate-spaces", action="store_true",
-                   help="spaces as tokens of their own, so values read the same in prose and in JSON")
+    p.add_argument("--isolate-spaces", action=argparse.BooleanOptionalAction, default=True,
+                   help="spaces as tokens of their own, so values read the same in prose and in JSON "
+                        "(default; --no-isolate-spaces joins a space to the word after it, as GPT-2 does)")
     p.set_defaults(func=_train_tokenizer)
 
     from tandem.demo.train import add_train_args

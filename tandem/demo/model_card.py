@@ -12,9 +12,9 @@ EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-targ
                 "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
 SETUP_COMMANDS = (
     "apt-get install -y bible-kjv   # provides the `bible` command\n"
-    "python -m tandem demo build-corpus --layout sparse --out /tmp/tandem-demo/corpus\n"
     "python -m tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
-    "python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus --out /tmp/tandem-demo/tokenizer"
+    "python -m tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill\n"
+    "python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /tmp/tandem-demo/v2/tokenizer"
 )
 
 
@@ -55,6 +55,22 @@ def _eval_section(role: str, ev: dict | None) -> list[str]:
     return lines
 
 
+def _copying_limitation(tc: dict) -> str:
+    values = tc.get("argument_values")
+    exact = f"{tc['exact_match_share'] * 100:.1f}% of its calls match the reference exactly"
+    if values is None:
+        return f"Argument values: {exact}."
+    copied = (f"it reproduces {values['copied_share'] * 100:.1f}% of the {values['values']} reference string "
+              "values that appear in the conversation")
+    if values["copied_share"] >= 0.5:
+        return (f"Argument values: {copied}, and {exact}. The other calls carry a wrong value or miss an "
+                "argument, and replies after a tool result can misstate it (see the examples): check a call "
+                "before acting on it.")
+    return (f"Undertrained for copying: the target picks the right tool and emits schema-valid arguments, but "
+            f"{copied} and {exact} (see the examples). Training is resumable (`--resume` with a larger "
+            "`--minutes`) when the machine has CPU to spare.")
+
+
 def render_card(model_dir: Path, role: str) -> str:
     cfg = json.loads((model_dir / "config.json").read_text())
     log = _read(model_dir / "train_log.json") or {}
@@ -88,18 +104,23 @@ def render_card(model_dir: Path, role: str) -> str:
         f"a few of {len(tool_catalog())} tools with JSON-schema parameters "
         f"({', '.join(t['function']['name'] for t in tool_catalog())}), user requests, "
         "tool calls (single, parallel and chained) whose arguments validate against the schema and match the "
-        "request, tool results and final answers, plus some greetings and tool-free chat. Two layouts: "
-        "`sparse` (1-3 requests, 2-5 tools offered) and `dense` (1-5 requests using only the 2-4 tools offered: "
-        "about 1.7x more tool calls per token). Held-out transcripts come from a separate seed stream, "
-        "with exact duplicates of training transcripts removed.",
+        "request, tool results and final answers, plus some greetings and tool-free chat. Three layouts: "
+        "`sparse` (1-3 requests, 2-5 tools offered), `dense` (1-5 requests using only the 2-4 tools offered: "
+        "about 1.7x more tool calls per token) and `drill` (1-2 requests over 1-3 tools: short transcripts, "
+        "so that copying a value from a request into a call is seen often). Held-out transcripts come from a "
+        "separate seed stream, with exact duplicates of training transcripts removed.",
     ]
     if corpus:
         f = corpus["files"]
-        lines.append(f"- Final corpus (layout `{corpus['config'].get('layout', 'sparse')}`, seed {corpus['config']['seed']}): {f['kjv.train.jsonl']['documents']} training / "
+        lines.append(f"- Corpus (layout `{corpus['config'].get('layout', 'sparse')}`, seed {corpus['config']['seed']}): {f['kjv.train.jsonl']['documents']} training / "
                      f"{f['kjv.heldout.jsonl']['documents']} held-out chapters, "
                      f"{f['agent.train.jsonl']['documents']} training / {f['agent.heldout.jsonl']['documents']} "
                      f"held-out transcripts; transcripts are {corpus['agent_share_of_train_characters'] * 100:.0f}% "
-                     "of the training characters.")
+                     "of its training characters. The held-out figures below are on its held-out splits.")
+        for extra in corpus.get("extra_corpora", []):
+            lines.append(f"- Extra training transcripts (`--extra-corpus`, layout `{extra['config']['layout']}`, "
+                         f"seed {extra['config']['seed']}): {extra['files']['agent.train.jsonl']['documents']} "
+                         "transcripts.")
     lines += ["", "## Chat format", "",
               "ChatML (`<|im_start|>role ... <|im_end|>`) with Hermes/Qwen-style tools: the system turn lists the "
               "tools inside `<tools></tools>` (one JSON function per line); the assistant calls them as "
@@ -115,7 +136,10 @@ def render_card(model_dir: Path, role: str) -> str:
                f"{', '.join(str(f) for f, _ in log['segments'][1:])})" if len(log.get("segments", [])) > 1 else "")
             + ".",
             f"- Loss: next-token cross-entropy on every token, with tokens inside assistant replies weighted "
-            f"{log['config'].get('assistant_loss_weight', 1.0)}x (the logged and plotted loss is the plain mean).",
+            f"{log['config'].get('assistant_loss_weight', 1.0)}x"
+            + (f" and tokens from `<tool_call>` to `</tool_call>` {log['config']['tool_call_loss_weight']}x"
+               if log["config"].get("tool_call_loss_weight") is not None else "")
+            + " (the logged and plotted loss is the plain mean).",
             f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
             f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, cosine "
             f"decay, bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
@@ -135,14 +159,7 @@ def render_card(model_dir: Path, role: str) -> str:
               "Tiny and narrow: it imitates its templates, invents facts, and degrades past 1024 tokens of context. "
               "Use it for demos and for measuring the serving stack, never for answers."]
     if ev is not None:
-        lines += ["", "Undertrained for copying: the target picks the right tool and emits schema-valid arguments, but "
-                  "rarely copies argument values from the request or the tool result "
-                  f"({ev['tool_calls']['exact_match_share'] * 100:.1f}% exact calls"
-                  + (f"; {ev['tool_calls']['argument_values']['copied_share'] * 100:.1f}% of the "
-                     f"{ev['tool_calls']['argument_values']['values']} reference string values that appear in "
-                     "the conversation are reproduced" if "argument_values" in ev["tool_calls"] else "")
-                  + "; see the examples). Training "
-                  "is resumable (`--resume` with a larger `--minutes`) when the machine has CPU to spare."]
+        lines += ["", _copying_limitation(ev["tool_calls"])]
     lines.append("")
     return "\n".join(lines)
 

@@ -5,9 +5,10 @@ the last four ids are <tool_call>, </tool_call>, <tool_response>, </tool_respons
 tokens so that decoded text keeps them for tool-call parsers (as Qwen's tokenizers do). All seven are
 matched before pre-tokenization, so they are always single tokens.
 Digits are split one per token, which helps a small model copy numbers into tool arguments.
-With `isolate_spaces`, spaces are tokens of their own (never merged into the word after them): a value
-then reads the same in a request ("in Paris") and in a tool call ("city": "Paris"), so a small model can
-copy it token for token; with words carrying their leading space the two spellings are different tokens.
+Spaces are tokens of their own (`isolate_spaces`, the default; never merged into the word after them): a
+value then reads the same in a request ("in Paris") and in a tool call ("city": "Paris"), so a small model
+can copy it token for token. With words carrying their leading space (GPT-2's split, isolate_spaces=False)
+the two spellings are different tokens, and a small model learns a mapping per value instead of a copy.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SPLIT_PATTERN = r"'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]
 SPACE_TOKEN_PATTERN = r"'(?:[sdmt]|ll|ve|re)|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 
-def new_tokenizer(isolate_spaces: bool = False) -> Tokenizer:
+def new_tokenizer(isolate_spaces: bool = True) -> Tokenizer:
     tok = Tokenizer(models.BPE())
     pattern = SPACE_TOKEN_PATTERN if isolate_spaces else SPLIT_PATTERN
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -46,7 +47,7 @@ def _strip_markers(text: str) -> str:
     return text
 
 
-def train_tokenizer(texts, vocab_size: int = 4096, isolate_spaces: bool = False) -> Tokenizer:
+def train_tokenizer(texts, vocab_size: int = 4096, isolate_spaces: bool = True) -> Tokenizer:
     """BPE over `texts` (an iterable of strings); the vocabulary has exactly `vocab_size` entries."""
     tok = new_tokenizer(isolate_spaces)
     trainer = trainers.BpeTrainer(
