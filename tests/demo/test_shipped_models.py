@@ -45,21 +45,28 @@ def test_parameter_counts():
     assert 4e6 < target < 8e6 and draft < target / 4
 
 
-def test_target_calls_a_tool():
+def _greedy_reply(tok, model, question: str, tools: list[dict]) -> str:
+    prompt = render(compile_template(), [{"role": "system", "content": "You are a helpful assistant."},
+                                         {"role": "user", "content": question}], tools, True)
+    ids = torch.tensor([tok(prompt)["input_ids"]])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=60,
+                         do_sample=False, eos_token_id=[2, 0], pad_token_id=0)
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+def test_target_calls_the_right_tool_with_the_values_asked_for():
     tok = transformers.AutoTokenizer.from_pretrained(str(TARGET))
     model = _hf(TARGET, torch.bfloat16)
     tools = [t for t in tool_catalog() if t["function"]["name"] in ("get_weather", "calculator", "send_email")]
-    # the tool must be right and the arguments schema-valid; this small model does not yet copy
-    # argument values from the request reliably (see the exact-match figure on the card)
-    for question, name in (("What's the weather in Paris?", "get_weather"), ("What is 37 * 12?", "calculator")):
-        prompt = render(compile_template(), [{"role": "system", "content": "You are a helpful assistant."},
-                                             {"role": "user", "content": question}], tools, True)
-        ids = torch.tensor([tok(prompt)["input_ids"]])
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=60,
-                             do_sample=False, eos_token_id=[2, 0], pad_token_id=0)
-        text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+    asks = [(f"What's the weather in {city}?", "get_weather", {"city": city})
+            for city in ("Paris", "Tokyo", "Nairobi", "Lima", "Oslo")]
+    asks.append(("What is 37 * 12?", "calculator", {}))   # numbers are copied less reliably than names
+    for question, name, expected in asks:
+        text = _greedy_reply(tok, model, question, tools)
         (check,) = check_tool_call_turn(text, tools_by_name(tools))
         assert check.ok and check.name == name, text
+        arguments = json.loads(text[text.index("{"):text.rindex("}") + 1])["arguments"]
+        assert {k: arguments.get(k) for k in expected} == expected, text
 
 
 def test_cards_carry_the_measured_figures():
@@ -74,6 +81,7 @@ def test_cards_carry_the_measured_figures():
         assert re.search(r"Training time: [0-9.]+ minutes", card)
         assert str(ev["perplexity"]["target"]["kjv"]["perplexity"]) in card
     assert valid >= 80.0 and agree >= 50.0
+    assert ev["tool_calls"]["argument_values"]["copied_share"] >= 0.5
 
 
 def test_tandem_loader_matches_transformers():
