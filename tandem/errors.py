@@ -43,8 +43,7 @@ class ModelNotFound(TandemError):
     """The request names a model this server does not serve (404)."""
 
     status = 404
-    error_type = "not_found_error"
-    code = "model_not_found"
+    code = "model_not_found"  # type invalid_request_error, as OpenAI
 
 
 class CapacityExceeded(TandemError):
@@ -65,8 +64,7 @@ class NoHealthyWorker(TandemError):
 
 class Unauthorized(TandemError):
     status = 401
-    error_type = "authentication_error"
-    code = "invalid_api_key"
+    code = "invalid_api_key"  # type invalid_request_error, as OpenAI
 
 
 class ModelLoadError(Exception):

@@ -29,6 +29,7 @@ class SamplingParams:
     min_tokens: int = 0
     logprobs: int | None = None  # None: no logprobs; k >= 0: the sampled token plus the top k
     include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True  # leave special tokens (e.g. <|im_end|>) out of the text
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit), OpenAI's logit_bias
     # None: off; k >= 0: each prompt token's logprob (but the first's) plus the top k. Such a
     # prompt is computed whole: a prefix-cache hit has no logits to score.

@@ -99,6 +99,7 @@ class Engine:
         req.detokenizer = IncrementalDetokenizer(
             self.tokenizer.backend, req.prompt_token_ids, stop=er.sampling.stop,
             include_stop_str_in_output=er.sampling.include_stop_str_in_output,
+            skip_special_tokens=er.sampling.skip_special_tokens,
             prefix_output_ids=list(er.resume_output_ids))
         self.requests[req.request_id] = req
         self.scheduler.add(req)
@@ -123,8 +124,9 @@ class Engine:
                                  param="logit_bias")
         total = n + len(er.resume_output_ids)
         if total >= self.max_model_len:
-            raise PromptTooLong(f"the prompt has {total} tokens; this model's context is "
-                                f"{self.max_model_len} tokens, leaving no room to generate")
+            raise PromptTooLong(f"This model's maximum context length is {self.max_model_len} "
+                                f"tokens, and the prompt has {total} tokens, which leaves no room "
+                                "to generate")
         needed = total // self.layout.block_size + 1
         if needed > self.num_blocks:
             raise PromptTooLong(f"the prompt has {total} tokens but the KV cache holds only "

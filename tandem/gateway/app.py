@@ -79,8 +79,7 @@ def model_facts(model_path: str | None, served_name: str | None) -> tuple[object
     path = Path(model_path)
     tokenizer = Tokenizer.from_dir(path)
     warm_chat_template(tokenizer)
-    # the workers' default context (a worker started with a shorter --max-model-len still
-    # refuses what does not fit it, with the same 413)
+    # the workers' default context; the gateway serves the smallest its workers report
     max_len = ModelArch.from_dir(path).context_length()
     return tokenizer, served_name or path.resolve().name, max_len
 
@@ -177,7 +176,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
             await http.aclose()
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
-                                 api_keys=config.api_keys, host=config.host, port=config.port,
+                                 api_keys=config.api_keys, allowed_origins=config.allowed_origins,
+                                 host=config.host, port=config.port,
                                  sampling_defaults=config.sampling_defaults)
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
                     extra_routes=_management_routes(registry, monitor))

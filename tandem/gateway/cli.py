@@ -15,6 +15,7 @@ import logging
 import sys
 
 from tandem.router.policies import POLICY_NAMES
+from tandem.server.cli import origins
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 
@@ -37,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM "
                         "and tandem serve); vllm: the API's own defaults")
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
+    g.add_argument("--allowed-origins", type=origins, default="*",
+                   help="comma-separated origins browsers may call from (CORS); '' for none")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
     g.add_argument("--unhealthy-after", type=int, default=3, help="failed polls before unhealthy")
     g.add_argument("--max-in-flight", type=int, default=256,
@@ -79,6 +82,7 @@ def gateway_config_from_args(args: argparse.Namespace):
         sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config)
         if args.model else SamplingDefaults(), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+        allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),

@@ -70,7 +70,14 @@ class GatewayBackend:
         self.parts = parts
         self.tokenizer = tokenizer
         self.model_name = model_name
-        self.max_model_len = max_model_len
+        self.model_max_len = max_model_len  # the model's own context (config.json)
+
+    @property
+    def max_model_len(self) -> int:
+        """The context every healthy worker can serve: the smallest they report (a worker may
+        run with a shorter --max-model-len), the model's own before any has reported."""
+        reported = [w.stats.get("max_model_len") for w in self.parts.registry.all() if w.healthy]
+        return min((n for n in reported if isinstance(n, int) and n > 0), default=self.model_max_len)
 
     def generate(self, req: EngineRequest, info: ResponseInfo | None = None
                  ) -> AsyncIterator[RequestDelta]:

@@ -9,6 +9,7 @@ converted / moved once.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,8 @@ from tandem.models.attention_choice import decode_kernel, prefill_kernel
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.registry import model_class
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # checkpoint entries that are derived state, not weights
@@ -56,8 +59,8 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
         raise ModelLoadError(f"model directory not found: {path}")
     arch = ModelArch.from_dir(path)
     cls = model_class(arch.architecture)
-    dtype = resolve_dtype(cfg.dtype, arch)
     device = torch.device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, arch, device)
     files = safetensors_files(path)
     with torch.device("meta"):
         model = cls(arch, device=device)
@@ -85,10 +88,15 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     )
 
 
-def resolve_dtype(name: str, arch: ModelArch) -> torch.dtype:
-    """'auto' keeps the checkpoint's dtype (float32 when the config names none)."""
+def resolve_dtype(name: str, arch: ModelArch, device: torch.device) -> torch.dtype:
+    """'auto' keeps the checkpoint's dtype (float32 when the config names none), except a
+    float16 checkpoint on the CPU, which runs in bfloat16 (as vLLM's CPU backend does: same
+    range of weights as trained in most cases, and the fast CPU paths are bfloat16 ones)."""
     if name == "auto":
-        name = arch.torch_dtype or "float32"
+        name = (arch.torch_dtype or "float32").removeprefix("torch.")
+        if name == "float16" and device.type == "cpu":
+            log.info("float16 checkpoint on the CPU: running it in bfloat16 (--dtype float16 to keep it)")
+            name = "bfloat16"
     name = name.removeprefix("torch.")
     if name not in _DTYPES:
         raise ModelLoadError(f"unsupported dtype {name!r}; supported: auto, " + ", ".join(_DTYPES))

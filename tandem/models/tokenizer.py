@@ -1,13 +1,15 @@
 """Tokenizer: a `tokenizers.Tokenizer` plus the special tokens and chat template of a model directory.
 
 Reads tokenizer.json, tokenizer_config.json (special tokens, added_tokens_decoder, chat_template),
-chat_template.jinja (transformers 5) or chat_template.json, and generation_config.json (extra
-eos ids).
+chat_template.jinja (transformers 5) or chat_template.json, additional_chat_templates/*.jinja,
+and generation_config.json (extra eos ids).
+
+A model may have several named chat templates; as in transformers (and vLLM), a conversation
+with tools is rendered by the one named "tool_use" if there is one, else by "default".
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from pathlib import Path
@@ -23,7 +25,7 @@ _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token"
 
 
 class Tokenizer:
-    def __init__(self, backend: Backend, config: dict, chat_template: str | None,
+    def __init__(self, backend: Backend, config: dict, chat_template: str | dict[str, str] | None,
                  extra_eos_ids: Sequence[int] = ()) -> None:
         self.backend = backend
         self.config = config
@@ -33,8 +35,13 @@ class Tokenizer:
         eos_id = self._id_of(self.special_tokens["eos_token"])
         ids = ([eos_id] if eos_id is not None else []) + list(extra_eos_ids)
         self.eos_token_ids: tuple[int, ...] = tuple(dict.fromkeys(ids))  # eos_token first, no repeats
-        self.chat_template = chat_template
-        self._template = None  # compiled on first use: jinja2 costs ~0.1 s that an engine may never need
+        # name -> jinja source; "default" is the one without tools
+        self.chat_templates: dict[str, str] = chat_template if isinstance(chat_template, dict) \
+            else ({"default": chat_template} if chat_template else {})
+        self.chat_template = self.chat_templates.get("default")
+        # compiled on first use: jinja2 costs ~0.1 s that an engine may never need
+        self._compiled: dict[str, object] = {}
+        self._loops_over_content: dict[str, bool] = {}
         self._prompt_encoder: SegmentEncoder | None = None  # made on first chat prompt
 
     @classmethod
@@ -48,7 +55,7 @@ class Tokenizer:
         gen = _read_json(path / "generation_config.json")
         eos = gen.get("eos_token_id")
         extra = eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
-        return cls(backend, config, _find_chat_template(path, config), extra)
+        return cls(backend, config, _find_chat_templates(path, config), extra)
 
     # -- text <-> ids -------------------------------------------------------------------------
     @property
@@ -78,25 +85,40 @@ class Tokenizer:
         return self.backend.token_to_id(token)
 
     # -- chat -----------------------------------------------------------------------------------
-    def compiled_chat_template(self):
-        """The jinja2 template, compiled once (servers call this at start-up so that the first
-        chat request does not pay for it). Raises ChatTemplateError when the model has none or
-        it does not parse."""
-        if not self.chat_template:
+    def template_name(self, tools: list[dict] | None) -> str:
+        return "tool_use" if tools and "tool_use" in self.chat_templates else "default"
+
+    def compiled_chat_template(self, name: str = "default"):
+        """The jinja2 template `name`, compiled once (servers compile them at start-up so that
+        the first chat request does not pay for it). Raises ChatTemplateError when the model has
+        none or it does not parse."""
+        source = self.chat_templates.get(name)
+        if not source:
             raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
-        if self._template is None:
+        if name not in self._compiled:
             from tandem.models.chat_template import compile_template
 
-            self._template = compile_template(self.chat_template)
-        return self._template
+            self._compiled[name] = compile_template(source)
+        return self._compiled[name]
 
-    @functools.cached_property
-    def content_as_parts(self) -> bool:
-        """The chat template loops over a message's content: it takes OpenAI's text parts as a
+    def template_reads_parts(self, name: str) -> bool:
+        """Template `name` loops over a message's content: it takes OpenAI's text parts as a
         list (and joins them its own way) rather than one string."""
-        from tandem.models.chat_template import loops_over_content
+        if name not in self._loops_over_content:
+            from tandem.models.chat_template import loops_over_content
 
-        return bool(self.chat_template) and loops_over_content(self.chat_template)
+            source = self.chat_templates.get(name)
+            self._loops_over_content[name] = bool(source) and loops_over_content(source)
+        return self._loops_over_content[name]
+
+    def content_as_parts_for(self, tools: list[dict] | None) -> bool:
+        """template_reads_parts of the template that renders a conversation with these tools."""
+        return self.template_reads_parts(self.template_name(tools))
+
+    @property
+    def content_as_parts(self) -> bool:
+        """content_as_parts_for a conversation without tools."""
+        return self.content_as_parts_for(None)
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = True, **kwargs) -> str:
@@ -106,7 +128,7 @@ class Tokenizer:
         """
         from tandem.models.chat_template import render
 
-        template = self.compiled_chat_template()
+        template = self.compiled_chat_template(self.template_name(tools))
         # as transformers: a token the model lacks is undefined ({{ bos_token }} renders ""),
         # and documents is always defined
         variables = {k: v for k, v in self.special_tokens.items() if v is not None}
@@ -160,24 +182,38 @@ def warm_chat_template(tokenizer: Tokenizer) -> None:
     if not tokenizer.chat_template:
         return
     tokenizer.encode_prompt("")
-    try:
-        tokenizer.compiled_chat_template()
-    except ChatTemplateError as exc:
-        logging.getLogger(__name__).warning("chat completions will fail: %s", exc)
-        return
-    _ = tokenizer.content_as_parts
+    for name in tokenizer.chat_templates:
+        try:
+            tokenizer.compiled_chat_template(name)
+        except ChatTemplateError as exc:
+            logging.getLogger(__name__).warning("chat completions will fail (template %r): %s", name, exc)
+            continue
+        tokenizer.template_reads_parts(name)
 
 
-def _find_chat_template(path: Path, config: dict) -> str | None:
-    """chat_template.jinja, else chat_template.json, else tokenizer_config.json's chat_template."""
+def _find_chat_templates(path: Path, config: dict) -> dict[str, str]:
+    """Named chat templates. The default: chat_template.jinja, else chat_template.json's, else
+    tokenizer_config.json's chat_template (a string, or a list of {"name", "template"}, whose
+    first stands in for a missing "default"); others from that list and from
+    additional_chat_templates/NAME.jinja (as transformers saves them)."""
+    templates: dict[str, str] = {}
+    raw = _read_json(path / "chat_template.json").get("chat_template") or config.get("chat_template")
+    if isinstance(raw, list):
+        for t in raw:
+            if isinstance(t, dict) and isinstance(t.get("name"), str) and isinstance(t.get("template"), str):
+                templates.setdefault(t["name"], t["template"])
+        if templates and "default" not in templates:
+            templates["default"] = next(iter(templates.values()))
+    elif isinstance(raw, str) and raw:
+        templates["default"] = raw
     jinja_file = path / "chat_template.jinja"
     if jinja_file.is_file():
-        return jinja_file.read_text()
-    template = _read_json(path / "chat_template.json").get("chat_template") or config.get("chat_template")
-    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default") or next(iter(named.values()), None)
-    return template
+        templates["default"] = jinja_file.read_text()
+    extra = path / "additional_chat_templates"
+    if extra.is_dir():
+        for f in sorted(extra.glob("*.jinja")):
+            templates[f.stem] = f.read_text()
+    return templates
 
 
 __all__ = ["Tokenizer", "ChatTemplateError"]

@@ -2,8 +2,9 @@
 
 Routes: OpenAI (/v1/...), Workers AI (/client/v4/...), internal (/internal/...), /health,
 /metrics. Bearer authentication, when keys are configured, guards everything but /health
-and /metrics. A DisconnectGuard cancels a request whose client left (streaming or not), which
-closes its backend streams and so aborts its engine requests. Middleware is plain ASGI:
+and /metrics; CORS headers answer the configured browser origins (all by default, as vLLM).
+A DisconnectGuard cancels a request whose client left (streaming or not), which closes its
+backend streams and so aborts its engine requests. Middleware is plain ASGI:
 Starlette's BaseHTTPMiddleware would sit between the stream and the disconnect and delay
 cancellation.
 """
@@ -18,6 +19,7 @@ from contextlib import asynccontextmanager
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -99,8 +101,7 @@ def _package_version() -> str:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     err = InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}")
-    err.status = exc.status_code
-    err.error_type = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    err.status = exc.status_code  # type invalid_request_error, as OpenAI's "Invalid URL"
     return _error_for_path(request.url.path, err)
 
 
@@ -128,6 +129,9 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys:
         app.add_middleware(BearerAuth, keys=config.api_keys)
+    if config.allowed_origins:  # outside the authentication: a browser's preflight carries no key
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
+                           allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
     return app

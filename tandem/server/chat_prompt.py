@@ -6,13 +6,14 @@ like a worker to hash prefixes): the same messages always render to the same ids
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from tandem.errors import InvalidRequest
 from tandem.server.errors import NotSupportedYet
-from tandem.server.fields import bad
+from tandem.server.fields import Fields, bad
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Names an assistant message's reasoning goes by: Qwen3's templates read reasoning_content,
@@ -20,7 +21,30 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 # Keys of chat_template_kwargs that would clash with the template call itself.
 _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "tokenize",
-                                       "add_generation_prompt"})
+                                       "add_generation_prompt", "continue_final_message"})
+
+
+@dataclass(frozen=True)
+class ChatRender:
+    """How a conversation becomes a prompt (vLLM's chat request fields).
+
+    add_generation_prompt: end with the assistant's turn header, so the model answers;
+    continue_final_message: end inside the final message, so the model continues its text
+    (an assistant prefill). At most one of the two.
+    """
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    template_kwargs: dict = field(default_factory=dict)
+
+
+def chat_render(f: Fields) -> ChatRender:
+    """The render options of a request body."""
+    cont = f.bool("continue_final_message", False)
+    add = f.bool("add_generation_prompt", not cont)
+    if cont and add:
+        raise bad("continue_final_message", "cannot be combined with 'add_generation_prompt': true")
+    return ChatRender(add, cont, template_kwargs(f.raw("chat_template_kwargs")))
 
 
 def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
@@ -49,19 +73,19 @@ def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
         if reasoning is not None:
             norm.setdefault("reasoning_content", reasoning)
             norm.setdefault("thinking", reasoning)
-        norm["content"] = _content(msg.get("content"), role, msg, f"{p}.content")
+        norm["content"] = _content(msg.get("content"), role, f"{p}.content")
         if msg.get("tool_calls") is not None:
             norm["tool_calls"] = _tool_calls(msg["tool_calls"], f"{p}.tool_calls")
         out.append(norm)
     return out
 
 
-def _content(content: Any, role: str, msg: dict, param: str) -> str | list[dict]:
+def _content(content: Any, role: str, param: str) -> str | list[dict]:
     """A string, or the text parts [{"type": "text", "text": ...}] (anything else refused)."""
     if isinstance(content, str):
         return content
     if content is None:
-        if role == "assistant" and msg.get("tool_calls"):
+        if role == "assistant":  # OpenAI: an assistant turn may hold only tool calls, or a refusal
             return ""
         raise bad(param, "is required")
     if isinstance(content, list):
@@ -69,11 +93,13 @@ def _content(content: Any, role: str, msg: dict, param: str) -> str | list[dict]
         for k, part in enumerate(content):
             if not isinstance(part, dict) or not isinstance(part.get("type"), str):
                 raise bad(f"{param}[{k}]", "must be an object with a 'type'")
-            if part["type"] != "text":
+            # an assistant's refusal, echoed back by the client, is text the model said
+            key = "refusal" if part["type"] == "refusal" and role == "assistant" else "text"
+            if part["type"] != key:
                 raise NotSupportedYet(f"{param}[{k}]", f"of type {part['type']!r}")
-            if not isinstance(part.get("text"), str):
-                raise bad(f"{param}[{k}].text", "must be a string")
-            parts.append({"type": "text", "text": part["text"]})
+            if not isinstance(part.get(key), str):
+                raise bad(f"{param}[{k}].{key}", "must be a string")
+            parts.append({"type": "text", "text": part[key]})
         return parts
     raise bad(param, "must be a string or an array of content parts")
 
@@ -133,26 +159,45 @@ def template_kwargs(raw: Any) -> dict:
         raise bad("chat_template_kwargs", "must be an object")
     clash = sorted(_RESERVED_TEMPLATE_KWARGS & raw.keys())
     if clash:
-        raise bad("chat_template_kwargs", f"must not set {clash}")
+        raise bad("chat_template_kwargs", f"must not set {clash} (top-level request fields)")
     return raw
 
 
 def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
-                kwargs: dict, param: str = "messages") -> list[int]:
-    """Prompt token ids of a conversation, ready for the assistant's turn.
+                how: ChatRender = ChatRender(), param: str = "messages") -> list[int]:
+    """Prompt token ids of a conversation, by default ready for the assistant's turn.
 
     As vLLM's content format "auto": a template that loops over a message's content gets its
     text parts as they came; any other gets them joined with newlines into one string."""
-    if not getattr(tokenizer, "content_as_parts", False):
+    as_parts = getattr(tokenizer, "content_as_parts_for", None)  # test doubles may lack it
+    if not (as_parts is not None and as_parts(tools)):
         messages = [_joined(m) for m in messages]
     try:
-        text = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                             **kwargs)
+        text = tokenizer.apply_chat_template(messages, tools=tools,
+                                             add_generation_prompt=how.add_generation_prompt,
+                                             **how.template_kwargs)
     except Exception as exc:  # a template's raise_exception() or a malformed message
         raise InvalidRequest(f"the chat template rejected the messages: {exc}", param=param) \
             from None
+    if how.continue_final_message:
+        text = _cut_after_final_message(text, messages[-1]["content"])
     # The template writes the special tokens (BOS, role markers) itself.
     encode_prompt = getattr(tokenizer, "encode_prompt", None)
     if encode_prompt is None:  # a tokenizer without the piece cache (test doubles)
         return list(tokenizer.encode(text, add_special_tokens=False))
     return list(encode_prompt(text))
+
+
+def _cut_after_final_message(text: str, content: str | list[dict]) -> str:
+    """The rendered conversation up to the end of the final message's text (what follows it,
+    such as an end-of-turn token, is dropped), so generation continues that message."""
+    final = content if isinstance(content, str) else (content[-1]["text"] if content else "")
+    core = final.strip()
+    at = text.rfind(core) if core else -1
+    if at < 0:
+        raise bad("continue_final_message", "needs a final message whose text the chat template "
+                                            "renders (it is empty or the template drops it)")
+    # keep the message's trailing whitespace when the template kept it
+    kept = final.lstrip()
+    end = at + len(kept) if text.startswith(kept, at) else at + len(core)
+    return text[:end]

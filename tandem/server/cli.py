@@ -39,6 +39,11 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def origins(text: str) -> tuple[str, ...]:
+    """--allowed-origins: "*", "https://a.example,https://b.example", or "" (none)."""
+    return tuple(o.strip() for o in text.split(",") if o.strip())
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -96,6 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "vllm: the API's own defaults")
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
+    p.add_argument("--allowed-origins", type=origins, default="*",
+                   help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
                    help="gateway URL to register with (heartbeats until shutdown)")
     p.add_argument("--gateway-api-key", default=None,
@@ -134,6 +141,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+                          allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
                           gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,
                           advertise_url=args.advertise_url,

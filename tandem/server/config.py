@@ -11,8 +11,9 @@ from tandem.server.sampling_defaults import SamplingDefaults
 class ServerConfig:
     served_model_name: str | None = None  # name clients must send; None: the backend's model_name
     api_keys: tuple[str, ...] = ()        # Bearer keys; empty: no authentication
+    allowed_origins: tuple[str, ...] = ("*",)  # CORS (as vLLM's default); empty: no CORS headers
     max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
-    max_n: int = 16                       # largest `n` (choices per prompt)
+    max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)
     max_prompts: int = 64                 # largest list of prompts in one completions request
     sampling_defaults: SamplingDefaults = SamplingDefaults()  # for what requests leave out
     host: str = "127.0.0.1"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem.errors import ModelNotFound, PromptTooLong
-from tandem.server.chat_prompt import normalize_messages, render_chat, template_kwargs, validate_tools
+from tandem.server.chat_prompt import chat_render, normalize_messages, render_chat, validate_tools
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
 from tandem.server.sampling_defaults import SamplingDefaults
@@ -28,7 +28,7 @@ class ParseContext:
     served_name: str
     tokenizer: Any          # tandem.models.tokenizer.Tokenizer (or anything with its methods)
     max_model_len: int
-    max_n: int = 16
+    max_n: int = 128
     max_prompts: int = 64
     defaults: SamplingDefaults = SamplingDefaults()  # what a request leaves out (the model's advice)
 
@@ -82,8 +82,8 @@ def _wrap_seed(seed: int) -> int:
 
 def check_model(body: Fields, served_name: str) -> str:
     model = body.str("model")
-    if model is None:
-        raise bad("model", "is required")
+    if model is None:  # as vLLM: the served model
+        return served_name
     if model != served_name:
         raise ModelNotFound(f"The model '{model}' does not exist; this server serves "
                             f"'{served_name}'", param="model")
@@ -94,12 +94,14 @@ def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
     f = Fields(body)
     model = check_model(f, ctx.served_name)
     _refuse_unsupported(f)
+    if f.bool("echo", False):
+        raise NotSupportedYet("echo", "in chat requests")
     if f.has("response_format"):
         _check_response_format(f.raw("response_format"))
     tools = validate_tools(f.raw("tools"), f.raw("tool_choice"))
     f.bool("parallel_tool_calls", True)
     messages = normalize_messages(f.raw("messages"))
-    ids = render_chat(ctx.tokenizer, messages, tools, template_kwargs(f.raw("chat_template_kwargs")))
+    ids = render_chat(ctx.tokenizer, messages, tools, chat_render(f))
     check_prompt_fits(ids, ctx, "messages")
 
     top = f.int("top_logprobs", None, 0, MAX_LOGPROBS)
@@ -139,10 +141,22 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
     return replace(parsed, echo=tuple(_prompt_texts(f.raw("prompt"), prompts, ctx)))
 
 
+# vLLM request fields that would change the output and that tandem does not implement:
+# refused, never silently ignored.
+_UNSUPPORTED_VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                            "structured_outputs", "bad_words", "allowed_token_ids",
+                            "truncate_prompt_tokens")
+
+
 def _refuse_unsupported(f: Fields) -> None:
     best_of = f.int("best_of", None, 1)
     if best_of is not None and best_of != f.int("n", 1):
         raise NotSupportedYet("best_of", "other than n")
+    for key in _UNSUPPORTED_VLLM_FIELDS:
+        if f.raw(key) not in (None, [], {}, ""):
+            raise NotSupportedYet(key)
+    if f.bool("return_tokens_as_token_ids", False):
+        raise NotSupportedYet("return_tokens_as_token_ids")
 
 
 def _check_response_format(raw: Any) -> None:
@@ -200,8 +214,9 @@ def _token_ids(ids: list[int], ctx: ParseContext, param: str) -> list[int]:
 def check_prompt_fits(ids: list[int], ctx: ParseContext, param: str) -> None:
     if len(ids) >= ctx.max_model_len:
         raise PromptTooLong(
-            f"The prompt has {len(ids)} tokens; the model's context is {ctx.max_model_len} "
-            f"tokens, which leaves no room to generate. Shorten the {param}.", param=param)
+            f"This model's maximum context length is {ctx.max_model_len} tokens, and the prompt "
+            f"has {len(ids)} tokens, which leaves no room to generate. Shorten the {param}.",
+            param=param)
 
 
 def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ...],
@@ -239,6 +254,7 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
         min_tokens=f.int("min_tokens", 0, 0),
         logprobs=logprobs,
         include_stop_str_in_output=f.bool("include_stop_str_in_output", False),
+        skip_special_tokens=f.bool("skip_special_tokens", True),
         logit_bias=f.token_biases("logit_bias", vocab),
         prompt_logprobs=max(scored) if scored else None,
     )

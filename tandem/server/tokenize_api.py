@@ -13,7 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.server.chat_prompt import normalize_messages, render_chat, template_kwargs, validate_tools
+from tandem.server.chat_prompt import chat_render, normalize_messages, render_chat, validate_tools
 from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
 from tandem.server.fields import Fields, bad
@@ -40,8 +40,7 @@ def tokenize(body: dict, ctx: ServerContext) -> dict:
         ids = list(tokenizer.encode(f.str("prompt"), add_special_tokens=special))
     else:
         messages = normalize_messages(f.raw("messages"))
-        ids = render_chat(tokenizer, messages, validate_tools(f.raw("tools"), None),
-                          template_kwargs(f.raw("chat_template_kwargs")))
+        ids = render_chat(tokenizer, messages, validate_tools(f.raw("tools"), None), chat_render(f))
     return {"count": len(ids), "max_model_len": ctx.backend.max_model_len, "tokens": ids}
 
 

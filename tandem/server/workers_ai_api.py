@@ -70,7 +70,7 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
         messages = normalize_messages(f.raw("messages")) if has_messages else \
             [{"role": "user", "content": f.str("prompt", nonempty=True)}]
         tools = validate_tools(f.raw("tools"), None)
-        ids = render_chat(ctx.tokenizer, messages, tools, {}, param=param)
+        ids = render_chat(ctx.tokenizer, messages, tools, param=param)
     check_prompt_fits(ids, ctx, param)
     top_k = f.int("top_k", 0, 0)
     sampling = SamplingParams(

@@ -42,6 +42,7 @@ class FakeCluster:
         self.break_after: dict[str, int] = {}     # url -> tokens to stream before the socket drops
         self.calls: list[tuple[str, str, list[int], bool]] = []  # (url, request id, resume, handle?)
         self.handles: dict[str, KVHandle] = {}    # prefill request id -> handle it gave out
+        self.max_model_len: dict[str, int] = {}   # url -> the context it reports (none: not reported)
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -51,8 +52,11 @@ class FakeCluster:
         if url in self.dead:
             raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/internal/stats":
-            return httpx.Response(200, json={"role": self.roles[url], "kv_layout": {"block_size": 4},
-                                             "num_running": 0, "num_waiting": 0})
+            stats = {"role": self.roles[url], "kv_layout": {"block_size": 4}, "num_running": 0,
+                     "num_waiting": 0}
+            if url in self.max_model_len:
+                stats["max_model_len"] = self.max_model_len[url]
+            return httpx.Response(200, json=stats)
         if request.url.path == "/internal/kv_events":
             return httpx.Response(404)
         req = wire.request_from_dict(orjson.loads(await request.aread()))

@@ -19,8 +19,9 @@ def model_dir(tmp_path_factory):
     return str(write_test_model(tmp_path_factory.mktemp("m") / "tiny", vocab_size=512))
 
 
-def client_for(model_dir, roles, **cfg):
+def client_for(model_dir, roles, max_model_len=None, **cfg):
     cluster = FakeCluster(roles)
+    cluster.max_model_len.update(max_model_len or {})
     config = GatewayConfig(prefill=tuple(u for u, r in roles.items() if r == "prefill"),
                            decode=tuple(u for u, r in roles.items() if r == "decode"),
                            workers=tuple(u for u, r in roles.items() if r == "both"),
@@ -66,6 +67,19 @@ def test_streaming_chat_has_headers_and_session_reaches_policy(model_dir):
         assert usage["completion_tokens"] == 5
         m = c.get("/metrics").text
         assert 'policy="affinity",pool="both",reason="affinity"' in m
+
+
+def test_context_is_the_smallest_a_worker_reports(model_dir):
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"}, max_model_len={P0: 96, D0: 64})
+    with c:
+        assert c.get("/v1/models").json()["data"][0]["max_model_len"] == 64
+        prompt = list(range(5, 5 + 70))  # fits the model's context, not the workers'
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 2})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert "maximum context length is 64 tokens" in r.json()["error"]["message"]
+        assert cluster.calls == []
+        r = c.post("/tokenize", json={"prompt": "hi"})
+        assert r.json()["max_model_len"] == 64
 
 
 def test_no_worker_is_503_with_retry_after(model_dir):

@@ -48,10 +48,11 @@ def test_gateway_flags_build_config():
     assert (cfg.prefill, cfg.decode, cfg.workers) == (("http://a:1",), ("http://b:2",), ("c:3",))
     assert (cfg.policy, cfg.decode_policy, cfg.port, cfg.admission.max_waiting) == \
         ("prefix_aware", "token_aware", 9000, 7)
-    assert cfg.local_prefill_tokens == 0
+    assert cfg.local_prefill_tokens == 0 and cfg.allowed_origins == ("*",)
     args = parser.parse_args(["gateway", "--prefill", "http://a:1", "--decode", "http://b:2",
-                              "--local-prefill-tokens", "256"])
+                              "--local-prefill-tokens", "256", "--allowed-origins", "http://ui:3000"])
     assert gateway_config_from_args(args).local_prefill_tokens == 256
+    assert gateway_config_from_args(args).allowed_origins == ("http://ui:3000",)
 
 
 def test_up_passes_gateway_args_to_the_gateway(monkeypatch):

@@ -37,6 +37,14 @@ def test_dtype_auto_follows_checkpoint(tmp_path):
     assert next(load(path, dtype="float32").model.parameters()).dtype == torch.float32
 
 
+def test_float16_checkpoint_runs_in_bfloat16_on_the_cpu_unless_asked(tmp_path):
+    path = write_test_model(tmp_path, dtype="float16")
+    loaded = load(path)
+    assert loaded.dtype == torch.bfloat16
+    assert all(p.dtype == torch.bfloat16 for p in loaded.model.parameters())
+    assert load(path, dtype="float16").dtype == torch.float16
+
+
 def test_legacy_torch_dtype_field(tmp_path):
     path = write_test_model(tmp_path, dtype="bfloat16", legacy_config=True)
     assert "torch_dtype" in json.loads((path / "config.json").read_text())

@@ -37,7 +37,7 @@ def test_chat_requests_tokenize_the_same_turn_after_turn(tmp_path):
     messages = [{"role": "system", "content": "You are an agent."}]
     for turn, text in enumerate(random_texts(2, 12)):
         messages.append({"role": "user", "content": f"turn {turn}: {text}"})
-        ids = render_chat(tok, normalize_messages(messages), tools, {})
+        ids = render_chat(tok, normalize_messages(messages), tools)
         rendered = tok.apply_chat_template(normalize_messages(messages), tools=tools)
         assert ids == tok.encode(rendered, add_special_tokens=False)
         messages.append({"role": "assistant", "content": text[::-1]})

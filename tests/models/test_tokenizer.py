@@ -95,6 +95,31 @@ def test_template_in_tokenizer_config(tmp_path):
             messages, tools=TOOLS, add_generation_prompt=True, tokenize=False)
 
 
+PLAIN = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+WITH_TOOLS = "[{% for t in tools %}{{ t.function.name }};{% endfor %}]" + PLAIN
+
+
+@pytest.mark.parametrize("layout", ["list_in_config", "additional_files"])
+def test_named_templates_tool_use_renders_requests_with_tools(tmp_path, layout):
+    path = write_test_model(tmp_path, "Qwen2ForCausalLM", chat_template_in_config=layout == "list_in_config")
+    cfg_file = path / "tokenizer_config.json"
+    if layout == "list_in_config":  # as Hermes 2 Pro and older Mistral checkpoints ship it
+        cfg = json.loads(cfg_file.read_text())
+        cfg["chat_template"] = [{"name": "default", "template": PLAIN}, {"name": "tool_use", "template": WITH_TOOLS}]
+        cfg_file.write_text(json.dumps(cfg))
+    else:  # as transformers saves several templates
+        (path / "chat_template.jinja").write_text(PLAIN)
+        (path / "additional_chat_templates").mkdir()
+        (path / "additional_chat_templates" / "tool_use.jinja").write_text(WITH_TOOLS)
+    ours, hf = Tokenizer.from_dir(path), transformers.AutoTokenizer.from_pretrained(str(path))
+    messages = CONVERSATIONS[0]
+    for tools in (None, TOOLS):
+        want = hf.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        assert ours.apply_chat_template(messages, tools=tools) == want
+    assert ours.apply_chat_template(messages, tools=TOOLS).startswith("[get_weather;add;]<user>")
+    assert ours.apply_chat_template(messages).startswith("<user>")
+
+
 def test_sandbox_blocks_escapes(tmp_path):
     path = write_test_model(tmp_path)
     (path / "chat_template.jinja").write_text("{{ messages.__class__.__mro__ }}")
@@ -129,7 +154,7 @@ def test_warm_chat_template_compiles_once_and_logs_a_broken_one(tmp_path, caplog
     warm_chat_template(tok)
     compiled = tok.compiled_chat_template()
     assert compiled is tok.compiled_chat_template()  # compiled at warm-up, reused
-    assert tok._prompt_encoder is not None and "content_as_parts" in vars(tok)  # made at warm-up
+    assert tok._prompt_encoder is not None and "default" in tok._loops_over_content  # made at warm-up
     broken_dir = write_test_model(tmp_path / "broken")
     (broken_dir / "chat_template.jinja").write_text("{% if %}")
     broken = Tokenizer.from_dir(broken_dir)
@@ -219,10 +244,10 @@ def test_text_parts_reach_a_template_that_reads_parts_and_are_joined_for_others(
     assert ours.content_as_parts
     want = hf.apply_chat_template(sent, add_generation_prompt=True, tokenize=False)
     assert "[Part one.][Part two.]" in want
-    assert ours.decode(render_chat(ours, normalize_messages(sent), None, {}), skip_special_tokens=False) == want
+    assert ours.decode(render_chat(ours, normalize_messages(sent), None), skip_special_tokens=False) == want
 
     joins = write_test_model(tmp_path / "string", "Qwen3ForCausalLM")
     ours = Tokenizer.from_dir(joins)
     assert not ours.content_as_parts
-    text = ours.decode(render_chat(ours, normalize_messages(sent), None, {}), skip_special_tokens=False)
+    text = ours.decode(render_chat(ours, normalize_messages(sent), None), skip_special_tokens=False)
     assert " Part one. \nPart two." in text

@@ -11,7 +11,8 @@ def test_bearer_auth():
     app = build_app(FakeBackend(), ServerConfig(api_keys=("k1", "k2")))
     with TestClient(app) as c:
         r = c.post("/v1/chat/completions", json=BODY)
-        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
+        assert r.status_code == 401 and r.json()["error"]["type"] == "invalid_request_error"
+        assert r.json()["error"]["code"] == "invalid_api_key"
         r = c.post("/v1/chat/completions", json=BODY, headers={"authorization": "Bearer nope"})
         assert r.status_code == 401
         r = c.post("/v1/chat/completions", json=BODY, headers={"authorization": "Bearer k2"})
@@ -20,6 +21,26 @@ def test_bearer_auth():
         assert r.status_code == 401 and r.json()["errors"][0]["code"] == 10000
         assert c.get("/internal/stats").status_code == 401
         assert c.get("/health").status_code == 200 and c.get("/metrics").status_code == 200
+
+
+def test_cors_preflight_passes_before_authentication():
+    app = build_app(FakeBackend(), ServerConfig(api_keys=("k1",), allowed_origins=("https://ui.example",)))
+    preflight = {"origin": "https://ui.example", "access-control-request-method": "POST",
+                 "access-control-request-headers": "authorization,content-type"}
+    with TestClient(app) as c:
+        r = c.options("/v1/chat/completions", headers=preflight)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ui.example"
+        r = c.post("/v1/chat/completions", json=BODY,
+                   headers={"origin": "https://ui.example", "authorization": "Bearer k1"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://ui.example"
+        r = c.options("/v1/chat/completions", headers={**preflight, "origin": "https://evil.example"})
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+    with TestClient(build_app(FakeBackend(), ServerConfig())) as c:  # default: any origin, as vLLM
+        r = c.get("/v1/models", headers={"origin": "http://localhost:3000"})
+        assert r.headers["access-control-allow-origin"] == "*"
+    with TestClient(build_app(FakeBackend(), ServerConfig(allowed_origins=()))) as c:
+        r = c.get("/v1/models", headers={"origin": "http://localhost:3000"})
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
 
 
 def test_health_only_after_startup_and_hooks_run():
@@ -42,7 +63,7 @@ def test_health_only_after_startup_and_hooks_run():
 
 def test_unknown_route_is_json_404(client):
     r = client.get("/v1/nothing")
-    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    assert r.status_code == 404 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.get("/v1/chat/completions")
     assert r.status_code == 405 and "error" in r.json()
 

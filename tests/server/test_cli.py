@@ -27,7 +27,8 @@ def test_flags_build_configs():
                   "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--no-prefix-caching",
                   "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
                   "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024",
-                  "--no-fused-layers", "--kv-cache-dtype", "fp8_e5m2"])
+                  "--no-fused-layers", "--kv-cache-dtype", "fp8_e5m2",
+                  "--allowed-origins", "https://a.example, https://b.example"])
     engine, server = configs_from_args(args)
     assert args.func.__name__ == "serve"
     assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
@@ -39,6 +40,9 @@ def test_flags_build_configs():
     assert engine.role == "prefill" and engine.num_threads == 2
     assert server.api_keys == ("a", "b", "c") and server.gateway_url == "http://gw:8000"
     assert server.port == 9001 and server.host == "127.0.0.1" and server.served_model_name == "demo"
+    assert server.allowed_origins == ("https://a.example", "https://b.example")
+    _, closed = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--allowed-origins", ""]))
+    assert closed.allowed_origins == ()
 
 
 def test_defaults():
@@ -46,21 +50,24 @@ def test_defaults():
     assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
+    assert server.allowed_origins == ("*",)
 
 
 class _Tokenizer:
     chat_template = "{{ messages[0].content }}"
+    chat_templates = {"default": chat_template}
 
     def __init__(self):
         self.compiled = 0
 
-    def compiled_chat_template(self):
+    def compiled_chat_template(self, name="default"):
         self.compiled += 1
 
     def encode_prompt(self, text):
         return []
 
-    content_as_parts = False
+    def template_reads_parts(self, name):
+        return False
 
 
 def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_template():

@@ -321,3 +321,29 @@ def test_echo_with_logprobs_scores_the_prompt(client, server):
         "model": NAME, "messages": ask(9), "max_tokens": 1, "prompt_logprobs": 0}, timeout=60).json()
     assert len(chat["prompt_logprobs"]) == chat["usage"]["prompt_tokens"]
     assert chat["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # computed whole
+
+
+def special_token_id(server: str, text: str) -> int:
+    r = httpx.post(server + "/tokenize", json={"prompt": text, "add_special_tokens": False}, timeout=30)
+    (token,) = r.json()["tokens"]
+    return token
+
+
+def test_skip_special_tokens_false_keeps_them_in_the_text(server, client):
+    im_start = special_token_id(server, "<|im_start|>")
+    kw = dict(max_tokens=3, logit_bias={str(im_start): 100})
+    hidden = greedy_chat(client, ask(9), **kw)
+    shown = greedy_chat(client, ask(9), extra_body={"skip_special_tokens": False}, **kw)
+    assert hidden.choices[0].message.content == ""
+    assert shown.choices[0].message.content == "<|im_start|>" * 3
+    assert hidden.usage.completion_tokens == shown.usage.completion_tokens == 3
+
+
+def test_continue_final_message_continues_the_assistant_prefill(server, client):
+    prefill = [*ask(10), {"role": "assistant", "content": "The capital is"}]
+    body = {"messages": prefill, "continue_final_message": True}
+    tokens = httpx.post(server + "/tokenize", json=body, timeout=30).json()["tokens"]
+    text = httpx.post(server + "/detokenize", json={"tokens": tokens}, timeout=30).json()["prompt"]
+    assert text.endswith("<|im_start|>assistant\nThe capital is")
+    r = greedy_chat(client, prefill, max_tokens=4, extra_body={"continue_final_message": True})
+    assert r.usage.prompt_tokens == len(tokens)

@@ -114,10 +114,53 @@ def test_not_supported_yet_says_so():
     assert "not supported yet" in err.message and err.param == "response_format"
 
 
-def test_model_missing_is_400_unknown_is_404():
-    with pytest.raises(InvalidRequest) as info:
-        parse_chat({"messages": MSG}, CTX)
-    assert info.value.param == "model" and info.value.status == 400
+@pytest.mark.parametrize("kw", [{"guided_json": {"type": "object"}}, {"guided_choice": ["a", "b"]},
+                                {"structured_outputs": {"regex": "a+"}}, {"bad_words": ["x"]},
+                                {"allowed_token_ids": [5]}, {"truncate_prompt_tokens": 8},
+                                {"return_tokens_as_token_ids": True}, {"echo": True}])
+def test_vllm_fields_that_would_change_the_output_are_refused_not_ignored(kw):
+    err = error_of(chat, **kw)
+    assert err.status == 400 and "not supported yet" in err.message and err.param == next(iter(kw))
+    # sent as null or empty, they ask for nothing
+    assert chat(**{k: None for k in kw}).prompts == chat().prompts
+    if isinstance(kw[next(iter(kw))], list):
+        assert chat(**{k: [] for k in kw}).prompts == chat().prompts
+
+
+def test_skip_special_tokens_reaches_the_sampling_params():
+    assert chat().sampling.skip_special_tokens is True
+    assert chat(skip_special_tokens=False).sampling.skip_special_tokens is False
+    assert error_of(chat, skip_special_tokens="no").param == "skip_special_tokens"
+
+
+def test_assistant_prefill_with_continue_final_message():
+    tok = ByteTokenizer()
+    msgs = [*MSG, {"role": "assistant", "content": "The answer is "}]
+    p = chat(messages=msgs, continue_final_message=True)
+    # the final message is left open: no end of line, no new assistant header
+    assert tok.decode(p.prompts[0]).endswith("user: hi\nassistant: The answer is ")
+    closed = chat(messages=msgs, add_generation_prompt=False)
+    assert tok.decode(closed.prompts[0]).endswith("assistant: The answer is \n")
+    assert tok.decode(chat(messages=msgs).prompts[0]).endswith("The answer is \nassistant: ")
+    err = error_of(chat, messages=msgs, continue_final_message=True, add_generation_prompt=True)
+    assert err.param == "continue_final_message"
+    err = error_of(chat, messages=[*MSG, {"role": "assistant", "content": ""}], continue_final_message=True)
+    assert err.param == "continue_final_message" and err.status == 400
+    assert error_of(chat, chat_template_kwargs={"add_generation_prompt": False}).param == "chat_template_kwargs"
+
+
+def test_assistant_messages_without_content_or_with_a_refusal():
+    tok = ByteTokenizer()
+    for content in (None, [{"type": "refusal", "refusal": "I can't."}]):
+        msgs = [*MSG, {"role": "assistant", "content": content}, {"role": "user", "content": "ok"}]
+        text = tok.decode(chat(messages=msgs).prompts[0])
+        assert ("assistant: I can't.\n" if content else "assistant: \n") in text
+    err = error_of(chat, messages=[{"role": "user", "content": [{"type": "refusal", "refusal": "x"}]}])
+    assert err.param == "messages[0].content[0]" and "not supported yet" in err.message
+
+
+def test_model_missing_is_the_served_one_unknown_is_404():
+    assert parse_chat({"messages": MSG}, CTX).model == "m"
     with pytest.raises(ModelNotFound) as info:
         parse_chat({"model": "other", "messages": MSG}, CTX)
     assert info.value.status == 404 and "other" in info.value.message

@@ -23,7 +23,8 @@ def test_request_roundtrip_keeps_every_field():
     sp = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, top_k=5, min_p=0.05, seed=3,
                         presence_penalty=0.1, frequency_penalty=0.2, repetition_penalty=1.1,
                         stop=("a", "b"), stop_token_ids=(1, 2), ignore_eos=True, min_tokens=1,
-                        logprobs=2, include_stop_str_in_output=True, logit_bias=((5, -1.5), (9, 100.0)),
+                        logprobs=2, include_stop_str_in_output=True, skip_special_tokens=False,
+                        logit_bias=((5, -1.5), (9, 100.0)),
                         prompt_logprobs=0)
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(sp, f.name) != f.default for f in fields(SamplingParams))
