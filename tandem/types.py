@@ -192,4 +192,4 @@ class EngineStats:
     generation_tokens: int        # cumulative
     num_preemptions: int          # cumulative
     waiting_prefill_tokens: int   # prompt tokens not yet computed, over all requests
-    running_context_tokens: int   # tokens in the contexts of running requests
+    running_context_tokens: int   # tokens in the contexts of running requests past their prefill

@@ -329,7 +329,10 @@ class Engine:
             num_preemptions=self.scheduler.num_preemptions,
             waiting_prefill_tokens=sum(max(0, r.num_prompt_tokens - r.num_computed_tokens)
                                        for r in running + waiting),
-            running_context_tokens=sum(r.num_tokens for r in running))
+            # a request still computing its prompt counts in waiting_prefill_tokens only, as the
+            # gateway tracks it (its context starts with the first token)
+            running_context_tokens=sum(r.num_tokens for r in running
+                                       if r.num_computed_tokens >= r.num_tokens - 1))
 
     def shutdown(self) -> None:
         if self._release_pool is not None:

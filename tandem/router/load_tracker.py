@@ -14,6 +14,13 @@ estimate becomes `max(0, tracked + offset)`: exact at report time, then followin
 own changes until the next report replaces the offset. A report older than `max_offset_age_s`
 no longer applies.
 
+Part of an offset is disagreement about the gateway's own requests, which a report catches in
+passing (a cache hit the gateway did not predict, a token still on its way). That part cannot
+outlive its request: when a request that was live at the report leaves a phase (prefill done, or
+finished), the offset's component for that phase moves toward zero by the tokens the request had
+in it. Without this, a request that ends right after a report would leave its context charged
+to the worker until the next report, and routing would shun a worker that is idle.
+
 A report is a consistent snapshot only if the gateway's own view of that worker did not change
 while the poll was in flight: a request that finished (or was dispatched) between sending the poll
 and reading its reply would otherwise leave a phantom offset of its whole context until the next
@@ -35,6 +42,7 @@ class _Entry:
     worker: str
     pending: int      # prefill tokens not yet computed
     context: int      # tokens in the active context (0 until prefill is done)
+    since: float      # dispatch time
 
 
 @dataclass(frozen=True)
@@ -64,12 +72,14 @@ class LoadTracker:
         return self._clock()
 
     def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0) -> None:
-        self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context))
-        self._changed_at[worker] = self._clock()
+        now = self._clock()
+        self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context), now)
+        self._changed_at[worker] = now
 
     def prefill_done(self, request_id: str, worker: str, context: int) -> None:
         e = self._entries.get((request_id, worker))
         if e is not None:
+            self._settle(e, e.pending, 0)
             e.pending, e.context = 0, context
             self._changed_at[worker] = self._clock()
 
@@ -79,8 +89,17 @@ class LoadTracker:
             e.context += n
 
     def finish(self, request_id: str, worker: str) -> None:
-        if self._entries.pop((request_id, worker), None) is not None:
+        e = self._entries.pop((request_id, worker), None)
+        if e is not None:
+            self._settle(e, e.pending, e.context)
             self._changed_at[worker] = self._clock()
+
+    def _settle(self, e: _Entry, prefill: int, decode: int) -> None:
+        """Entry `e` leaves `prefill`/`decode` tokens: the offset forgets its share of them."""
+        off = self._offsets.get(e.worker)
+        if off is not None and e.since <= off.at:
+            off.prefill = _toward_zero(off.prefill, prefill)
+            off.decode = _toward_zero(off.decode, decode)
 
     def _tracked(self, worker: str) -> TokenLoad:
         p = d = n = 0
@@ -113,3 +132,7 @@ class LoadTracker:
             return t
         return TokenLoad(max(0, t.prefill_tokens + off.prefill),
                          max(0, t.decode_tokens + off.decode), t.in_flight)
+
+
+def _toward_zero(x: int, by: int) -> int:
+    return x - by if x > by else x + by if x < -by else 0

@@ -127,6 +127,26 @@ def test_stats_count_tokens_and_usage(llama_dir, make_engine):
     assert s.num_running == 0 and s.num_waiting == 0 and s.kv_cache_usage == 0.0
 
 
+def test_load_figures_count_a_prompt_as_prefill_until_its_first_token(llama_dir, make_engine):
+    """What a gateway tracks: uncomputed prompt tokens are prefill load, and a context counts as
+    decode load only once the first token is out (never both for one request)."""
+    engine = make_engine(llama_dir, max_num_batched_tokens=16)
+    prompt = prompts(1, seed=16, min_len=40, max_len=40)[0]
+    engine.add_request(r := request(prompt, max_tokens=3))
+    engine.step()  # the first 16-token chunk
+    s = engine.stats()
+    assert (s.waiting_prefill_tokens, s.running_context_tokens) == (24, 0)
+    engine.step()
+    engine.step()  # the last chunk, and the first token
+    s = engine.stats()
+    assert (s.waiting_prefill_tokens, s.running_context_tokens) == (0, 41)
+    for _ in range(3):
+        engine.step()
+    assert r.request_id not in engine.requests
+    s = engine.stats()
+    assert (s.waiting_prefill_tokens, s.running_context_tokens) == (0, 0)
+
+
 def test_packed_bfloat16_weights_give_the_same_greedy_tokens(llama_dir):
     """CPU bfloat16 loads pack the linear weights (oneDNN layout); outputs must not change."""
     import dataclasses

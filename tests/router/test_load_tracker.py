@@ -41,8 +41,8 @@ def test_report_corrects_then_follows_own_changes_then_expires():
     assert lt.load("a") == TokenLoad(100, 2000, 1)
     lt.dispatch("r2", "a", pending=500)
     assert lt.load("a") == TokenLoad(600, 2000, 2)
-    lt.prefill_done("r1", "a", context=1001)  # transient under-estimate clamps at 0
-    assert lt.load("a") == TokenLoad(0, 3001, 2)
+    lt.prefill_done("r1", "a", context=1001)  # r1's cache hit no longer discounts r2's prompt
+    assert lt.load("a") == TokenLoad(500, 3001, 2)
     clock.t += 6
     assert lt.load("a") == TokenLoad(500, 1001, 2)
     lt.report("a", 0, 0)
@@ -68,3 +68,23 @@ def test_report_that_raced_with_a_finish_is_ignored():
     clock.t += 0.01
     assert lt.report("a", 0, 50, polled_at) is True
     assert lt.load("a") == TokenLoad(0, 50, 0)
+
+
+def test_a_request_caught_in_passing_leaves_nothing_behind():
+    """A poll lands while the worker already counts r1's context and the gateway has not yet seen
+    its first token: the offset is r1's context. Once r1 ends, the worker must look idle, not
+    charged 300 tokens until the next poll. Traffic the gateway cannot see stays charged."""
+    clock = Clock()
+    lt = LoadTracker(clock=clock)
+    lt.dispatch("r1", "a", pending=10)
+    clock.t += 0.01
+    assert lt.report("a", prefill_tokens=0, decode_tokens=300 + 2000, polled_at=lt.now())
+    assert lt.load("a") == TokenLoad(0, 2300, 1)
+    lt.prefill_done("r1", "a", context=300)
+    lt.tokens("r1", "a", 3)
+    lt.finish("r1", "a")
+    assert lt.load("a") == TokenLoad(0, 2000 - 3, 0)
+    # a request dispatched after the report had no part in its offset
+    lt.dispatch("r2", "a", pending=50)
+    lt.finish("r2", "a")
+    assert lt.load("a") == TokenLoad(0, 1997, 0)
