@@ -33,7 +33,7 @@ run: $(STAMP)
 # set nothing is ever cached (~80 ms of each start)
 test: $(STAMP)
 	$(PY) -m compileall -q tandem
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -rs -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .cache
