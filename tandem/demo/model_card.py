@@ -71,6 +71,13 @@ def _copying_limitation(tc: dict) -> str:
             "`--minutes`) when the machine has CPU to spare.")
 
 
+def _schedule(cfg: dict) -> str:
+    share = cfg.get("decay_fraction", 1.0)
+    if share >= 1.0:
+        return "cosine decay"
+    return f"held at the peak, then cosine decay over the last {share * 100:.0f}% of the run"
+
+
 def render_card(model_dir: Path, role: str) -> str:
     cfg = json.loads((model_dir / "config.json").read_text())
     log = _read(model_dir / "train_log.json") or {}
@@ -141,8 +148,8 @@ def render_card(model_dir: Path, role: str) -> str:
                if log["config"].get("tool_call_loss_weight") is not None else "")
             + " (the logged and plotted loss is the plain mean).",
             f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
-            f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, cosine "
-            f"decay, bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
+            f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, {_schedule(log['config'])}, "
+            f"bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
             f"a machine shared with other jobs.",
             f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
             f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "

@@ -53,6 +53,9 @@ class TrainConfig:
     batch_size: int = 4                # rows per step
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
+    # share of the budget, at its end, over which the lr decays (cosine to min_lr_ratio); before
+    # it the lr holds at its peak. 1.0: plain cosine over the whole run; below 1: warmup-stable-decay
+    decay_fraction: float = 1.0
     warmup_steps: int = 30
     weight_decay: float = 0.1
     grad_clip: float = 1.0
@@ -90,7 +93,8 @@ class TrainState:
 def lr_at(cfg: TrainConfig, step: int, progress: float) -> float:
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    cos = 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    into_decay = (min(1.0, progress) - (1 - cfg.decay_fraction)) / cfg.decay_fraction
+    cos = 0.5 * (1 + math.cos(math.pi * max(0.0, into_decay)))
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * cos)
 
 
@@ -312,6 +316,13 @@ def train(cfg: TrainConfig) -> dict:
     return log
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
 def add_train_args(p: argparse.ArgumentParser) -> None:
     d = TrainConfig(out_dir="")
     p.add_argument("--out", required=True, help="final model directory")
@@ -325,6 +336,9 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--decay-fraction", type=_fraction, default=d.decay_fraction,
+                   help="share of the budget, at its end, over which the lr decays; before it the lr "
+                        "holds at its peak (1: cosine over the whole run)")
     p.add_argument("--assistant-loss-weight", type=float, default=d.assistant_loss_weight)
     p.add_argument("--tool-call-loss-weight", type=float, default=None)
     p.add_argument("--extra-corpus", action="append", default=[], help="another corpus directory (repeatable)")
@@ -339,6 +353,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(out_dir=a.out, size=a.size, corpus_dir=a.corpus, tokenizer_dir=a.tokenizer,
                        work_dir=a.work, token_cache=a.token_cache, minutes=a.minutes, steps=a.steps, batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr,
+                       decay_fraction=a.decay_fraction,
                        threads=a.threads, assistant_loss_weight=a.assistant_loss_weight,
                        tool_call_loss_weight=a.tool_call_loss_weight, extra_corpus_dirs=tuple(a.extra_corpus),
                        eval_every=a.eval_every,

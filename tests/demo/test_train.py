@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from tandem.demo.corpus import CorpusConfig, build_corpus
 from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
-from tandem.demo.train import TrainConfig, lr_at, train
+from tandem.demo.train import TrainConfig, add_train_args, config_from_args, lr_at, train
 
 pytest.importorskip("transformers")
 
@@ -36,6 +37,17 @@ def test_schedule_warms_up_then_decays():
     assert lr_at(cfg, 50, 0.5) == pytest.approx(0.55) and lr_at(cfg, 100, 1.0) == pytest.approx(0.1)
 
 
+def test_warmup_stable_decay_holds_the_peak_then_decays_over_the_last_share():
+    cfg = TrainConfig(out_dir="x", lr=1.0, warmup_steps=4, min_lr_ratio=0.1, steps=100, decay_fraction=0.2)
+    assert lr_at(cfg, 3, 0.03) == 1.0 and lr_at(cfg, 50, 0.5) == 1.0 and lr_at(cfg, 80, 0.8) == 1.0
+    assert lr_at(cfg, 90, 0.9) == pytest.approx(0.55) and lr_at(cfg, 100, 1.0) == pytest.approx(0.1)
+    parser = argparse.ArgumentParser()
+    add_train_args(parser)
+    assert config_from_args(parser.parse_args(["--out", "x", "--decay-fraction", "0.25"])).decay_fraction == 0.25
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--out", "x", "--decay-fraction", "0"])
+
+
 def test_train_then_resume(prepared, bible_text):
     log = train(_cfg(prepared, 4))
     out = prepared / "model"
@@ -60,8 +72,9 @@ def test_train_then_resume(prepared, bible_text):
     # resumed on more data (an extra corpus's transcripts) with tool calls weighted: 2 more steps
     build_corpus(prepared / "corpus-drill", CorpusConfig(agent_train=20, agent_heldout=2, layout="drill"),
                  bible_text=bible_text)
-    log3 = train(_cfg(prepared, 8, resume=True, tool_call_loss_weight=8.0,
+    log3 = train(_cfg(prepared, 8, resume=True, tool_call_loss_weight=8.0, decay_fraction=0.25,
                       extra_corpus_dirs=(str(prepared / "corpus-drill"),)))
+    assert "held at the peak, then cosine decay over the last 25% of the run" in (out / "README.md").read_text()
     assert log3["steps"] == 8 and [s for s, _, _ in log3["history"]["train"]] == list(range(1, 9))
     assert (prepared / "tokens" / "corpus-drill" / "tokens.agent.train.npz").is_file()
     manifest = json.loads((out / "corpus_manifest.json").read_text())
