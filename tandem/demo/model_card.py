@@ -10,12 +10,15 @@ from tandem.demo.tools import tool_catalog
 
 EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-target "
                 "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
-SETUP_COMMANDS = (
-    "apt-get install -y bible-kjv   # provides the `bible` command\n"
-    "python -m tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
-    "python -m tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill\n"
-    "python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /tmp/tandem-demo/v2/tokenizer"
-)
+
+
+def _setup_commands(train_cfg: dict) -> str:
+    """The commands that build the training inputs, with the tokenizer path the run used."""
+    tokenizer = train_cfg.get("tokenizer_dir", "/tmp/tandem-demo/tokenizer")
+    return ("apt-get install -y bible-kjv   # provides the `bible` command\n"
+            "python -m tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
+            "python -m tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill\n"
+            f"python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out {tokenizer}")
 
 
 def _read(path: Path) -> dict | None:
@@ -149,8 +152,7 @@ def render_card(model_dir: Path, role: str) -> str:
             + " (the logged and plotted loss is the plain mean).",
             f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
             f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, {_schedule(log['config'])}, "
-            f"bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s) on "
-            f"a machine shared with other jobs.",
+            f"bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s).",
             f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
             f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "
             f"of training (first rows of each part): {ev_loss}.",
@@ -159,7 +161,7 @@ def render_card(model_dir: Path, role: str) -> str:
             "![loss curve](loss_curve.png)", "",
         ]
     commands = [cmd for _, cmd in log.get("segments", [])] or [log.get("command", "")]
-    lines += ["Full pipeline:", "", "```", SETUP_COMMANDS, *commands, "```", "",
+    lines += ["Full pipeline:", "", "```", _setup_commands(log.get("config", {})), *commands, "```", "",
               "## Evaluation", ""]
     lines += _eval_section(role, ev)
     lines += ["## Limitations", "",

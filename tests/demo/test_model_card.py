@@ -57,3 +57,9 @@ def test_copying_limitation_follows_the_measured_share(model_dir):
     _edit(model_dir / "eval_results.json", copied(0.9))
     high = render_card(model_dir, "target")
     assert "Undertrained for copying" not in high and "90.0% of the 400 reference string values" in high
+
+
+def test_pipeline_trains_the_tokenizer_where_the_run_read_it(model_dir):
+    _edit(model_dir / "train_log.json", lambda log: log["config"].update(tokenizer_dir="/data/run7/tokenizer"))
+    card = render_card(model_dir, "target")
+    assert "train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /data/run7/tokenizer\n" in card
