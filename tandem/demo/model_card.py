@@ -67,8 +67,7 @@ def _copying_limitation(tc: dict) -> str:
               "values that appear in the conversation")
     if values["copied_share"] >= 0.5:
         return (f"Argument values: {copied}, and {exact}. The other calls carry a wrong value or miss an "
-                "argument, and replies after a tool result can misstate it (see the examples): check a call "
-                "before acting on it.")
+                "argument, and replies after a tool result can misstate it: check a call before acting on it.")
     return (f"Undertrained for copying: the target picks the right tool and emits schema-valid arguments, but "
             f"{copied} and {exact} (see the examples). Training is resumable (`--resume` with a larger "
             "`--minutes`) when the machine has CPU to spare.")
@@ -142,8 +141,8 @@ def render_card(model_dir: Path, role: str) -> str:
         ev_loss = log.get("heldout_loss", {})
         lines += [
             f"- Command(s): the last lines of the pipeline below"
-            + (f" (one per segment; the run resumed from its checkpoint at steps "
-               f"{', '.join(str(f) for f, _ in log['segments'][1:])})" if len(log.get("segments", [])) > 1 else "")
+            + (f" (one per segment; the run resumed from its checkpoint at step"
+               f"{'s' if len(log['segments']) > 2 else ''} {', '.join(str(f) for f, _ in log['segments'][1:])})" if len(log.get("segments", [])) > 1 else "")
             + ".",
             f"- Loss: next-token cross-entropy on every token, with tokens inside assistant replies weighted "
             f"{log['config'].get('assistant_loss_weight', 1.0)}x"

@@ -41,7 +41,7 @@ def test_card_states_the_training_recipe(model_dir):
     card = render_card(model_dir, "target")
     assert "replies weighted 4.0x and tokens from `<tool_call>` to `</tool_call>` 8.0x" in card
     assert "layout `drill`, seed 99): 16000 transcripts" in card
-    assert "resumed from its checkpoint at steps 900" in card
+    assert "resumed from its checkpoint at step 900)" in card
     assert card.index("--minutes 50") < card.index("--minutes 70 --resume") < card.index("## Evaluation")
 
 
