@@ -139,10 +139,11 @@ def render_card(model_dir: Path, role: str) -> str:
               "", "## Training", ""]
     if log:
         ev_loss = log.get("heldout_loss", {})
+        resumes = [str(first_step) for first_step, _ in log.get("segments", [])[1:]]
         lines += [
             f"- Command(s): the last lines of the pipeline below"
-            + (f" (one per segment; the run resumed from its checkpoint at step"
-               f"{'s' if len(log['segments']) > 2 else ''} {', '.join(str(f) for f, _ in log['segments'][1:])})" if len(log.get("segments", [])) > 1 else "")
+            + (f" (one per segment; the run resumed from its checkpoint at step{'s' if len(resumes) > 1 else ''} "
+               f"{', '.join(resumes)})" if resumes else "")
             + ".",
             f"- Loss: next-token cross-entropy on every token, with tokens inside assistant replies weighted "
             f"{log['config'].get('assistant_loss_weight', 1.0)}x"
