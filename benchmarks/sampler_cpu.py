@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from tandem.engine import sampler as sampler_module
-from tandem.engine.sampler import Sampler, SamplingRow
+from tandem.runner import sampler as sampler_module
+from tandem.runner.sampler import Sampler, SamplingRow
 from tandem.types import SamplingParams
 
 SETTINGS = {

@@ -123,6 +123,28 @@ class KVHandle:
             raise InvalidRequest(f"malformed kv_handle: {exc}", param="kv_handle") from exc
 
 
+@dataclass(frozen=True)
+class ParserOptions:
+    """How the server turns this request's generated text into API fields (the tool-call and
+    reasoning parsers by vLLM's names; None: plain text)."""
+
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Who sends a request and how it is to be served, carried explicitly from the HTTP layer
+    through the backend (gateway: routing; worker: the engine). Never read from ambient state."""
+
+    session_id: str | None = None    # x-session-affinity: requests of one session go to one worker
+    tenant: str | None = None        # the API key's tenant, for accounting (None: anonymous)
+    cache_salt: str | None = None    # part of every block hash: KV is shared only within a salt
+    priority: int = 0                # vLLM's convention: lower values are served first
+    deadline: float | None = None    # time.monotonic() by which the request should have finished
+    parser: ParserOptions = ParserOptions()
+
+
 @dataclass
 class EngineRequest:
     """One generation request as the engine sees it: token ids in, deltas out."""
@@ -130,7 +152,7 @@ class EngineRequest:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams
-    cache_salt: str | None = None           # tenant isolation: part of every block hash
+    context: RequestContext = RequestContext()
     arrival_time: float = field(default_factory=time.monotonic)
     prefill_only: bool = False               # prefill role: stop after the first token, keep blocks
     kv_handle: KVHandle | None = None        # decode role: pull these blocks before decoding
@@ -138,6 +160,10 @@ class EngineRequest:
     # sent tokens). They are part of the context, count toward max_tokens, and are not
     # emitted again.
     resume_output_ids: list[int] = field(default_factory=list)
+
+    @property
+    def cache_salt(self) -> str | None:
+        return self.context.cache_salt
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from tandem.types import EngineRequest, EngineStats, RequestDelta
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.05   # engine thread: how long to block on the command queue when idle
-_PULL_WAIT_S = 0.002  # ... when only KV pulls are in flight
+_KV_IO_WAIT_S = 0.002  # ... when only KV connector loads or saves are in flight
 
 
 class AsyncEngine:
@@ -88,8 +88,7 @@ class AsyncEngine:
 
     @property
     def transport_address(self) -> str | None:
-        t = self._engine.transport
-        return None if t is None else t.source.address
+        return self._engine.transport_address
 
     # --- requests ----------------------------------------------------------------------------
     async def generate(self, req: EngineRequest, info=None) -> AsyncIterator[RequestDelta]:
@@ -142,7 +141,7 @@ class AsyncEngine:
         engine = self._engine
         while not self._stopping.is_set():
             busy = engine.has_runnable()
-            wait = 0.0 if busy else (_PULL_WAIT_S if engine.pulls_in_flight() else _IDLE_WAIT_S)
+            wait = 0.0 if busy else (_KV_IO_WAIT_S if engine.kv_io_in_flight() else _IDLE_WAIT_S)
             deltas = self._drain_commands(wait)
             if self._stopping.is_set():
                 break
@@ -176,7 +175,7 @@ class AsyncEngine:
                 else:
                     accepted.set_result(None)
             elif kind == "release":
-                self._engine.withdraw_handed_over(arg)
+                self._engine.release_kv(arg)
             elif kind == "abort":
                 delta = self._engine.abort(arg)
                 if delta is not None:

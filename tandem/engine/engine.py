@@ -1,33 +1,39 @@
 """The synchronous engine: one `step()` = schedule, execute, update.
 
 Not thread-safe: one thread owns it (the async front's engine thread, or a test).
+
+KV that comes from or goes to another place (a prefill worker's blocks, a store) passes through
+the KV connector (tandem/kv/connector.py): the scheduler asks its scheduler side at admission and
+at finish; the engine starts the worker side's loads and saves each step and applies what it
+reports. Draft tokens from a proposer (tandem/engine/proposer.py) ride the same step: scheduled
+after a decode's last token, sampled by the runner at each position, accepted by the update.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import torch
 
 from tandem.config import CacheConfig, EngineConfig
 from tandem.engine.detokenizer import IncrementalDetokenizer
+from tandem.engine.proposer import Proposer
 from tandem.engine.request import Request, RequestStatus
-from tandem.engine.scheduler import KVPull, Scheduler, SchedulerOutput
+from tandem.engine.scheduler import Scheduler, SchedulerOutput
 from tandem.errors import InvalidRequest, PromptTooLong
+from tandem.kv.connector import FinishedKV, KVConnector
 from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
 from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel, load_model
 from tandem.models.tokenizer import Tokenizer
-from tandem.runner.model_runner import ModelRunner
-from tandem.types import (EngineRequest, EngineStats, FinishReason, KVHandle, RequestDelta,
+from tandem.runner.model_runner import ModelRunner, StepResult
+from tandem.runner.scheduled import SampledSeq, accepted_length
+from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta,
                           RequestTimings, TokenLogprob)
 
-if TYPE_CHECKING:
-    from tandem.transfer.base import Transport
+log = logging.getLogger(__name__)
 
 
 def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
@@ -38,13 +44,13 @@ def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
                     block_size=cache.block_size, num_layers=a.num_layers,
                     num_kv_heads=a.num_kv_heads, head_dim=a.head_dim)
 
-log = logging.getLogger(__name__)
-
 
 class Engine:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, tokenizer: Tokenizer,
-                 kv_cache: torch.Tensor | None = None, transport: Transport | None = None) -> None:
-        """`transport` serves this worker's blocks to others (prefill) and pulls theirs (decode)."""
+                 kv_cache: torch.Tensor | None = None, connector: KVConnector | None = None,
+                 proposer: Proposer | None = None, transport_address: str | None = None) -> None:
+        """`connector` moves KV between this worker and others (the handoff, a store);
+        `transport_address` is where this worker's blocks are served, when they are."""
         self.config = config
         self.loaded = loaded
         self.tokenizer = tokenizer
@@ -61,14 +67,12 @@ class Engine:
         self.events = KVEventLog()
         self.kv = KVCacheManager(self.num_blocks, config.cache.block_size,
                                  config.cache.enable_prefix_caching, config.cache.hash_seed, self.events)
-        self.scheduler = Scheduler(config.scheduler, self.kv)
+        self.connector = connector
+        self.scheduler = Scheduler(config.scheduler, self.kv, connector.scheduler if connector else None)
         self.runner = ModelRunner(loaded, self.layout, kv_cache, device)
-        self.transport = transport
+        self.proposer = proposer
+        self.transport_address = transport_address
         self.requests: dict[str, Request] = {}
-        self.handed_over: set[str] = set()   # prefill role: finished, blocks pinned for a pull
-        self._pulls: dict[str, Future] = {}
-        # gives up remote blocks a request will not pull (aborted or refused), off the step loop
-        self._release_pool = ThreadPoolExecutor(1, thread_name_prefix="kv-release") if transport else None
         self.num_prompt_tokens = 0      # cumulative, counted when a request's first token is sampled
         self.num_generation_tokens = 0  # cumulative
 
@@ -83,13 +87,15 @@ class Engine:
         if kind is None:
             return cls(config, loaded, tokenizer)
         from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
+        from tandem.transfer.handoff import handoff_connector
 
         layout = layout_of(loaded, config.cache)
         num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
         kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
         transport = make_transport(kind, kv_cache, layout, config.transfer)
         transport.source.start()
-        return cls(config, loaded, tokenizer, kv_cache, transport)
+        return cls(config, loaded, tokenizer, kv_cache, handoff_connector(transport, layout),
+                   transport_address=transport.source.address)
 
     # --- requests -----------------------------------------------------------------------
     def add_request(self, er: EngineRequest) -> None:
@@ -106,7 +112,7 @@ class Engine:
 
     def validate(self, er: EngineRequest) -> None:
         er.sampling.validate()
-        if er.request_id in self.requests or er.request_id in self.handed_over:
+        if er.request_id in self.requests or er.request_id in self.scheduler.kept:
             raise InvalidRequest(f"request id {er.request_id!r} is already in use", param="request_id")
         n = len(er.prompt_token_ids)
         if n == 0:
@@ -131,27 +137,20 @@ class Engine:
         if needed > self.num_blocks:
             raise PromptTooLong(f"the prompt has {total} tokens but the KV cache holds only "
                                 f"{self.num_blocks * self.layout.block_size}")
-        if er.kv_handle is not None:
-            if self.transport is None:
-                raise InvalidRequest("this worker has no KV transport; it cannot take a kv_handle",
-                                     param="kv_handle")
-            if er.kv_handle.num_tokens != total - 1:
-                raise InvalidRequest(f"kv_handle covers {er.kv_handle.num_tokens} tokens, expected "
-                                     f"{total - 1} (prompt plus resumed tokens but the last)", param="kv_handle")
-            KVLayout.from_dict(er.kv_handle.layout).check_compatible(self.layout)
-        if er.prefill_only and self.transport is None:
-            raise InvalidRequest("this worker has no KV transport; it cannot serve prefill_only",
-                                 param="prefill_only")
+        hands_over = self.connector is not None and self.connector.scheduler.hands_over
+        for name, asked in (("kv_handle", er.kv_handle is not None), ("prefill_only", er.prefill_only)):
+            if asked and not hands_over:
+                raise InvalidRequest(f"this worker has no KV transport; it cannot serve {name}", param=name)
+        if self.connector is not None:
+            self.connector.scheduler.validate(er)
 
     def abort(self, request_id: str) -> RequestDelta | None:
         req = self.requests.get(request_id)
         if req is None or req.finished:
             return None
         if req.status is RequestStatus.WAITING_FOR_KV:
-            req.finish_reason = FinishReason.ABORT  # finished when its pull completes
+            req.finish_reason = FinishReason.ABORT  # finished when its load completes
             return None
-        if req.kv_handle is not None and req.first_scheduled_time is None:
-            self._give_up_remote(req.kv_handle)  # never admitted: its pull never started
         return self._finish(req, FinishReason.ABORT)
 
     def fail_all(self, message: str) -> list[RequestDelta]:
@@ -159,79 +158,129 @@ class Engine:
         deltas = []
         for req in list(self.requests.values()):
             if req.status is RequestStatus.WAITING_FOR_KV:
-                req.finish_reason = FinishReason.ERROR  # ended when its pull completes
+                req.finish_reason = FinishReason.ERROR  # ended when its load completes
                 continue
             deltas.append(self._finish(req, FinishReason.ERROR, error=message))
         return deltas
 
+    def release_kv(self, request_id: str) -> None:
+        """Blocks kept for another worker will not be read (the gateway gave up on the handoff)."""
+        if self.connector is not None and request_id in self.scheduler.kept:
+            self.connector.worker.drop(request_id)
+
     def has_work(self) -> bool:
-        return bool(self.requests) or bool(self.handed_over)
+        return bool(self.requests) or bool(self.scheduler.kept)
 
     def has_runnable(self) -> bool:
         return self.scheduler.has_work()
 
+    def kv_io_in_flight(self) -> bool:
+        """Connector loads or saves are under way (the step loop polls them)."""
+        return self.connector is not None and self.connector.worker.busy()
+
     # --- the step -------------------------------------------------------------------------
     def step(self) -> list[RequestDelta]:
-        self._release_handed_over()
+        deltas = self._apply_connector_events()
         out = self.scheduler.schedule()
-        deltas = self._execute_and_update(out)
-        deltas += self._complete_pulls()
+        result = self._execute(out)
+        deltas += self._update(out, result)
+        self._propose()
         return deltas
 
-    def _execute_and_update(self, out: SchedulerOutput) -> list[RequestDelta]:
-        deltas = [self._finish(req, FinishReason.LENGTH) for req in out.capacity_finished]
-        for pull in out.pulls:
-            self._start_pull(pull)
+    def _execute(self, out: SchedulerOutput) -> StepResult | None:
+        if out.loads:
+            self.connector.worker.start_loads(out.loads)
         if not out.seqs:
-            return deltas
+            return None
         tables = [self.kv.block_ids(s.request.request_id) for s in out.seqs]
-        inputs = self.runner.prepare(out.seqs, tables)
-        result = self.runner.execute(inputs)
+        return self.runner.execute(self.runner.prepare(out.seqs, tables))
+
+    def _update(self, out: SchedulerOutput, result: StepResult | None) -> list[RequestDelta]:
+        deltas = [self._finish(req, FinishReason.LENGTH) for req in out.capacity_finished]
+        if result is None:
+            return deltas
+        sampled = {s.request.request_id: s for s in result.sampled}
         for seq in out.seqs:
-            seq.request.num_computed_tokens += seq.num_new_tokens
+            done = sampled.get(seq.request.request_id)
+            num_accepted = accepted_length(done.proposed, done.token_ids) if done else 0
+            self.scheduler.computed(seq, num_accepted)
         for req, scored in result.prompt_logprobs:
             req.prompt_logprobs += scored
-        sampled = result.sampled
-        for req, token, logprob in zip(inputs.sampled, sampled.token_ids, sampled.logprobs):
-            deltas.append(self._append_token(req, token, logprob))
+        for seq in out.seqs:
+            done = sampled.get(seq.request.request_id)
+            if done is not None:
+                deltas.append(self._accept(done))
+                self.scheduler.publish_accepted(seq)
         return deltas
 
-    def _append_token(self, req: Request, token: int, logprob: TokenLogprob | None) -> RequestDelta:
-        now = time.monotonic()
+    def _accept(self, done: SampledSeq) -> RequestDelta:
+        """Append the agreed proposals and the target's next token, one at a time, until the
+        request finishes; one delta for all of them."""
+        req: Request = done.request  # type: ignore[assignment]
+        keep = accepted_length(done.proposed, done.token_ids) + 1
+        tokens: list[int] = []
+        texts: list[str] = []
+        logprobs: list[TokenLogprob] = []
+        finish: FinishReason | None = None
+        for token, logprob in zip(done.token_ids[:keep], done.logprobs[:keep]):
+            text, finish = self._append_token(req, token)
+            tokens.append(token)
+            texts.append(text)
+            if logprob is not None:
+                logprobs.append(logprob)
+            if finish is not None:
+                break
+        req.proposed_token_ids = []
+        text = "".join(texts)
+        lps = logprobs or None
+        if finish is None and not req.prefill_only:
+            return self._delta(req, tokens, text, lps)
+        if finish is None:
+            # hand-over: text held back (a split character, a possible stop string) is released
+            # by the decode worker's detokenizer, which resumes from this token
+            return self._finish(req, None, tokens, text, lps)
+        text += req.detokenizer.flush()
+        return self._finish(req, finish, tokens, text, lps)
+
+    def _append_token(self, req: Request, token: int) -> tuple[str, FinishReason | None]:
+        """The token becomes the request's; returns its text and why the request ends, if it does."""
         if req.first_token_time is None:
-            req.first_token_time = now
+            req.first_token_time = time.monotonic()
             self.num_prompt_tokens += req.num_prompt_tokens
         self.num_generation_tokens += 1
         req.append_token(token)
         params = req.sampling
         n_out = len(req.output_token_ids)
-        finish: FinishReason | None = None
-        text = ""
         stop_token = (not params.ignore_eos and token in self.loaded.eos_token_ids) \
             or token in params.stop_token_ids
         if stop_token and n_out >= params.min_tokens:
-            finish = FinishReason.STOP
-        else:
-            step = req.detokenizer.push([token])
-            text = step.text
-            if step.stopped:
-                finish = FinishReason.STOP
-        if finish is None and (n_out >= params.max_tokens or req.num_tokens >= self.max_model_len):
-            finish = FinishReason.LENGTH
-        logprobs = [logprob] if logprob is not None else None
-        if finish is None and not req.prefill_only:
-            return self._delta(req, [token], text, logprobs)
-        if finish is None:
-            # hand-over: text held back (a split character, a possible stop string) is released
-            # by the decode worker's detokenizer, which resumes from this token
-            return self._hand_over(req, token, text, logprobs)
-        text += req.detokenizer.flush()
-        return self._finish(req, finish, [token], text, logprobs)
+            return "", FinishReason.STOP
+        step = req.detokenizer.push([token])
+        if step.stopped:
+            return step.text, FinishReason.STOP
+        if n_out >= params.max_tokens or req.num_tokens >= self.max_model_len:
+            return step.text, FinishReason.LENGTH
+        return step.text, None
+
+    def _propose(self) -> None:
+        """Draft tokens for the decodes of the next step, trimmed to what max_tokens and the
+        context leave after the token that step samples anyway."""
+        if self.proposer is None:
+            return
+        decoding = [r for r in self.scheduler.running if r.num_computed_tokens == r.num_tokens - 1
+                    and not r.prefill_only]
+        if not decoding:
+            return
+        for req, draft in zip(decoding, self.proposer.propose(decoding)):
+            room = min(req.sampling.max_tokens - len(req.output_token_ids),
+                       self.max_model_len - req.num_tokens) - 1
+            req.proposed_token_ids = list(draft[:max(0, room)])
 
     def _delta(self, req: Request, tokens: list[int], text: str,
                logprobs: list[TokenLogprob] | None, **final) -> RequestDelta:
         # the scored prompt goes out with the stream's first token (never with a resumed one)
-        first = req.sampling.prompt_logprobs is not None and tokens and len(req.output_token_ids) == 1
+        first = req.sampling.prompt_logprobs is not None and tokens \
+            and len(req.output_token_ids) == len(tokens)
         return RequestDelta(request_id=req.request_id, new_token_ids=tokens, new_text=text,
                             logprobs=logprobs, prompt_logprobs=req.prompt_logprobs if first else None,
                             num_prompt_tokens=req.num_prompt_tokens,
@@ -240,79 +289,48 @@ class Engine:
 
     def _finish(self, req: Request, reason: FinishReason | None, tokens: list[int] | None = None,
                 text: str = "", logprobs: list[TokenLogprob] | None = None,
-                error: str | None = None, keep_blocks: bool = False,
-                kv_handle: KVHandle | None = None) -> RequestDelta:
-        self.scheduler.remove(req)
-        if not keep_blocks:
-            self.kv.free(req.request_id)
-        req.status = RequestStatus.FINISHED
+                error: str | None = None) -> RequestDelta:
+        """End the request. `reason` None: a prefill handed over to another worker (the
+        connector keeps its blocks and returns the handle for the client)."""
         req.finish_reason = reason
+        kept = self.scheduler.finish(req)
+        self._start_connector_io(kept)
+        req.status = RequestStatus.FINISHED
         req.finished_time = time.monotonic()
         del self.requests[req.request_id]
         timings = RequestTimings(req.arrival_time, req.first_scheduled_time, req.first_token_time,
                                  req.finished_time)
         return self._delta(req, tokens or [], text, logprobs, finished=True, finish_reason=reason,
-                           timings=timings, error=error, kv_handle=kv_handle)
+                           timings=timings, error=error, kv_handle=kept.kv_handle)
 
-    # --- disaggregation: prefill side -------------------------------------------------------
-    def _hand_over(self, req: Request, token: int, text: str,
-                   logprobs: list[TokenLogprob] | None) -> RequestDelta:
-        """Prefill done: keep the blocks pinned and describe them for the decode worker."""
-        block_ids = self.kv.block_ids(req.request_id)
-        num_full = req.num_computed_tokens // self.layout.block_size
-        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)[:num_full]
-        self.transport.source.offer(req.request_id, block_ids)
-        handle = KVHandle(worker=self.transport.source.address, request_id=req.request_id,
-                          block_ids=tuple(block_ids), num_tokens=req.num_computed_tokens,
-                          layout=self.layout.to_dict(), block_hashes=tuple(hashes),
-                          transport=self.transport.kind)
-        self.handed_over.add(req.request_id)
-        return self._finish(req, None, [token], text, logprobs, keep_blocks=True, kv_handle=handle)
+    # --- the KV connector's worker side -------------------------------------------------------
+    def _start_connector_io(self, kept: FinishedKV) -> None:
+        if kept.saves:
+            self.connector.worker.start_saves(kept.saves)
+        if kept.give_up is not None:
+            self.connector.worker.give_up(kept.give_up)
 
-    def withdraw_handed_over(self, request_id: str) -> bool:
-        """No decode worker will pull this request's blocks: let the transport release them."""
-        if request_id not in self.handed_over:
-            return False
-        self.transport.source.withdraw(request_id)
-        return True
-
-    def _release_handed_over(self) -> None:
-        if not self.handed_over:
-            return
-        for request_id in self.transport.source.poll_released():
-            if request_id in self.handed_over:
-                self.handed_over.discard(request_id)
-                self.kv.free(request_id)
-
-    # --- disaggregation: decode side --------------------------------------------------------
-    def _start_pull(self, pull: KVPull) -> None:
-        self._pulls[pull.request.request_id] = self.transport.sink.pull_async(
-            pull.request.kv_handle, pull.dst_block_ids, pull.src_indices)
-
-    def _give_up_remote(self, handle: KVHandle) -> None:
-        self._release_pool.submit(self.transport.sink.release, handle)
-
-    def _complete_pulls(self) -> list[RequestDelta]:
+    def _apply_connector_events(self) -> list[RequestDelta]:
+        """Loads that finished or failed, and kept blocks that may be freed, since the last step."""
+        if self.connector is None:
+            return []
+        events = self.connector.worker.poll()
+        for request_id in events.released:
+            self.scheduler.release(request_id)
         deltas: list[RequestDelta] = []
-        for request_id, future in list(self._pulls.items()):
-            if not future.done():
-                continue
-            del self._pulls[request_id]
+        for request_id in events.loaded + list(events.failed):
             req = self.requests[request_id]
             if req.finish_reason in (FinishReason.ABORT, FinishReason.ERROR):
                 deltas.append(self._finish(req, req.finish_reason))
-            elif future.exception() is not None:
-                # The prefill worker's copy is gone or unreachable; this worker has the
-                # tokens, so it recomputes the prompt instead of failing the stream.
-                log.warning("KV pull for %s from %s failed (%s); recomputing the prompt locally",
-                            request_id, req.kv_handle.worker, future.exception())
-                self.scheduler.requeue(req)
+            elif request_id in events.failed:
+                # the source is gone or unreachable; this worker has the tokens, so it
+                # recomputes the prompt instead of failing the stream
+                log.warning("KV load for %s failed (%s); recomputing the prompt locally",
+                            request_id, events.failed[request_id])
+                self.scheduler.load_failed(req)
             else:
-                self.scheduler.pull_done(req)
+                self.scheduler.load_done(req)
         return deltas
-
-    def pulls_in_flight(self) -> bool:
-        return bool(self._pulls)
 
     # --- observation --------------------------------------------------------------------------
     def stats(self) -> EngineStats:
@@ -320,7 +338,7 @@ class Engine:
         waiting = list(self.scheduler.waiting)
         pool = self.kv.pool
         return EngineStats(
-            num_running=len(running), num_waiting=len(waiting) + len(self.scheduler.pulling),
+            num_running=len(running), num_waiting=len(waiting) + len(self.scheduler.loading),
             num_blocks_total=pool.num_blocks, num_blocks_free=pool.num_free,
             num_blocks_cached=pool.num_cached, kv_cache_usage=pool.usage(),
             prefix_cache_queries=self.kv.prefix_queries, prefix_cache_hits=self.kv.prefix_hits,
@@ -335,7 +353,5 @@ class Engine:
                                        if r.num_computed_tokens >= r.num_tokens - 1))
 
     def shutdown(self) -> None:
-        if self._release_pool is not None:
-            self._release_pool.shutdown(wait=True, cancel_futures=True)
-        if self.transport is not None:
-            self.transport.close()
+        if self.connector is not None:
+            self.connector.worker.close()

@@ -1,7 +1,7 @@
 """A request's state inside the engine.
 
 One rule drives scheduling: `num_computed_tokens` catches up with `num_tokens` (prompt plus
-output). A prefill chunk, a decode, a recompute after preemption and a KV pull all just
+output). A prefill chunk, a decode, a recompute after preemption and a KV load all just
 advance that counter; the step whose new tokens reach `num_tokens` samples the next token.
 """
 
@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem.types import EngineRequest, FinishReason, KVHandle, SamplingParams, TokenLogprob
+from tandem.types import EngineRequest, FinishReason, KVHandle, RequestContext, SamplingParams, TokenLogprob
 
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"              # not admitted yet (or preempted, to be recomputed)
-    WAITING_FOR_KV = "waiting_for_kv"  # admitted; its prompt's KV is being pulled from a prefill worker
+    WAITING_FOR_KV = "waiting_for_kv"  # admitted; its KV is being loaded by the KV connector
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -27,7 +27,7 @@ class Request:
     request_id: str
     prompt_token_ids: list[int]
     sampling: SamplingParams
-    cache_salt: str | None = None
+    context: RequestContext = RequestContext()
     arrival_time: float = field(default_factory=time.monotonic)
     prefill_only: bool = False
     kv_handle: KVHandle | None = None
@@ -39,6 +39,7 @@ class Request:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0        # prompt tokens found in the prefix cache at first admission
     num_preemptions: int = 0
+    external_kv_failed: bool = False  # a KV load from outside failed: computed here from then on
     finish_reason: FinishReason | None = None
     error: str | None = None
     first_scheduled_time: float | None = None
@@ -48,6 +49,9 @@ class Request:
     # prompt tokens 1.. scored so far (SamplingParams.prompt_logprobs); kept across preemption
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     all_token_ids: list[int] = field(default_factory=list)  # prompt + output, kept in step
+    # draft tokens to verify after the last token at the next step (set by the engine's proposer;
+    # not the request's tokens until accepted)
+    proposed_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.all_token_ids = self.prompt_token_ids + self.output_token_ids
@@ -59,10 +63,14 @@ class Request:
     @classmethod
     def from_engine_request(cls, req: EngineRequest) -> "Request":
         return cls(request_id=req.request_id, prompt_token_ids=list(req.prompt_token_ids),
-                   sampling=req.sampling, cache_salt=req.cache_salt, arrival_time=req.arrival_time,
+                   sampling=req.sampling, context=req.context, arrival_time=req.arrival_time,
                    prefill_only=req.prefill_only, kv_handle=req.kv_handle,
                    output_token_ids=list(req.resume_output_ids),
                    num_resumed=len(req.resume_output_ids))
+
+    @property
+    def cache_salt(self) -> str | None:
+        return self.context.cache_salt
 
     @property
     def num_tokens(self) -> int:

@@ -11,8 +11,16 @@ sessions sharing a system prompt) waits until that block is cached rather than c
 shared prefix twice; later arrivals may be admitted past it meanwhile. A prompt whose tokens
 are to be scored (prompt logprobs) skips the prefix cache: only a computed token has logits.
 When a running request cannot get a block, the most recently admitted running request is
-preempted (its blocks freed, its tokens recomputed later). Requests carrying a KV handle
-are admitted with blocks for their prompt and wait for the pull before they run.
+preempted (its blocks freed, its tokens recomputed later).
+
+KV from outside (the KV connector, tandem/kv/connector.py): at admission the connector may offer
+tokens past the local hit; the request is admitted with blocks for them and, when the load is
+asynchronous (a pull from a prefill worker), waits until the worker side reports it. A decode may
+carry proposed tokens (`Request.proposed_token_ids`): they are scheduled after its last token when
+budget and blocks allow, and dropped otherwise; their blocks are cached only once accepted.
+
+The scheduler is the one owner that frees blocks (through the KV cache manager): at preemption,
+at finish (unless a connector keeps them, until it reports them released) and after a failed load.
 """
 
 from __future__ import annotations
@@ -23,30 +31,16 @@ from dataclasses import dataclass
 
 from tandem.config import SchedulerConfig
 from tandem.engine.request import Request, RequestStatus
+from tandem.kv.connector import NOTHING_KEPT, ExternalMatch, FinishedKV, KVConnectorScheduler, KVLoad
 from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
+from tandem.runner.scheduled import ScheduledSeq
 from tandem.types import FinishReason
-
-
-@dataclass(frozen=True)
-class ScheduledSeq:
-    request: Request
-    num_new_tokens: int
-    sample: bool  # this step reaches the end of the request's tokens: sample the next one
-
-
-@dataclass(frozen=True)
-class KVPull:
-    """Copy a prompt's KV from a prefill worker: handle block src_indices[i] -> local dst_block_ids[i]."""
-
-    request: Request
-    src_indices: list[int]
-    dst_block_ids: list[int]
 
 
 @dataclass(frozen=True)
 class SchedulerOutput:
     seqs: list[ScheduledSeq]
-    pulls: list[KVPull]
+    loads: list[KVLoad]              # connector loads to start this step
     preempted: list[Request]
     capacity_finished: list[Request]  # could not grow even alone in the cache: finished (length)
 
@@ -56,12 +50,16 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, kv: KVCacheManager) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVCacheManager,
+                 connector: KVConnectorScheduler | None = None) -> None:
         self.config = config
         self.kv = kv
+        self.connector = connector
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.pulling: dict[str, Request] = {}
+        self.loading: dict[str, tuple[Request, int]] = {}  # admitted, waiting for an asynchronous
+        # KV load: the request and the number of tokens its KV covers once loaded
+        self.kept: set[str] = set()             # finished; blocks kept by the connector until released
         self.num_preemptions = 0
 
     # --- bookkeeping ----------------------------------------------------------------
@@ -71,35 +69,65 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def remove(self, request: Request) -> None:
-        """Take a request out of every queue. Its blocks are the caller's to free."""
+    def finish(self, request: Request) -> FinishedKV:
+        """Take a finishing request out of every queue and free its blocks, unless the connector
+        keeps them (then they are freed by `release`)."""
         if request in self.running:
             self.running.remove(request)
-        elif request.request_id in self.pulling:
-            del self.pulling[request.request_id]
+        elif request.request_id in self.loading:
+            del self.loading[request.request_id]
         else:
             try:
                 self.waiting.remove(request)
             except ValueError:
                 pass
+        done = NOTHING_KEPT
+        if self.connector is not None:
+            hashes = self.kv.block_hashes(request.request_id, request.all_token_ids, request.cache_salt)
+            done = self.connector.request_finished(request, self.kv.block_ids(request.request_id), hashes,
+                                                   admitted=request.first_scheduled_time is not None)
+        if done.keep_blocks:
+            self.kept.add(request.request_id)
+        else:
+            self.kv.free(request.request_id)
+        return done
 
-    def pull_done(self, request: Request) -> None:
-        """The prompt's KV arrived: the request runs from the next step."""
-        del self.pulling[request.request_id]
-        request.num_computed_tokens = request.kv_handle.num_tokens
+    def release(self, request_id: str) -> None:
+        """The connector is done with a finished request's kept blocks: free them."""
+        if request_id in self.kept:
+            self.kept.discard(request_id)
+            self.kv.free(request_id)
+
+    def load_done(self, request: Request) -> None:
+        """The request's external KV arrived: it runs from the next step."""
+        _, request.num_computed_tokens = self.loading.pop(request.request_id)
         self.kv.cache_computed(request.request_id, request.all_token_ids,
                                request.num_computed_tokens, request.cache_salt)
         request.status = RequestStatus.RUNNING
         self.running.append(request)
 
-    def requeue(self, request: Request) -> None:
-        """A pull failed: drop the handle and its blocks, recompute the prompt from the front."""
-        del self.pulling[request.request_id]
+    def load_failed(self, request: Request) -> None:
+        """A load failed: its blocks hold undefined data; free them and recompute from the front."""
+        del self.loading[request.request_id]
         self.kv.free(request.request_id)
-        request.kv_handle = None
+        request.external_kv_failed = True
         request.num_computed_tokens = 0
         request.status = RequestStatus.WAITING
         self.waiting.appendleft(request)
+
+    @staticmethod
+    def computed(seq: ScheduledSeq, num_accepted: int) -> None:
+        """After the step: the request's KV is computed through its own scheduled tokens and the
+        first `num_accepted` proposals (the KV of the others is garbage, to be overwritten)."""
+        seq.request.num_computed_tokens += seq.num_new_tokens - len(seq.proposed) + num_accepted
+
+    def publish_accepted(self, seq: ScheduledSeq) -> None:
+        """Once accepted proposals are the request's tokens: cache the blocks they fill, and drop
+        blocks that only rejected proposals reached."""
+        req = seq.request
+        if seq.proposed and not req.finished:
+            self.kv.cache_computed(req.request_id, req.all_token_ids, req.num_computed_tokens, req.cache_salt)
+            self.kv.truncate(req.request_id, req.num_tokens)
 
     # --- the step ---------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
@@ -122,6 +150,8 @@ class Scheduler:
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
             num_new = min(remaining, room, self._chunk_cap(0))
+            proposed = self._proposals(req, room) if remaining == 1 else ()
+            num_new += len(proposed)
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
                 # the most recently admitted request not yet scheduled this step gives way
                 victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
@@ -134,35 +164,37 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                seqs.append(self._scheduled(req, num_new))
+                seqs.append(self._scheduled(req, num_new, proposed))
                 scheduled.add(req.request_id)
                 budget -= num_new
 
-        pulls: list[KVPull] = []
+        loads: list[KVLoad] = []
         if not preempted:
-            budget, deferred = self._admit(seqs, pulls, budget)
+            budget, deferred = self._admit(seqs, loads, budget)
             if (reserve or deferred) and budget > 0:
                 # a prompt deferred for an in-flight prefix is no reason to cap the others' chunks
                 cap = self._chunk_cap(0) if len(self.waiting) > deferred else self.config.max_num_batched_tokens
                 self._extend_prefills(seqs, budget, cap)
         for req in capacity_finished:
             req.finish_reason = FinishReason.LENGTH
-        return SchedulerOutput(seqs, pulls, preempted, capacity_finished)
+        return SchedulerOutput(seqs, loads, preempted, capacity_finished)
 
-    def _admit(self, seqs: list[ScheduledSeq], pulls: list[KVPull], budget: int) -> tuple[int, int]:
+    def _admit(self, seqs: list[ScheduledSeq], loads: list[KVLoad], budget: int) -> tuple[int, int]:
         """Admit waiting requests into the step; returns the budget left and how many prompts
         were deferred for an in-flight prefix (they stay at the front of the queue)."""
         in_flight = self._in_flight_hashes(seqs) if self.waiting else set()
         deferred: list[Request] = []
         try:
             while self.waiting and budget > 0 and \
-                    len(self.running) + len(self.pulling) < self.config.max_num_seqs:
+                    len(self.running) + len(self.loading) < self.config.max_num_seqs:
                 req = self.waiting[0]
                 # a prompt to be scored is computed whole: cached blocks have no logits
                 hit = NO_HIT if req.scores_prompt else \
                     self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
-                if req.kv_handle is not None and req.num_preemptions == 0:
-                    if not self._admit_pull(req, hit, pulls):
+                match = None if self.connector is None or req.external_kv_failed else \
+                    self.connector.match(req, hit.num_tokens, self.kv.block_size)
+                if match is not None and match.num_external_tokens > 0:
+                    if not self._admit_external(req, hit, match, loads):
                         break
                     continue
                 if not req.scores_prompt and self._continues_in_flight(req, hit, in_flight):
@@ -219,7 +251,7 @@ class Scheduler:
         cfg = self.config
         if not (cfg.long_prefill_token_threshold and cfg.enable_chunked_prefill and self.waiting):
             return 0
-        if len(self.running) + len(self.pulling) >= cfg.max_num_seqs:
+        if len(self.running) + len(self.loading) >= cfg.max_num_seqs:
             return 0
         return min(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
 
@@ -250,21 +282,22 @@ class Scheduler:
         cap = self.config.long_prefill_token_threshold
         return cap if cap and len(self.waiting) > others_behind else self.config.max_num_batched_tokens
 
-    def _admit_pull(self, req: Request, hit: PrefixHit, pulls: list[KVPull]) -> bool:
-        handle = req.kv_handle
-        # Keep local hits short of the handle's last block, so that at least one block is
-        # pulled: the pull is what tells the prefill worker to release its blocks.
-        keep = min(len(hit.blocks), (handle.num_tokens - 1) // self.kv.block_size)
+    def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch,
+                        loads: list[KVLoad]) -> bool:
+        """Admit a request with blocks for the connector's tokens; it waits for the load."""
+        if not match.load_async:
+            raise NotImplementedError("synchronous KV loads are not wired into the step; load asynchronously")
+        keep = match.num_local_tokens // self.kv.block_size
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
-        new_ids = self.kv.allocate(req.request_id, handle.num_tokens, local)
+        end = local.num_tokens + match.num_external_tokens
+        new_ids = self.kv.allocate(req.request_id, end, local)
         if new_ids is None:
             return False
         self.waiting.popleft()
         self._on_admitted(req, local.num_tokens)
-        first_missing = len(local.blocks)
-        pulls.append(KVPull(req, list(range(first_missing, first_missing + len(new_ids))), new_ids))
+        loads.append(self.connector.load(req, match, keep, new_ids))
         req.status = RequestStatus.WAITING_FOR_KV
-        self.pulling[req.request_id] = req
+        self.loading[req.request_id] = (req, end)
         return True
 
     def _on_admitted(self, req: Request, hit_tokens: int) -> None:
@@ -273,13 +306,24 @@ class Scheduler:
             req.num_cached_tokens = hit_tokens
             self.kv.record_lookup(req.num_prompt_tokens, hit_tokens)
 
-    def _scheduled(self, req: Request, num_new: int) -> ScheduledSeq:
-        end = req.num_computed_tokens + num_new
-        self.kv.cache_computed(req.request_id, req.all_token_ids, end, req.cache_salt)
-        return ScheduledSeq(req, num_new, sample=end == req.num_tokens)
+    def _proposals(self, req: Request, room: int) -> tuple[int, ...]:
+        """The request's proposed tokens that fit this step's room and the free blocks (a decode's
+        own token comes first); none when they do not fit, so a draft never preempts anyone."""
+        k = min(len(req.proposed_token_ids), room - 1)
+        if k <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + 1 + k) is None:
+            return ()
+        return tuple(req.proposed_token_ids[:k])
+
+    def _scheduled(self, req: Request, num_new: int, proposed: tuple[int, ...] = ()) -> ScheduledSeq:
+        own_end = req.num_computed_tokens + num_new - len(proposed)
+        # the request's own tokens are cached now (their KV is written within this step, before any
+        # attention reads it); proposals only once accepted
+        self.kv.cache_computed(req.request_id, req.all_token_ids, own_end, req.cache_salt)
+        return ScheduledSeq(req, num_new, sample=own_end == req.num_tokens, proposed=proposed)
 
     def _preempt(self, req: Request) -> None:
         self.kv.free(req.request_id)
+        req.proposed_token_ids = []
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1

@@ -112,6 +112,16 @@ class KVCacheManager:
         if blocks:
             self.pool.release(blocks)
 
+    def truncate(self, request_id: str, num_tokens: int) -> None:
+        """Release the request's blocks past those its first num_tokens tokens need (blocks that
+        only rejected proposals reached). They hold no cached prefix: only accepted tokens are."""
+        blocks = self._blocks.get(request_id)
+        keep = -(-num_tokens // self.block_size)
+        if blocks and len(blocks) > keep:
+            tail = blocks[keep:]
+            del blocks[keep:]
+            self.pool.release(tail)
+
     def block_ids(self, request_id: str) -> list[int]:
         return [b.block_id for b in self._blocks.get(request_id, ())]
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from tandem.kernels.paged_decode import PagedDecodeKernel
 from tandem.kernels.paged_prefill import PagedPrefillKernel
-from tandem.runner.attn_metadata import AttentionBatch, DecodeGroup, PrefillChunk
+from tandem.layers.attention_batch import AttentionBatch, DecodeGroup, PrefillChunk
 
 
 class AttentionWorkspace:

@@ -14,6 +14,7 @@ switches from its mapped weight to the packed one between two calls, and outputs
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 
@@ -26,9 +27,21 @@ _PACK_ROWS_HINT = 64
 
 
 def can_pack(dtype: torch.dtype, device: torch.device) -> bool:
-    """True where Linear.pack applies: bfloat16 on a CPU whose torch has oneDNN (mkldnn) ops."""
-    return (device.type == "cpu" and dtype == torch.bfloat16 and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """True where Linear.pack applies: bfloat16 on a CPU whose torch has oneDNN (mkldnn) ops and
+    whose instruction set oneDNN packs bfloat16 for (AVX-512 or AVX-NE-CONVERT; not plain AVX2)."""
+    return device.type == "cpu" and dtype == torch.bfloat16 and _cpu_packs_bfloat16()
+
+
+@functools.cache
+def _cpu_packs_bfloat16() -> bool:
+    """One tiny pack tried once per process: oneDNN refuses at run time where the CPU lacks it."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16), _PACK_ROWS_HINT)
+    except RuntimeError:
+        return False
+    return True
 
 
 class Linear(nn.Linear):

@@ -11,25 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tandem.errors import ModelLoadError
+from tandem.layers.rotary import RopeSpec
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-
-
-@dataclass(frozen=True)
-class RopeSpec:
-    theta: float = 10000.0
-    rope_type: str = "default"      # default | linear | llama3 | yarn
-    factor: float = 1.0             # linear, llama3, yarn
-    low_freq_factor: float = 1.0    # llama3
-    high_freq_factor: float = 4.0   # llama3
-    original_max_position_embeddings: int | None = None  # llama3, yarn
-    # yarn: the ramp between kept and interpolated frequencies, and the cos/sin scale
-    beta_fast: float = 32.0
-    beta_slow: float = 1.0
-    attention_factor: float | None = None   # None: derived from factor (and mscale)
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    truncate: bool = True
 
 
 @dataclass(frozen=True)

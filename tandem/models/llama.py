@@ -23,7 +23,7 @@ from tandem.layers.mlp import GatedMLP
 from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
 from tandem.models.arch import ModelArch
-from tandem.runner.attn_metadata import AttentionBatch
+from tandem.layers.attention_batch import AttentionBatch
 
 
 @dataclass(frozen=True)

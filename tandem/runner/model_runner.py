@@ -2,6 +2,8 @@
 
 It owns the model, the KV cache tensor and the sampler; it knows nothing of queues or
 policies. Inputs are built on the CPU once per step and moved to the device together.
+A sequence with proposed tokens gets a token sampled at each of their positions (the runner
+verifies nothing: the engine's update decides how many proposals to accept).
 """
 
 from __future__ import annotations
@@ -12,13 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tandem.engine.request import Request
-from tandem.engine.sampler import (Sampler, SamplerOutput, SamplingRow, distinct_ids, gather_logprobs,
-                                   make_generator)
-from tandem.engine.scheduler import ScheduledSeq
 from tandem.kv.layout import KVLayout
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import LoadedModel
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.runner.sampler import Sampler, SamplingRow, distinct_ids, gather_logprobs, make_generator
+from tandem.runner.scheduled import SampledSeq, ScheduledSeq, SeqState
 from tandem.types import TokenLogprob
 
 # A request's seeded generator is re-derived at every output position, so that seeded
@@ -34,7 +34,7 @@ class PromptScoring:
 
     rows: torch.Tensor                  # LongTensor[P]: flat rows, grouped by request
     targets: torch.Tensor               # LongTensor[P]: the prompt token each row scores
-    spans: list[tuple[Request, int]]    # (request, its number of rows), in row order
+    spans: list[tuple[SeqState, int]]    # (request, its number of rows), in row order
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,14 @@ class StepInputs:
     positions: torch.Tensor      # LongTensor[T]
     batch: AttentionBatch
     logits_rows: torch.Tensor    # LongTensor[S]: flat rows whose hidden state is sampled
-    sampled: list[Request]       # S requests, in the order of logits_rows
+    sampled: list[ScheduledSeq]  # sequences that sample, each owning num_verified rows, in row order
     prompt_scoring: PromptScoring | None = None
 
 
 @dataclass(frozen=True)
 class StepResult:
-    sampled: SamplerOutput
-    prompt_logprobs: list[tuple[Request, list[TokenLogprob]]]  # the next scored prompt tokens
+    sampled: list[SampledSeq]     # in the order of StepInputs.sampled
+    prompt_logprobs: list[tuple[SeqState, list[TokenLogprob]]]  # the next scored prompt tokens
 
 
 class ModelRunner:
@@ -63,20 +63,21 @@ class ModelRunner:
         self.device = device
         self.sampler = Sampler()
         # a request's distinct prompt ids, for its repetition penalty: built once, dropped with it
-        self._prompt_ids: weakref.WeakKeyDictionary[Request, torch.Tensor] = weakref.WeakKeyDictionary()
+        self._prompt_ids: weakref.WeakKeyDictionary[SeqState, torch.Tensor] = weakref.WeakKeyDictionary()
 
     def prepare(self, seqs: Sequence[ScheduledSeq], block_tables: Sequence[list[int]]) -> StepInputs:
         input_ids: list[int] = []
         positions: list[int] = []
         slices: list[SeqSlice] = []
         logits_rows: list[int] = []
-        sampled: list[Request] = []
+        sampled: list[ScheduledSeq] = []
         score_rows: list[int] = []
         score_targets: list[int] = []
-        spans: list[tuple[Request, int]] = []
+        spans: list[tuple[SeqState, int]] = []
         for seq, blocks in zip(seqs, block_tables):
             req = seq.request
             start, end = req.num_computed_tokens, req.num_computed_tokens + seq.num_new_tokens
+            own_end = end - len(seq.proposed)   # the request's own tokens end here, proposals follow
             if req.scores_prompt:
                 # the row at position i scores prompt token i + 1; tokens 1..len(scored) are done
                 first, stop = max(start, len(req.prompt_logprobs)), min(end, req.num_prompt_tokens - 1)
@@ -85,12 +86,13 @@ class ModelRunner:
                     score_rows.extend(range(base + first, base + stop))
                     score_targets.extend(req.prompt_token_ids[first + 1:stop + 1])
                     spans.append((req, stop - first))
-            input_ids.extend(req.all_token_ids[start:end])
+            input_ids.extend(req.all_token_ids[start:own_end])
+            input_ids.extend(seq.proposed)
             positions.extend(range(start, end))
             slices.append(SeqSlice(blocks, start, seq.num_new_tokens))
             if seq.sample:
-                logits_rows.append(len(input_ids) - 1)
-                sampled.append(req)
+                logits_rows.extend(range(len(input_ids) - seq.num_verified, len(input_ids)))
+                sampled.append(seq)
         dev = self.device
         return StepInputs(
             input_ids=torch.tensor(input_ids, dtype=torch.long).to(dev, non_blocking=True),
@@ -108,13 +110,22 @@ class ModelRunner:
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
         scored = self._score_prompts(hidden, inputs.prompt_scoring) if inputs.prompt_scoring else []
         if not inputs.sampled:
-            return StepResult(SamplerOutput(token_ids=[], logprobs=[]), scored)
+            return StepResult([], scored)
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_rows))  # [S, V]
-        rows = [self._sampling_row(req) for req in inputs.sampled]
-        return StepResult(self.sampler.sample(logits, rows), scored)
+        # row i of a sequence samples as if proposals [:i] were its output already
+        rows = [self._sampling_row(seq.request, seq.proposed[:i])
+                for seq in inputs.sampled for i in range(seq.num_verified)]
+        out = self.sampler.sample(logits, rows)
+        result, at = [], 0
+        for seq in inputs.sampled:
+            n = seq.num_verified
+            result.append(SampledSeq(seq.request, seq.proposed, out.token_ids[at:at + n],
+                                     out.logprobs[at:at + n]))
+            at += n
+        return StepResult(result, scored)
 
     def _score_prompts(self, hidden: torch.Tensor, scoring: PromptScoring
-                       ) -> list[tuple[Request, list[TokenLogprob]]]:
+                       ) -> list[tuple[SeqState, list[TokenLogprob]]]:
         """Raw logprobs of the scored prompt tokens, with each request's top k."""
         counts = [req.sampling.prompt_logprobs for req, n in scoring.spans for _ in range(n)]
         entries: list[TokenLogprob] = []
@@ -129,17 +140,18 @@ class ModelRunner:
             at += n
         return out
 
-    def _sampling_row(self, req: Request) -> SamplingRow:
+    def _sampling_row(self, req: SeqState, proposed: tuple[int, ...] = ()) -> SamplingRow:
         params = req.sampling
+        output = req.output_token_ids + list(proposed) if proposed else req.output_token_ids
         generator = None
         if params.seed is not None and not params.greedy:
-            seed = (params.seed * _POSITION_STRIDE + len(req.output_token_ids)) % (2**63)
+            seed = (params.seed * _POSITION_STRIDE + len(output)) % (2**63)
             generator = make_generator(seed, self.device)
         prompt_ids = None
         if params.repetition_penalty != 1.0:
             prompt_ids = self._prompt_ids.get(req)
             if prompt_ids is None:
                 prompt_ids = self._prompt_ids[req] = distinct_ids(req.prompt_token_ids, self.device)
-        return SamplingRow(params=params, output_token_ids=req.output_token_ids,
+        return SamplingRow(params=params, output_token_ids=output,
                            prompt_token_ids=req.prompt_token_ids, prompt_ids=prompt_ids,
                            generator=generator, eos_token_ids=self.loaded.eos_token_ids)

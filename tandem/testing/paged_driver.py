@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
 
 @dataclass

@@ -36,7 +36,7 @@ def _disaggregated(prefill, decode, prompt, max_tokens):
 
 def _wait_released(engine, timeout=10.0):
     deadline = time.monotonic() + timeout
-    while engine.handed_over and time.monotonic() < deadline:
+    while engine.scheduler.kept and time.monotonic() < deadline:
         engine.step()
         time.sleep(0.01)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tandem.errors import InvalidRequest, PromptTooLong
-from tandem.types import FinishReason
+from tandem.types import FinishReason, RequestContext
 from tests.engine.helpers import prompts, request, run, tokens
 
 
@@ -37,7 +37,7 @@ def test_salted_requests_do_not_share(llama_dir, make_engine):
 
 def _salted(prompt, salt):
     r = request(prompt, max_tokens=2)
-    r.cache_salt = salt
+    r.context = RequestContext(cache_salt=salt)
     return r
 
 

@@ -7,7 +7,7 @@ import torch
 
 from tandem.kernels.paged_decode import PagedDecodeKernel
 from tandem.layers.attention import AttentionWorkspace, paged_attention
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
 
 def dense_reference(q, k, v, scale):

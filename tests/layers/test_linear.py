@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from tandem.layers.linear import Linear, PackingThread, can_pack, pack_linears
 
 pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16, torch.device("cpu")),
-                                reason="this torch has no oneDNN ops")
+                                reason="no oneDNN bfloat16 packing here (torch without mkldnn, or a CPU "
+                                       "without AVX-512 / AVX-NE-CONVERT)")
 
 
 def _linear(n_in: int, n_out: int, bias: bool, seed: int) -> Linear:

@@ -7,7 +7,7 @@ import torch
 
 from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary, inv_frequencies
-from tandem.models.arch import RopeSpec
+from tandem.layers.rotary import RopeSpec
 
 transformers = pytest.importorskip("transformers")
 

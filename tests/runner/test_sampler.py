@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from tandem.engine.sampler import (Sampler, SamplingRow, apply_penalties, apply_top_k_top_p,
+from tandem.runner.sampler import (Sampler, SamplingRow, apply_penalties, apply_top_k_top_p,
                                    make_generator)
 from tandem.types import SamplingParams
 
@@ -284,7 +284,7 @@ def _naive_penalties(logits, r):
 
 
 def test_penalties_touch_only_seen_tokens_with_or_without_cached_prompt_ids():
-    from tandem.engine.sampler import distinct_ids
+    from tandem.runner.sampler import distinct_ids
 
     g = torch.Generator().manual_seed(3)
     vocab = 5000
@@ -301,7 +301,7 @@ def test_penalties_touch_only_seen_tokens_with_or_without_cached_prompt_ids():
 
 
 def test_two_level_inverse_cdf_draws_what_the_flat_cdf_draws():
-    from tandem.engine.sampler import _flat_inverse_cdf, _inverse_cdf
+    from tandem.runner.sampler import _flat_inverse_cdf, _inverse_cdf
 
     g = torch.Generator().manual_seed(9)
     vocab = 50_000  # large enough for the blocked path, with a partial last block

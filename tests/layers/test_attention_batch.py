@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
 A = SeqSlice(block_ids=[7, 2, 9], num_computed=5, num_new=3)   # prefill chunk over cached context
 B = SeqSlice(block_ids=[4], num_computed=0, num_new=1)         # one-token prompt: decode group
