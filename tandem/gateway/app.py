@@ -6,8 +6,8 @@ with the gateway's metrics added to /metrics, and
 - POST /internal/deregister {"url"}                      - a worker leaves (after draining)
 - POST /internal/drain      {"url"}                      - stop sending new requests to a worker
 - GET  /internal/workers                                 - the registry, for people and tests
-503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy through
-`tandem.gateway.session`.
+503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy inside each
+engine request's RequestContext (built by the server's routes, tandem.server.request_context).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.gateway.routing import Router, pools_policies
-from tandem.gateway.session import SessionMiddleware, current_session
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ClientConfig, HTTPClient
 from tandem.router.load_tracker import LoadTracker
@@ -159,8 +158,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     router = Router(registry, index, tracker, policies, config.admission)
     http = worker_http or HTTPClient(ClientConfig(connect_timeout_s=config.connect_timeout_s))
     monitor = Monitor(registry, index, tracker, http)
-    parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
-                         current_session)
+    parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []
@@ -186,7 +184,6 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
     # middlewares added outside it see the cancelled request end like any other
-    app.add_middleware(SessionMiddleware)
     app.add_middleware(RetryAfter, seconds=config.retry_after_s)
     app.state.gateway = parts
     app.state.monitor = monitor

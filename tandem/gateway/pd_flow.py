@@ -59,7 +59,6 @@ class GatewayParts:
     http: WorkerHTTP                         # calls to workers' /internal/generate and kv_release
     metrics: GatewayMetrics | None
     forget_worker: Callable[[str], None]     # drop a dead worker's index entries and load offset
-    session_of: Callable[[], str | None]     # the HTTP request's x-session-affinity
     background: set = field(default_factory=set)  # fire-and-forget calls still running
 
 
@@ -115,7 +114,7 @@ class _Flow:
         self.p = parts
         self.req = req
         self.info = info
-        self.session = parts.session_of()
+        self.session = req.context.session_id  # x-session-affinity, for the routing policy
         self.sent: list[int] = []
         self.cached: int | None = None       # prompt tokens the first serving worker had cached
         self.exclude: set[str] = set()       # workers that failed this request
@@ -166,18 +165,15 @@ class _Flow:
             log.warning("worker %s marked unhealthy: %s", exc.url, exc)
             self.p.forget_worker(exc.url)
         self.exclude.add(exc.url)
-        # A decode call that failed softly before any token most likely could not pull the KV
-        # (its prefill worker died): avoid that prefill worker too.
-        blame = getattr(exc, "also_exclude", None)
-        if blame:
-            self.exclude.add(blame)
+        if exc.also_exclude is not None:
+            self.exclude.add(exc.also_exclude)
 
     # --- passes ---------------------------------------------------------------------------
     def _worker_request(self, suffix: str, **kw) -> EngineRequest:
         r = self.req
         return EngineRequest(request_id=f"{r.request_id}-{suffix}{self.passes}",
                              prompt_token_ids=r.prompt_token_ids, sampling=r.sampling,
-                             cache_salt=r.cache_salt, arrival_time=r.arrival_time,
+                             context=r.context, arrival_time=r.arrival_time,
                              resume_output_ids=list(self.sent), **kw)
 
     async def _colocated_pass(self) -> AsyncIterator[RequestDelta]:
@@ -275,9 +271,11 @@ class _Flow:
                     tracker.tokens(dreq.request_id, d_url, len(d.new_token_ids))
                     yield self._rewrite(d)
         except WorkerFailed as exc:
-            if not exc.hard and not got_token:
-                exc.also_exclude = p_url  # type: ignore[attr-defined]
-            raise
+            if exc.hard or got_token:
+                raise
+            # failed softly before any token: most likely it could not pull the KV (its
+            # prefill worker died), so the retry avoids that prefill worker too
+            raise WorkerFailed(exc.url, exc.message, exc.hard, exc.pool, also_exclude=p_url) from exc
         finally:
             tracker.finish(dreq.request_id, d_url)
 

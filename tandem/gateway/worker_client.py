@@ -49,11 +49,16 @@ class WorkerHTTP(Protocol):
 
 
 class WorkerFailed(Exception):
-    def __init__(self, url: str, message: str, hard: bool, pool: str = "both") -> None:
+    def __init__(self, url: str, message: str, hard: bool, pool: str = "both",
+                 also_exclude: str | None = None) -> None:
         super().__init__(f"worker {url}: {message}")
         self.url = url
+        self.message = message
         self.hard = hard  # the worker looks dead (connection level), not just this request
         self.pool = pool  # the role the worker was called in (metrics label)
+        # another worker to avoid on the retry: a decode call that failed before its first
+        # token most likely could not pull the KV from this prefill worker
+        self.also_exclude = also_exclude
 
 
 def error_from_body(status: int, body: bytes) -> TandemError:

@@ -11,7 +11,6 @@ cancellation.
 
 from __future__ import annotations
 
-import hmac
 import importlib.metadata
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -23,14 +22,14 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tandem.errors import InvalidRequest, TandemError, Unauthorized
+from tandem.errors import InvalidRequest
 from tandem.http.disconnect_guard import DisconnectGuard
+from tandem.server.auth import BearerAuth
 from tandem.server.backend import Backend
 from tandem.server.config import ServerConfig
 from tandem.server.context import ServerContext
-from tandem.server.errors import openai_error_response, workers_ai_error_response
+from tandem.server.errors import error_response_for_path
 from tandem.server.internal_api import internal_routes
 from tandem.server.openai_api import openai_routes
 from tandem.server.responses import json_response
@@ -38,44 +37,12 @@ from tandem.server.tokenize_api import tokenize_routes
 from tandem.server.workers_ai_api import workers_ai_routes
 
 Hook = Callable[[], Awaitable[None]]
-_OPEN_PATHS = ("/health", "/metrics")
-
-
-def _error_for_path(path: str, err: TandemError) -> Response:
-    return workers_ai_error_response(err) if path.startswith("/client/") else openai_error_response(err)
-
-
-class BearerAuth:
-    """401 unless `Authorization: Bearer <one of keys>`; /health and /metrics stay open."""
-
-    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
-        self.app = app
-        self.keys = [k.encode() for k in keys]
-
-    def allowed(self, scope: Scope) -> bool:
-        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
-            return True
-        value = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        scheme, _, token = value.partition(b" ")
-        if scheme.lower() != b"bearer":
-            return False
-        token = token.strip()
-        # Compare with every key (no early exit) so timing reveals nothing.
-        return sum(hmac.compare_digest(token, k) for k in self.keys) > 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.allowed(scope):
-            await self.app(scope, receive, send)
-            return
-        err = Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
-        await _error_for_path(scope["path"], err)(scope, receive, send)
 
 
 def _health_routes(ctx: ServerContext) -> list[Route]:
     async def health(request: Request) -> Response:
         # a backend over remote workers (the gateway) is ready only while it can route
-        backend_ready = getattr(ctx.backend, "ready", None)
-        if ctx.ready and (backend_ready is None or backend_ready()):
+        if ctx.ready and (ctx.readiness is None or ctx.readiness.ready()):
             return json_response({"status": "ok"})
         return json_response({"status": "starting" if not ctx.ready else "no healthy worker"},
                              status=503)
@@ -102,7 +69,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     err = InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}")
     err.status = exc.status_code  # type invalid_request_error, as OpenAI's "Invalid URL"
-    return _error_for_path(request.url.path, err)
+    return error_response_for_path(request.url.path, err)
 
 
 def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = None,

@@ -1,11 +1,22 @@
-"""What the HTTP routes need from whatever generates tokens.
+"""What the HTTP routes need from whatever generates tokens, as typed protocols.
 
 A worker passes its `AsyncEngine`; the gateway passes its own implementation (a remote
-prefill -> decode flow). The routes use nothing else, so they serve both unchanged.
+prefill -> decode flow). The routes use nothing but `Backend`, so they serve both unchanged.
+What a backend can do beyond that is declared by the protocols it satisfies, checked once when
+the app is built (`ServerContext.create`), never probed per request:
+- `WorkerBackend`: it owns a KV cache; /internal/stats reports its layout, role and cache facts;
+- `KVEventSource`: /internal/kv_events serves its block stored/removed events;
+- `KVHandoffSource`: /internal/kv_release frees blocks it pinned for a decode worker;
+- `Readiness`: /health also asks it whether it can serve now (the gateway: a routable pool).
+
+The check reads no attribute (`provides`): a backend's facts may be properties that only work
+once it has started (AsyncEngine loads its model in start()), and Python 3.11's isinstance on a
+protocol with data members would call them.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -13,6 +24,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from tandem.types import EngineRequest, EngineStats, RequestDelta
 
 if TYPE_CHECKING:
+    from tandem.config import EngineConfig
+    from tandem.kv.events import EventBatch
     from tandem.kv.layout import KVLayout
     from tandem.models.tokenizer import Tokenizer
 
@@ -46,15 +59,15 @@ class Backend(Protocol):
 
     `generate` raises a `TandemError` before its first delta for bad input (too long ->
     `PromptTooLong`). Closing or cancelling the iterator aborts the request and frees its
-    KV blocks. `info`, when given, is filled before the first delta (see ResponseInfo).
+    KV blocks. `info` is filled before the first delta (see ResponseInfo). Who sends the
+    request and how to serve it travels in `req.context` (tandem.types.RequestContext).
     """
 
     model_name: str
     max_model_len: int
     tokenizer: "Tokenizer"
 
-    def generate(self, req: EngineRequest,
-                 info: ResponseInfo | None = None) -> AsyncIterator[RequestDelta]: ...
+    def generate(self, req: EngineRequest, info: ResponseInfo | None) -> AsyncIterator[RequestDelta]: ...
 
     def abort(self, request_id: str) -> None: ...
 
@@ -65,5 +78,53 @@ class Backend(Protocol):
 class WorkerBackend(Backend, Protocol):
     """A backend that owns a KV cache: what the worker's internal API reports to the gateway."""
 
+    model_path: str                   # the checkpoint directory (/v1/models' "root")
     kv_layout: "KVLayout"
-    role: str  # both | prefill | decode
+    role: str                         # both | prefill | decode
+    config: "EngineConfig"            # .cache.hash_seed and .cache.enable_prefix_caching
+    transport_address: str | None     # where decode workers pull KV blocks from (None: no handoff)
+
+
+@runtime_checkable
+class KVEventSource(Protocol):
+    """Publishes the blocks its prefix cache stores and evicts (tandem.kv.events)."""
+
+    def kv_events(self, since: int) -> "EventBatch": ...
+
+
+@runtime_checkable
+class KVHandoffSource(Protocol):
+    """Pins a prefill's KV blocks for a decode worker; frees them when told nobody will pull."""
+
+    def release_kv(self, request_id: str) -> None: ...
+
+
+@runtime_checkable
+class Readiness(Protocol):
+    """Can serve a request right now (checked by /health besides the app's own start-up)."""
+
+    def ready(self) -> bool: ...
+
+
+_ABSENT = object()
+
+
+def protocol_members(proto: type) -> list[str]:
+    """The attributes and public methods `proto` and its protocol bases declare."""
+    names: dict[str, None] = {}
+    for base in reversed(proto.__mro__):
+        if Protocol not in base.__bases__:
+            continue
+        names.update(dict.fromkeys(vars(base).get("__annotations__", {})))
+        names.update(dict.fromkeys(n for n, v in vars(base).items()
+                                   if callable(v) and not n.startswith("_")))
+    return list(names)
+
+
+def missing_members(obj: object, proto: type) -> list[str]:
+    """What `obj` lacks of `proto`, found without reading any attribute (see the module doc)."""
+    return [n for n in protocol_members(proto) if inspect.getattr_static(obj, n, _ABSENT) is _ABSENT]
+
+
+def provides(obj: object, proto: type) -> bool:
+    return not missing_members(obj, proto)

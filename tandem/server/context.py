@@ -1,12 +1,12 @@
-"""What every route of one app shares: the backend, the config, the metrics."""
+"""What every route of one app shares: the backend and what it can do, the config, the metrics."""
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from dataclasses import dataclass, field
 
-from tandem.server.backend import Backend
+from tandem.server.backend import (Backend, KVEventSource, KVHandoffSource, Readiness,
+                                   WorkerBackend, missing_members, provides)
 from tandem.server.config import ServerConfig
 from tandem.server.logprobs_format import TokenTexts
 from tandem.server.metrics import ServerMetrics
@@ -16,33 +16,34 @@ from tandem.server.run import GenerationRun
 from tandem.types import EngineRequest
 
 
-def generate_takes_info(backend: Backend) -> bool:
-    """Whether backend.generate accepts the optional ResponseInfo (a backend without response
-    headers may implement the plain `generate(req)` of contracts.md)."""
-    try:
-        params = inspect.signature(backend.generate).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.name == "info" or p.kind is p.VAR_KEYWORD for p in params) \
-        or sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) >= 2
-
-
 @dataclass
 class ServerContext:
     backend: Backend
     config: ServerConfig
     metrics: ServerMetrics
-    pass_info: bool
+    # What the backend can do beyond Backend, decided once here (None: it cannot). Each is the
+    # backend itself, typed by the protocol it satisfies.
+    worker: WorkerBackend | None = None        # owns a KV cache: /internal/stats reports it
+    kv_events: KVEventSource | None = None     # /internal/kv_events (404 without)
+    kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
+    readiness: Readiness | None = None         # /health asks it too
     ready: bool = False  # set by the app's lifespan once the backend has started
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, backend: Backend, config: ServerConfig) -> "ServerContext":
+        missing = missing_members(backend, Backend)
+        if missing:
+            raise TypeError(f"{type(backend).__name__} is not a tandem.server.backend.Backend: "
+                            f"it lacks {', '.join(missing)}")
         holder: list[ServerContext] = []
         metrics = ServerMetrics(stats=backend.stats, model_name=lambda: holder[0].served_name)
         ctx = cls(backend=backend, config=config, metrics=metrics,
-                  pass_info=generate_takes_info(backend))
+                  worker=backend if provides(backend, WorkerBackend) else None,
+                  kv_events=backend if provides(backend, KVEventSource) else None,
+                  kv_handoff=backend if provides(backend, KVHandoffSource) else None,
+                  readiness=backend if provides(backend, Readiness) else None)
         holder.append(ctx)
         return ctx
 
@@ -68,4 +69,4 @@ class ServerContext:
                             defaults=self.config.sampling_defaults)
 
     def run(self, requests: list[EngineRequest]) -> GenerationRun:
-        return GenerationRun(self.backend, requests, self.metrics, self.pass_info)
+        return GenerationRun(self.backend, requests, self.metrics)

@@ -89,3 +89,10 @@ def workers_ai_error_body(err: TandemError) -> dict:
 def workers_ai_error_response(exc: BaseException) -> Response:
     err = as_tandem_error(exc)
     return json_response(workers_ai_error_body(err), status=err.status)
+
+
+def error_response_for_path(path: str, exc: BaseException) -> Response:
+    """The envelope of the API `path` belongs to: Workers AI under /client/, OpenAI elsewhere."""
+    if path.startswith("/client/"):
+        return workers_ai_error_response(exc)
+    return openai_error_response(exc)

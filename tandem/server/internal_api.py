@@ -65,18 +65,16 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
         return json_response(body)
 
     async def kv_events(request: Request) -> Response:
-        read = getattr(ctx.backend, "kv_events", None)
-        if read is None:
+        if ctx.kv_events is None:
             return openai_error_response(NotFound("this backend publishes no KV events"))
         raw = request.query_params.get("since", "0")
         if not raw.isdigit():
             return openai_error_response(
                 InvalidRequest(f"'since' must be a non-negative integer, got {raw!r}", param="since"))
-        return json_response(read(int(raw)).to_dict())
+        return json_response(ctx.kv_events.kv_events(int(raw)).to_dict())
 
     async def kv_release(request: Request) -> Response:
-        release = getattr(ctx.backend, "release_kv", None)
-        if release is None:
+        if ctx.kv_handoff is None:
             return openai_error_response(NotFound("this backend hands over no KV blocks"))
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
@@ -85,7 +83,7 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
                 raise InvalidRequest("'request_id' must be a string", param="request_id")
         except Exception as exc:
             return openai_error_response(exc)
-        release(request_id)
+        ctx.kv_handoff.release_kv(request_id)
         return json_response({"released": request_id})
 
     return [Route("/internal/generate", generate, methods=["POST"]),
@@ -100,16 +98,15 @@ class NotFound(TandemError):
 
 
 def _worker_facts(ctx: ServerContext) -> dict:
-    """WorkerBackend attributes (a gateway's own backend has none of them: null)."""
-    b = ctx.backend
-    layout = getattr(b, "kv_layout", None)
-    engine_config = getattr(b, "config", None)
-    cache = getattr(engine_config, "cache", None)
-    return {"kv_layout": layout.to_dict() if layout is not None else None,
-            "role": getattr(b, "role", None),
-            "instance_id": ctx.instance_id,
-            "model": ctx.served_name,
-            "max_model_len": b.max_model_len,
-            "hash_seed": getattr(cache, "hash_seed", None),
-            "enable_prefix_caching": getattr(cache, "enable_prefix_caching", None),
-            "transport_address": getattr(b, "transport_address", None)}
+    """What the gateway routes by. A backend without its own KV cache (the gateway's) has no
+    layout, role, hash seed or transport: null."""
+    facts = {"kv_layout": None, "role": None, "instance_id": ctx.instance_id,
+             "model": ctx.served_name, "max_model_len": ctx.backend.max_model_len,
+             "hash_seed": None, "enable_prefix_caching": None, "transport_address": None}
+    w = ctx.worker
+    if w is not None:
+        cache = w.config.cache
+        facts.update(kv_layout=w.kv_layout.to_dict(), role=w.role, hash_seed=cache.hash_seed,
+                     enable_prefix_caching=cache.enable_prefix_caching,
+                     transport_address=w.transport_address)
+    return facts

@@ -35,6 +35,7 @@ from tandem.server.openai_protocol import (
     parse_completion,
 )
 from tandem.server.request_body import read_json_body
+from tandem.server.request_context import http_context
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun
 from tandem.types import FinishReason, RequestDelta
@@ -63,7 +64,8 @@ def check_delta(d: RequestDelta) -> RequestDelta:
 async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:
     """Run a parsed OpenAI request and answer it (streaming or not)."""
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
-    run = ctx.run(parsed.engine_requests(rid))
+    context = http_context(request, cache_salt=parsed.cache_salt, priority=parsed.priority)
+    run = ctx.run(parsed.engine_requests(rid, context))
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     if not parsed.stream:
         body = await in_own_task(_collect(run, fmt))
@@ -118,9 +120,10 @@ def openai_routes(ctx: ServerContext) -> list[Route]:
         return await handle(request, parse_completion)
 
     def model_card() -> dict:
+        root = ctx.worker.model_path if ctx.worker is not None else None
         return {"id": ctx.served_name, "object": "model", "created": int(time.time()),
                 "owned_by": "tandem", "max_model_len": ctx.backend.max_model_len,
-                "root": getattr(ctx.backend, "model_path", None) or ctx.served_name}
+                "root": root or ctx.served_name}
 
     async def models(request: Request) -> Response:
         return json_response({"object": "list", "data": [model_card()]})

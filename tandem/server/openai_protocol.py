@@ -15,7 +15,7 @@ from tandem.server.chat_prompt import chat_render, normalize_messages, render_ch
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
 from tandem.server.sampling_defaults import SamplingDefaults
-from tandem.types import EngineRequest, SamplingParams
+from tandem.types import EngineRequest, RequestContext, SamplingParams
 
 _SEED_MIN, _SEED_MAX = -(2**63), 2**63 - 1
 MAX_LOGPROBS = 20
@@ -45,7 +45,8 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False        # stream_options.include_usage
     continuous_usage: bool = False     # stream_options.continuous_usage_stats (vLLM): usage in every chunk
-    cache_salt: str | None = None
+    cache_salt: str | None = None      # vLLM's cache_salt: KV is shared only within one salt
+    priority: int = 0                  # vLLM's priority (lower first); carried, no scheduling effect yet
     user: str | None = None
     echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
     prompt_logprobs: int | None = None  # vLLM's prompt_logprobs: the scored prompt in its own field
@@ -59,8 +60,9 @@ class ParsedRequest:
         """Completions with echo and logprobs: each choice's logprobs start with its prompt's."""
         return bool(self.echo) and self.logprobs
 
-    def engine_requests(self, base_id: str) -> list[EngineRequest]:
-        """Engine requests in choice order: choice index = prompt index * n + j.
+    def engine_requests(self, base_id: str, context: RequestContext) -> list[EngineRequest]:
+        """Engine requests in choice order: choice index = prompt index * n + j, each carrying
+        the HTTP request's `context`.
 
         With a seed and n > 1, choice j uses seed + j: reproducible, yet not n copies.
         """
@@ -72,7 +74,7 @@ class ParsedRequest:
                     sp = replace(sp, seed=_wrap_seed(sp.seed + j))
                 out.append(EngineRequest(request_id=f"{base_id}-{p * self.n + j}",
                                          prompt_token_ids=list(ids), sampling=sp,
-                                         cache_salt=self.cache_salt))
+                                         context=context))
         return out
 
 
@@ -264,4 +266,5 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
     return ParsedRequest(kind=kind, model=model, prompts=prompts, sampling=sampling, n=n,
                          stream=stream, include_usage=include_usage,
                          continuous_usage=continuous_usage, prompt_logprobs=prompt_logprobs,
-                         cache_salt=f.str("cache_salt", nonempty=True), user=f.str("user"))
+                         cache_salt=f.str("cache_salt", nonempty=True), priority=f.int("priority", 0),
+                         user=f.str("user"))

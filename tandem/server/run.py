@@ -32,13 +32,11 @@ def _ended_without_final(request_id: str) -> RequestDelta:
 
 
 class GenerationRun:
-    def __init__(self, backend: Backend, requests: list[EngineRequest], metrics: ServerMetrics,
-                 pass_info: bool = True) -> None:
+    def __init__(self, backend: Backend, requests: list[EngineRequest], metrics: ServerMetrics) -> None:
         assert requests
         self.backend = backend
         self.requests = requests
         self.info = ResponseInfo()
-        self._pass_info = pass_info
         self._observers = [metrics.observer(r.arrival_time) for r in requests]
         self._gens: list[Any] = []
         self._finished = [False] * len(requests)
@@ -47,9 +45,7 @@ class GenerationRun:
         self._tasks: list[asyncio.Task] = []
 
     def _open(self, req: EngineRequest) -> AsyncIterator[RequestDelta]:
-        if self._pass_info:
-            return self.backend.generate(req, self.info)
-        return self.backend.generate(req)
+        return self.backend.generate(req, self.info)
 
     def _take(self, i: int, delta: RequestDelta | None) -> RequestDelta:
         """Record a delta (None: the stream ended early) for request i; return what to yield."""

@@ -3,18 +3,21 @@
 Both sides run the same tandem version, yet the decoder still checks every type: a
 malformed body is an InvalidRequest naming the field, never a crash in the engine.
 Not sent: EngineRequest.arrival_time (a monotonic clock means nothing in another process;
-the receiver stamps its own). Logprobs of -inf travel as null (JSON has no infinity).
+the receiver stamps its own). For the same reason the context's deadline travels as the
+seconds left when it was sent ("deadline_s"). Logprobs of -inf travel as null (JSON has no
+infinity). A body without "context" may carry a top-level "cache_salt" (older callers).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import fields
 from typing import Any, Callable
 
 from tandem.errors import InvalidRequest
-from tandem.types import (EngineRequest, FinishReason, KVHandle, RequestDelta, RequestTimings,
-                          SamplingParams, TokenLogprob)
+from tandem.types import (EngineRequest, FinishReason, KVHandle, ParserOptions, RequestContext,
+                          RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 
 
 def _fail(param: str, why: str) -> InvalidRequest:
@@ -98,9 +101,46 @@ def sampling_from_dict(d: Any) -> SamplingParams:
     return sp
 
 
+_CONTEXT_KEYS = {"session_id", "tenant", "cache_salt", "priority", "deadline_s", "parser"}
+_PARSER_KEYS = {"tool_call_parser", "reasoning_parser"}
+
+
+def context_to_dict(c: RequestContext) -> dict:
+    return {"session_id": c.session_id, "tenant": c.tenant, "cache_salt": c.cache_salt,
+            "priority": c.priority,
+            "deadline_s": None if c.deadline is None else c.deadline - time.monotonic(),
+            "parser": {"tool_call_parser": c.parser.tool_call_parser,
+                       "reasoning_parser": c.parser.reasoning_parser}}
+
+
+def _object(v: Any, param: str, keys: set[str]) -> dict:
+    if not isinstance(v, dict):
+        raise _fail(param, "must be an object")
+    unknown = sorted(v.keys() - keys)
+    if unknown:
+        raise _fail(param, f"has unknown fields {unknown}")
+    return v
+
+
+def context_from_dict(v: Any) -> RequestContext:
+    d = _object(v, "context", _CONTEXT_KEYS)
+    p = _object(d.get("parser", {}), "context.parser", _PARSER_KEYS)
+
+    def text(obj: dict, key: str, prefix: str = "context.") -> str | None:
+        return _opt(_str)(obj.get(key), prefix + key)
+
+    left = _opt(_float)(d.get("deadline_s"), "context.deadline_s")
+    return RequestContext(
+        session_id=text(d, "session_id"), tenant=text(d, "tenant"),
+        cache_salt=text(d, "cache_salt"), priority=_int(d.get("priority", 0), "context.priority"),
+        deadline=None if left is None else time.monotonic() + left,
+        parser=ParserOptions(tool_call_parser=text(p, "tool_call_parser", "context.parser."),
+                             reasoning_parser=text(p, "reasoning_parser", "context.parser.")))
+
+
 def request_to_dict(req: EngineRequest) -> dict:
     return {"request_id": req.request_id, "prompt_token_ids": req.prompt_token_ids,
-            "sampling": sampling_to_dict(req.sampling), "cache_salt": req.cache_salt,
+            "sampling": sampling_to_dict(req.sampling), "context": context_to_dict(req.context),
             "prefill_only": req.prefill_only,
             "kv_handle": req.kv_handle.to_dict() if req.kv_handle else None,
             "resume_output_ids": req.resume_output_ids}
@@ -114,11 +154,13 @@ def request_from_dict(d: Any) -> EngineRequest:
     handle = d.get("kv_handle")
     if handle is not None and not isinstance(handle, dict):
         raise _fail("kv_handle", "must be an object")
+    context = d.get("context")
     return EngineRequest(
         request_id=_str(d["request_id"], "request_id"),
         prompt_token_ids=_int_list(d["prompt_token_ids"], "prompt_token_ids"),
         sampling=sampling_from_dict(d.get("sampling", {})),
-        cache_salt=_opt(_str)(d.get("cache_salt"), "cache_salt"),
+        context=context_from_dict(context) if context is not None
+        else RequestContext(cache_salt=_opt(_str)(d.get("cache_salt"), "cache_salt")),
         prefill_only=_bool(d.get("prefill_only", False), "prefill_only"),
         kv_handle=KVHandle.from_dict(handle) if handle is not None else None,
         resume_output_ids=_int_list(d.get("resume_output_ids", []), "resume_output_ids"))

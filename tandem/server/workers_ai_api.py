@@ -30,6 +30,7 @@ from tandem.server.openai_api import check_delta, parse_off_loop
 from tandem.server.openai_format import make_id, usage_dict
 from tandem.server.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
 from tandem.server.request_body import read_json_body
+from tandem.server.request_context import http_context
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun
 from tandem.types import RequestDelta, SamplingParams
@@ -143,7 +144,7 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             model = request.path_params["model"]
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                           ctx.parse_context(), size)
-            run = ctx.run(parsed.engine_requests(make_id("wai")))
+            run = ctx.run(parsed.engine_requests(make_id("wai"), http_context(request)))
             if not parsed.stream:
                 result = await in_own_task(_collect(run))
                 return json_response(result, headers=run.info.headers)

@@ -15,7 +15,7 @@ import orjson
 
 from tandem.http.client import ConnectFailed, ConnectionBroken, ResponseTimeout
 from tandem.server import wire
-from tandem.types import FinishReason, KVHandle, RequestDelta, RequestTimings
+from tandem.types import EngineRequest, FinishReason, KVHandle, RequestDelta, RequestTimings
 
 EOS = 999
 
@@ -41,6 +41,7 @@ class FakeCluster:
         self.dead: set[str] = set()
         self.break_after: dict[str, int] = {}     # url -> tokens to stream before the socket drops
         self.calls: list[tuple[str, str, list[int], bool]] = []  # (url, request id, resume, handle?)
+        self.requests: list[EngineRequest] = []   # every generate request, as the worker decoded it
         self.handles: dict[str, KVHandle] = {}    # prefill request id -> handle it gave out
         self.max_model_len: dict[str, int] = {}   # url -> the context it reports (none: not reported)
 
@@ -61,6 +62,7 @@ class FakeCluster:
             return httpx.Response(404)
         req = wire.request_from_dict(orjson.loads(await request.aread()))
         self.calls.append((url, req.request_id, list(req.resume_output_ids), req.kv_handle is not None))
+        self.requests.append(req)
         if req.prompt_token_ids and req.prompt_token_ids[0] < 0:
             return httpx.Response(413, json={"error": {"message": "too long", "type": "invalid_request_error",
                                                        "param": "messages", "code": "context_length_exceeded"}})

@@ -9,6 +9,7 @@ from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.http.disconnect_guard import DisconnectGuard
 from tandem.testing.tiny_model import write_test_model
+from tandem.types import RequestContext
 from tests.gateway.fake_workers import FakeCluster, greedy, worker_http
 
 P0, D0, B0 = "http://127.0.0.1:9100", "http://127.0.0.1:9200", "http://127.0.0.1:9300"
@@ -67,6 +68,20 @@ def test_streaming_chat_has_headers_and_session_reaches_policy(model_dir):
         assert usage["completion_tokens"] == 5
         m = c.get("/metrics").text
         assert 'policy="affinity",pool="both",reason="affinity"' in m
+
+
+def test_session_salt_and_priority_reach_the_workers_through_the_wire(model_dir):
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    with c:
+        r = c.post("/v1/completions", headers={"x-session-affinity": " s9 "},
+                   json={"model": "tiny", "prompt": "hello", "max_tokens": 3, "cache_salt": "tenant-a",
+                         "priority": 4})
+        assert r.status_code == 200, r.text
+        want = RequestContext(session_id="s9", cache_salt="tenant-a", priority=4)
+        assert [q.context for q in cluster.requests] == [want, want]
+        assert c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2}
+                      ).status_code == 200
+        assert cluster.requests[-1].context.session_id is None
 
 
 def test_context_is_the_smallest_a_worker_reports(model_dir):

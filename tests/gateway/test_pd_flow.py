@@ -14,7 +14,7 @@ from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
 from tandem.server.backend import ResponseInfo
-from tandem.types import EngineRequest, FinishReason, SamplingParams
+from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
 from prometheus_client import CollectorRegistry
 
 from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
@@ -34,15 +34,16 @@ def build(roles, policy="round_robin", **cfg):
                     on_decision=metrics.on_decision)
     http = HttpxWorkerHTTP(httpx.AsyncClient(transport=cluster.transport()))
     monitor = Monitor(reg, index, tracker, http)
-    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget, lambda: None)
+    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget)
     return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
 
 
-def run(backend, monitor, max_tokens=12, prompt=PROMPT):
+def run(backend, monitor, max_tokens=12, prompt=PROMPT, context=RequestContext()):
     async def go():
         await monitor.poll_once()
         info = ResponseInfo()
-        req = EngineRequest("r1", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        req = EngineRequest("r1", list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0),
+                            context=context)
         deltas = [d async for d in backend.generate(req, info)]
         return deltas, info
     return asyncio.run(go())
@@ -86,6 +87,21 @@ def test_disaggregated_stitches_first_token_and_merges_usage():
     assert (last.num_prompt_tokens, last.num_cached_tokens, last.num_output_tokens) == (10, 4, 12)
     assert deltas[0].kv_handle is None and all(d.kv_handle is None for d in deltas)
     assert tracker.load(P0).in_flight == 0 and tracker.load(D0).in_flight == 0
+
+
+def test_the_context_reaches_the_router_and_every_worker():
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode", D1: "decode"},
+                                               policy="affinity")
+    ctx = RequestContext(session_id="s1", tenant="key-0", cache_salt="t", priority=2)
+    deltas, _ = run(backend, monitor, context=ctx)
+    assert tokens(deltas) == expected()
+    assert [(r.prefill_only, r.context) for r in cluster.requests] == [(True, ctx), (False, ctx)]
+    decisions = backend.parts.metrics.decisions
+    assert decisions.labels("prefill", "affinity", "affinity")._value.get() == 1
+    assert decisions.labels("decode", "affinity", "affinity")._value.get() == 1
+    run(backend, monitor)   # no session: the fallback policy decides
+    assert decisions.labels("decode", "affinity", "affinity")._value.get() == 1
+    assert cluster.requests[-1].context == RequestContext()
 
 
 def test_local_prefill_short_prompt_is_served_whole_by_the_decode_worker():

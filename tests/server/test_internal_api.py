@@ -1,7 +1,7 @@
 import orjson
 
 from tandem.server import wire
-from tandem.types import EngineRequest, FinishReason, SamplingParams
+from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
 
 
 def post(client, req: EngineRequest):
@@ -9,7 +9,8 @@ def post(client, req: EngineRequest):
 
 
 def test_generate_streams_ndjson_deltas(client, backend):
-    req = EngineRequest("gw-1", [5, 6, 7], SamplingParams(max_tokens=3, logprobs=1), cache_salt="t")
+    req = EngineRequest("gw-1", [5, 6, 7], SamplingParams(max_tokens=3, logprobs=1),
+                        context=RequestContext(cache_salt="t"))
     r = post(client, req)
     assert r.status_code == 200 and r.headers["content-type"] == "application/x-ndjson"
     assert r.headers["x-tandem-prefill"] == "w1"

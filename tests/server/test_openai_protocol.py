@@ -3,6 +3,7 @@ import pytest
 from tests.server.fakes import ByteTokenizer
 from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
 from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.types import RequestContext
 
 CTX = ParseContext(served_name="m", tokenizer=ByteTokenizer(), max_model_len=64, max_n=4,
                    max_prompts=3)
@@ -238,12 +239,12 @@ def test_echo_with_logprobs_scores_the_prompt():
 
 def test_engine_requests_fan_out_with_distinct_seeds():
     p = completion(prompt=["a", "b"], n=2, seed=10, cache_salt="s", logprobs=2)
-    reqs = p.engine_requests("cmpl-x")
+    reqs = p.engine_requests("cmpl-x", RequestContext(cache_salt=p.cache_salt))
     assert [r.request_id for r in reqs] == ["cmpl-x-0", "cmpl-x-1", "cmpl-x-2", "cmpl-x-3"]
     assert [r.sampling.seed for r in reqs] == [10, 11, 10, 11]
     tok = ByteTokenizer()
     assert [r.prompt_token_ids for r in reqs] == [tok.encode("a")] * 2 + [tok.encode("b")] * 2
     assert all(r.cache_salt == "s" and r.sampling.logprobs == 2 for r in reqs)
     # the seed wraps inside int64 instead of overflowing
-    top = completion(prompt="a", n=2, seed=2**63 - 1).engine_requests("x")
+    top = completion(prompt="a", n=2, seed=2**63 - 1).engine_requests("x", RequestContext())
     assert top[1].sampling.seed == -(2**63)

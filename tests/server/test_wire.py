@@ -1,13 +1,14 @@
 import math
-from dataclasses import fields
+import time
+from dataclasses import fields, replace
 
 import orjson
 import pytest
 
 from tandem.errors import InvalidRequest
 from tandem.server import wire
-from tandem.types import (EngineRequest, FinishReason, KVHandle, RequestDelta, RequestTimings,
-                          SamplingParams, TokenLogprob)
+from tandem.types import (EngineRequest, FinishReason, KVHandle, ParserOptions, RequestContext,
+                          RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 
 HANDLE = KVHandle(worker="10.0.0.1:9000", request_id="p-1", block_ids=(4, 5), num_tokens=20,
                   layout={"model": "x", "dtype": "float32", "block_size": 16, "num_layers": 2,
@@ -28,7 +29,8 @@ def test_request_roundtrip_keeps_every_field():
                         prompt_logprobs=0)
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(sp, f.name) != f.default for f in fields(SamplingParams))
-    req = EngineRequest(request_id="r1", prompt_token_ids=[1, 2, 3], sampling=sp, cache_salt="t",
+    req = EngineRequest(request_id="r1", prompt_token_ids=[1, 2, 3], sampling=sp,
+                        context=RequestContext(cache_salt="t"),
                         prefill_only=True, kv_handle=HANDLE, resume_output_ids=[9])
     back = roundtrip(req, wire.request_to_dict, wire.request_from_dict)
     for name in ("request_id", "prompt_token_ids", "sampling", "cache_salt", "prefill_only",
@@ -37,9 +39,29 @@ def test_request_roundtrip_keeps_every_field():
     assert "arrival_time" not in wire.request_to_dict(req)
 
 
+def test_request_context_roundtrip_keeps_every_field():
+    ctx = RequestContext(session_id="s-1", tenant="key-1", cache_salt="t", priority=-3,
+                         deadline=time.monotonic() + 30.0,
+                         parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"))
+    # every field differs from its default, so a forgotten field would show
+    assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
+    req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)
+    back = roundtrip(req, wire.request_to_dict, wire.request_from_dict).context
+    assert replace(back, deadline=None) == replace(ctx, deadline=None)
+    # the deadline travels as seconds left: the same instant on the receiver's clock
+    assert abs(back.deadline - ctx.deadline) < 1.0
+    assert (back.priority, back.cache_salt) == (-3, "t")
+
+
 def test_request_defaults():
     back = wire.request_from_dict({"request_id": "r", "prompt_token_ids": [1]})
     assert back.sampling == SamplingParams() and back.kv_handle is None and not back.prefill_only
+    assert back.context == RequestContext()
+
+
+def test_a_top_level_cache_salt_from_an_older_caller_is_still_read():
+    back = wire.request_from_dict({"request_id": "r", "prompt_token_ids": [1], "cache_salt": "t"})
+    assert back.context == RequestContext(cache_salt="t") and back.cache_salt == "t"
 
 
 @pytest.mark.parametrize("body,param", [
@@ -56,6 +78,13 @@ def test_request_defaults():
     ({"request_id": "r", "prompt_token_ids": [1], "kv_handle": {"worker": "w"}}, "kv_handle"),
     ({"request_id": "r", "prompt_token_ids": [1], "prefill_only": 1}, "prefill_only"),
     ({"prompt_token_ids": [1]}, None),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": "x"}, "context"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"nope": 1}}, "context"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"priority": "high"}}, "context.priority"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"session_id": 5}}, "context.session_id"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"parser": {"tool_call_parser": 1}}},
+     "context.parser.tool_call_parser"),
+    ({"request_id": "r", "prompt_token_ids": [1], "cache_salt": 5}, "cache_salt"),
 ])
 def test_request_from_dict_rejects_bad_fields(body, param):
     with pytest.raises(InvalidRequest) as info:
