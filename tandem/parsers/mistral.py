@@ -1,0 +1,143 @@
+"""mistral: Mistral / Mixtral / Ministral / Devstral tool calls, all three generations.
+
+    [TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "f", ...}]
+    [TOOL_CALLS]get_weather{"city": "Paris"}[TOOL_CALLS]f{}                (tokenizer v11)
+    [TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}                         (v13 and later)
+    [TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Paris"}       (with a model-made id)
+
+The first form holds JSON call objects (see json_call.py). In the others the name is
+`[A-Za-z0-9_.-]+`, the arguments a JSON object; a `[CALL_ID]` id is kept as the call's id. Other
+ids are 9 alphanumerics (`random_mistral_id`), the only form Mistral templates accept back. The
+markers are special (control) tokens: decode with skip_special_tokens=False. There is no end marker:
+a call ends with its JSON; text after it is content.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tandem.parsers.events import random_mistral_id
+from tandem.parsers.json_call import JsonCallReader
+from tandem.parsers.json_stream import JsonValueStream
+from tandem.parsers.tool_stream import ToolParser, ToolStream
+
+BOT, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_ID = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def _literal(buf: str, k: int, lit: str) -> str:
+    """Does buf[k:] start with `lit`: "yes", "no", or "wait" (a proper prefix of it ends buf)."""
+    rest = buf[k:k + len(lit)]
+    if rest == lit:
+        return "yes"
+    return "wait" if lit.startswith(rest) else "no"
+
+
+class MistralStream(ToolStream):
+    call_markers = (BOT,)
+    extra_markers = (ARGS, CALL_ID)
+
+    def _begin_call(self, marker: str):
+        return self._head
+
+    def _head(self) -> bool:
+        j = self._skip_ws()
+        if j is None:
+            return self._fail() if self._final else False
+        if self._buf[j] == "[":   # the JSON list form, unless this is [ARGS] / [CALL_ID] (no name)
+            seen = (_literal(self._buf, j, ARGS), _literal(self._buf, j, CALL_ID))
+            if "wait" in seen and not self._final:
+                return False
+            if "yes" in seen:
+                return self._fail()
+            self._pos = j + 1
+            self._state = self._array_item
+            return True
+        self._pos = j
+        return self._named_call()
+
+    # -- v11+: NAME[CALL_ID]ID[ARGS]{...} ------------------------------------------------------
+    def _named_call(self) -> bool:
+        buf, final = self._buf, self._final
+        m = _NAME.match(buf, self._pos)
+        if m is None:
+            return self._fail()
+        if m.end() == len(buf):
+            return self._fail() if final else False
+        k, call_id = m.end(), None
+        seen = _literal(buf, k, CALL_ID)
+        if seen == "yes":
+            idm = _ID.match(buf, k + len(CALL_ID))
+            if idm is None and k + len(CALL_ID) < len(buf):
+                return self._fail()
+            if idm is None or idm.end() == len(buf):
+                return self._fail() if final else False
+            call_id, k = idm.group(), idm.end()
+        elif seen == "wait":
+            return self._fail() if final else False
+        seen = _literal(buf, k, ARGS)
+        if seen == "wait":
+            return self._fail() if final else False
+        if seen == "yes":
+            k += len(ARGS)
+        while k < len(buf) and buf[k] in " \t\n\r":
+            k += 1
+        if k == len(buf):
+            return self._fail() if final else False
+        if buf[k] != "{":
+            return self._fail()
+        self._commit(m.group(), call_id)
+        self._pos = k
+        self._json = JsonValueStream()
+        self._state = self._named_args
+        return True
+
+    def _named_args(self) -> bool:
+        js, start = self._json, self._pos
+        self._pos = js.advance(self._buf, self._pos, self._final)
+        self._args(js.take())
+        if js.status == "done":
+            return self._call_done()
+        if js.status == "error" or self._final:
+            return self._abort(js.repair())
+        return self._pos > start
+
+    # -- before v11: [{...}, {...}] -------------------------------------------------------------
+    def _array_item(self) -> bool:
+        j = self._skip_ws()
+        if j is None:
+            return self._stop("") if self._final else False
+        if self._buf[j] == "]":
+            self._pos = j + 1
+            return self._call_done()
+        if self._block is None:
+            self._block = j
+        self._pos = j
+        self._state = JsonCallReader(self, self._array_next).step
+        return True
+
+    def _array_next(self) -> bool:
+        self._state = self._array_sep
+        return True
+
+    def _array_sep(self) -> bool:
+        j = self._skip_ws()
+        if j is None:
+            if not self._final:
+                return False
+            self._pos = len(self._buf)
+            return self._call_done()
+        c = self._buf[j]
+        if c == ",":
+            self._pos = j + 1
+            self._state = self._array_item
+        elif c == "]":
+            self._pos = j + 1
+            return self._call_done()
+        else:
+            return self._call_done()
+        return True
+
+
+MISTRAL = ToolParser("mistral", MistralStream, requires_special_tokens=True, default_id=random_mistral_id)
