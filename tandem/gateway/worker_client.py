@@ -22,7 +22,7 @@ import orjson
 
 from tandem.errors import TandemError
 from tandem.http.client import ConnectFailed, HTTPFailure, ResponseTimeout
-from tandem.server import wire
+from tandem.server.internal import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
 log = logging.getLogger(__name__)

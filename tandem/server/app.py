@@ -30,11 +30,11 @@ from tandem.server.backend import Backend
 from tandem.server.config import ServerConfig
 from tandem.server.context import ServerContext
 from tandem.server.errors import error_response_for_path
-from tandem.server.internal_api import internal_routes
-from tandem.server.openai_api import openai_routes
+from tandem.server.internal.internal_api import internal_routes
+from tandem.server.openai.openai_api import openai_routes
 from tandem.server.responses import json_response
-from tandem.server.tokenize_api import tokenize_routes
-from tandem.server.workers_ai_api import workers_ai_routes
+from tandem.server.openai.tokenize_api import tokenize_routes
+from tandem.server.workers_ai.workers_ai_api import workers_ai_routes
 
 Hook = Callable[[], Awaitable[None]]
 

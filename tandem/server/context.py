@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from tandem.server.backend import (Backend, KVEventSource, KVHandoffSource, Readiness,
                                    WorkerBackend, missing_members, provides)
 from tandem.server.config import ServerConfig
-from tandem.server.logprobs_format import TokenTexts
+from tandem.server.openai.logprobs_format import TokenTexts
 from tandem.server.metrics import ServerMetrics
-from tandem.server.openai_format import system_fingerprint
-from tandem.server.openai_protocol import ParseContext
+from tandem.server.openai.openai_format import system_fingerprint
+from tandem.server.openai.openai_protocol import ParseContext
 from tandem.server.run import GenerationRun
 from tandem.types import EngineRequest
 

@@ -1,12 +1,22 @@
-"""Reading a request body as one JSON object, bounded in size."""
+"""Reading a request body as one JSON object, bounded in size, and parsing it off the event loop."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 
 from tandem.errors import InvalidRequest
 from tandem.server.errors import BodyTooLarge
+
+T = TypeVar("T")
+
+# Bodies this large are parsed (chat template + tokenization) on a worker thread, so that
+# the event loop keeps streaming other requests' tokens meanwhile. Small ones are cheaper inline.
+OFF_LOOP_BYTES = 32 * 1024
 
 
 def _too_large(max_bytes: int) -> BodyTooLarge:
@@ -43,3 +53,10 @@ def parse_json_object(raw: bytes) -> dict:
     if not isinstance(obj, dict):
         raise InvalidRequest("request body must be a JSON object")
     return obj
+
+
+async def parse_off_loop(parse: Callable[[dict, Any], T], body: dict, pctx: Any, size: int) -> T:
+    """`parse(body, pctx)`, on a worker thread when the body has at least OFF_LOOP_BYTES bytes."""
+    if size < OFF_LOOP_BYTES:
+        return parse(body, pctx)
+    return await asyncio.to_thread(parse, body, pctx)

@@ -7,7 +7,7 @@
   `cache_salt` and `priority`; Workers AI has neither). `priority` is carried to the engine
   but does not change scheduling yet.
 The context then travels explicitly: route -> GenerationRun -> Backend.generate(req) inside
-`req.context` -> (gateway) the routing flow and the worker's internal API (tandem.server.wire).
+`req.context` -> (gateway) the routing flow and the worker's internal API (tandem.server.internal.wire).
 """
 
 from __future__ import annotations

@@ -17,12 +17,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tandem.server.backend import Backend, ResponseInfo
+from tandem.server.errors import BackendFailure
 from tandem.server.metrics import ServerMetrics
 from tandem.server.responses import aclose_quietly
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
 # Queue items of the k > 1 path: (index, delta, error); delta None and error None = ended.
 _Item = tuple[int, RequestDelta | None, BaseException | None]
+
+
+def check_delta(d: RequestDelta) -> RequestDelta:
+    """A delta the engine failed (finish_reason error) becomes a 500 for the client."""
+    if d.finish_reason is FinishReason.ERROR:
+        raise BackendFailure(f"generation failed: {d.error or 'unknown engine error'}")
+    return d
 
 
 def _ended_without_final(request_id: str) -> RequestDelta:

@@ -9,7 +9,7 @@ import orjson
 import pytest
 import uvicorn
 
-from tandem.server import wire
+from tandem.server.internal import wire
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 from tandem.types import EngineRequest, SamplingParams

@@ -14,7 +14,7 @@ from tandem.server.app import build_app
 from tandem.server.cli import configs_from_args
 from tandem.server.cli import register as register_serve
 from tandem.server.config import ServerConfig
-from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.server.openai.openai_protocol import ParseContext, parse_chat, parse_completion
 from tandem.server.sampling_defaults import SamplingDefaults
 
 QWEN_LIKE = {"bos_token_id": 1, "do_sample": True, "eos_token_id": [2, 3], "temperature": 0.7,

@@ -29,7 +29,7 @@ from tandem.server.errors import as_tandem_error, openai_error_response
 from tandem.server.request_body import read_json_object
 from tandem.server.responses import json_response, ndjson_response
 from tandem.server.run import GenerationRun
-from tandem.server.wire import delta_to_dict, request_from_dict
+from tandem.server.internal.wire import delta_to_dict, request_from_dict
 from tandem.types import FinishReason, RequestDelta
 
 

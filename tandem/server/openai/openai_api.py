@@ -9,10 +9,8 @@ closes the run and so aborts its engine requests.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
@@ -21,44 +19,13 @@ from starlette.routing import Route
 from tandem.errors import ModelNotFound
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
-from tandem.server.errors import (
-    BackendFailure,
-    as_tandem_error,
-    openai_error_body,
-    openai_error_response,
-)
-from tandem.server.openai_format import OpenAIFormatter, make_id
-from tandem.server.openai_protocol import (
-    ParseContext,
-    ParsedRequest,
-    parse_chat,
-    parse_completion,
-)
-from tandem.server.request_body import read_json_body
+from tandem.server.errors import as_tandem_error, openai_error_body, openai_error_response
+from tandem.server.openai.openai_format import OpenAIFormatter, make_id
+from tandem.server.openai.openai_protocol import ParsedRequest, parse_chat, parse_completion
+from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.request_context import http_context
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
-from tandem.server.run import GenerationRun
-from tandem.types import FinishReason, RequestDelta
-
-T = TypeVar("T")
-
-
-# Bodies this large are parsed (chat template + tokenization) on a worker thread, so that
-# the event loop keeps streaming other requests' tokens meanwhile. Small ones are cheaper inline.
-OFF_LOOP_BYTES = 32 * 1024
-
-
-async def parse_off_loop(parse: Callable[..., T], body: dict, pctx: ParseContext, size: int) -> T:
-    if size < OFF_LOOP_BYTES:
-        return parse(body, pctx)
-    return await asyncio.to_thread(parse, body, pctx)
-
-
-def check_delta(d: RequestDelta) -> RequestDelta:
-    """A delta the engine failed (finish_reason error) becomes a 500 for the client."""
-    if d.finish_reason is FinishReason.ERROR:
-        raise BackendFailure(f"generation failed: {d.error or 'unknown engine error'}")
-    return d
+from tandem.server.run import GenerationRun, check_delta
 
 
 async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:

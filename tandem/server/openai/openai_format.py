@@ -14,9 +14,9 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
-from tandem.server.logprobs_format import (TokenTexts, chat_logprobs, completion_logprobs,
+from tandem.server.openai.logprobs_format import (TokenTexts, chat_logprobs, completion_logprobs,
                                             echoed_logprobs, joined_logprobs, vllm_prompt_logprobs)
-from tandem.server.openai_protocol import ParsedRequest
+from tandem.server.openai.openai_protocol import ParsedRequest
 from tandem.server.responses import sse_event
 from tandem.types import RequestDelta, TokenLogprob
 

@@ -17,9 +17,8 @@ from tandem.server.chat_prompt import chat_render, normalize_messages, render_ch
 from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
 from tandem.server.fields import Fields, bad
-from tandem.server.openai_api import parse_off_loop
-from tandem.server.openai_protocol import check_model
-from tandem.server.request_body import read_json_body
+from tandem.server.openai.openai_protocol import check_model
+from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.responses import json_response
 
 

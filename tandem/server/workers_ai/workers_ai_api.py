@@ -26,13 +26,12 @@ from tandem.server.errors import (
     workers_ai_error_response,
 )
 from tandem.server.fields import Fields, bad
-from tandem.server.openai_api import check_delta, parse_off_loop
-from tandem.server.openai_format import make_id, usage_dict
-from tandem.server.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
-from tandem.server.request_body import read_json_body
+from tandem.server.openai.openai_format import make_id, usage_dict
+from tandem.server.openai.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
+from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.request_context import http_context
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
-from tandem.server.run import GenerationRun
+from tandem.server.run import GenerationRun, check_delta
 from tandem.types import RequestDelta, SamplingParams
 
 WORKERS_AI_PATH = "/client/v4/accounts/{account_id}/ai/run/{model:path}"

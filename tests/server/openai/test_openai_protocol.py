@@ -2,7 +2,7 @@ import pytest
 
 from tests.server.fakes import ByteTokenizer
 from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
-from tandem.server.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.server.openai.openai_protocol import ParseContext, parse_chat, parse_completion
 from tandem.types import RequestContext
 
 CTX = ParseContext(served_name="m", tokenizer=ByteTokenizer(), max_model_len=64, max_n=4,

@@ -3,8 +3,8 @@ import pytest
 from tests.server.fakes import ByteTokenizer
 from tests.server.sse import events
 from tandem.errors import TandemError
-from tandem.server.openai_protocol import ParseContext
-from tandem.server.workers_ai_api import model_matches, parse_workers_ai
+from tandem.server.openai.openai_protocol import ParseContext
+from tandem.server.workers_ai.workers_ai_api import model_matches, parse_workers_ai
 
 URL = "/client/v4/accounts/acc123/ai/run/@cf/meta/fake-model"
 CTX = ParseContext("fake-model", ByteTokenizer(), 256)
