@@ -23,6 +23,7 @@ from tandem.engine.request import Request, RequestStatus
 from tandem.engine.scheduler import Scheduler, SchedulerOutput
 from tandem.errors import InvalidRequest, PromptTooLong
 from tandem.kv.connector import FinishedKV, KVConnector
+from tandem.kv.connector_set import connector_set
 from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
 from tandem.kv.layout import KVLayout
@@ -94,7 +95,8 @@ class Engine:
         kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
         transport = make_transport(kind, kv_cache, layout, config.transfer)
         transport.source.start()
-        return cls(config, loaded, tokenizer, kv_cache, handoff_connector(transport, layout),
+        connectors = [handoff_connector(transport, layout)]
+        return cls(config, loaded, tokenizer, kv_cache, connector_set(connectors),
                    transport_address=transport.source.address)
 
     # --- requests -----------------------------------------------------------------------
@@ -188,12 +190,20 @@ class Engine:
         return deltas
 
     def _execute(self, out: SchedulerOutput) -> StepResult | None:
+        seqs = out.seqs
         if out.loads:
-            self.connector.worker.start_loads(out.loads)
-        if not out.seqs:
+            failed = self.connector.worker.start_loads(out.loads)
+            if failed:   # synchronous loads that failed: those requests recompute from the front
+                for seq in seqs:
+                    if seq.request.request_id in failed:
+                        log.warning("KV load for %s failed (%s); recomputing the prompt locally",
+                                    seq.request.request_id, failed[seq.request.request_id])
+                        self.scheduler.load_failed(seq.request)
+                seqs[:] = [s for s in seqs if s.request.request_id not in failed]
+        if not seqs:
             return None
-        tables = [self.kv.block_ids(s.request.request_id) for s in out.seqs]
-        return self.runner.execute(self.runner.prepare(out.seqs, tables))
+        tables = [self.kv.block_ids(s.request.request_id) for s in seqs]
+        return self.runner.execute(self.runner.prepare(seqs, tables))
 
     def _update(self, out: SchedulerOutput, result: StepResult | None) -> list[RequestDelta]:
         deltas = [self._finish(req, FinishReason.LENGTH) for req in out.capacity_finished]

@@ -37,7 +37,8 @@ class Request:
     num_resumed: int = 0
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0        # prompt tokens found in the prefix cache at first admission
+    num_cached_tokens: int = 0        # prompt tokens found in a cache at first admission
+    lookup_counted: bool = False      # its prefix lookup is in the cache's hit statistics
     num_preemptions: int = 0
     external_kv_failed: bool = False  # a KV load from outside failed: computed here from then on
     finish_reason: FinishReason | None = None

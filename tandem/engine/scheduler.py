@@ -107,9 +107,17 @@ class Scheduler:
         self.running.append(request)
 
     def load_failed(self, request: Request) -> None:
-        """A load failed: its blocks hold undefined data; free them and recompute from the front."""
-        del self.loading[request.request_id]
+        """A load failed: its blocks hold undefined data; free them and recompute from the front.
+        (A synchronous load fails before the step's forward: its request is already running.)"""
+        if request.request_id in self.loading:
+            del self.loading[request.request_id]
+        else:
+            self.running.remove(request)
         self.kv.free(request.request_id)
+        # the loaded tokens were no hit after all: the lookup is counted again at re-admission
+        self.kv.record_lookup(-request.num_prompt_tokens, -request.num_cached_tokens)
+        request.lookup_counted = False
+        request.num_cached_tokens = 0
         request.external_kv_failed = True
         request.num_computed_tokens = 0
         request.status = RequestStatus.WAITING
@@ -194,8 +202,10 @@ class Scheduler:
                 match = None if self.connector is None or req.external_kv_failed else \
                     self.connector.match(req, hit.num_tokens, self.kv.block_size)
                 if match is not None and match.num_external_tokens > 0:
-                    if not self._admit_external(req, hit, match, loads):
+                    scheduled_tokens = self._admit_external(req, hit, match, loads, seqs, budget)
+                    if scheduled_tokens is None:
                         break
+                    budget -= scheduled_tokens
                     continue
                 if not req.scores_prompt and self._continues_in_flight(req, hit, in_flight):
                     deferred.append(self.waiting.popleft())  # admitted once those blocks are cached
@@ -282,27 +292,43 @@ class Scheduler:
         cap = self.config.long_prefill_token_threshold
         return cap if cap and len(self.waiting) > others_behind else self.config.max_num_batched_tokens
 
-    def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch,
-                        loads: list[KVLoad]) -> bool:
-        """Admit a request with blocks for the connector's tokens; it waits for the load."""
-        if not match.load_async:
-            raise NotImplementedError("synchronous KV loads are not wired into the step; load asynchronously")
+    def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch, loads: list[KVLoad],
+                        seqs: list[ScheduledSeq], budget: int) -> int | None:
+        """Admit a request with blocks for the connector's tokens; returns the tokens it computes
+        in this step, or None when the blocks are not there (it stays first in line).
+
+        An asynchronous load: the request waits (WAITING_FOR_KV) until the worker side reports it.
+        A synchronous one completes before this step's forward pass, so the prompt goes on in the
+        same step; its loaded blocks reach the prefix cache only from the next step, once the
+        load is known to have succeeded."""
         keep = match.num_local_tokens // self.kv.block_size
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
         end = local.num_tokens + match.num_external_tokens
-        new_ids = self.kv.allocate(req.request_id, end, local)
+        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, self._chunk_cap(1))
+        if not match.load_async and num_new <= 0:
+            return None   # no budget left for its next chunk (or a connector offered every token)
+        new_ids = self.kv.allocate(req.request_id, end + num_new, local)
         if new_ids is None:
-            return False
+            return None
         self.waiting.popleft()
-        self._on_admitted(req, local.num_tokens)
-        loads.append(self.connector.load(req, match, keep, new_ids))
-        req.status = RequestStatus.WAITING_FOR_KV
-        self.loading[req.request_id] = (req, end)
-        return True
+        num_loaded_blocks = -(-end // self.kv.block_size) - keep
+        loads.append(self.connector.load(req, match, keep, new_ids[:num_loaded_blocks]))
+        self._on_admitted(req, end if match.cache_hit else local.num_tokens)
+        if match.load_async:
+            req.status = RequestStatus.WAITING_FOR_KV
+            self.loading[req.request_id] = (req, end)
+            return 0
+        req.num_computed_tokens = end
+        req.status = RequestStatus.RUNNING
+        self.running.append(req)
+        seqs.append(ScheduledSeq(req, num_new, sample=end + num_new == req.num_tokens))
+        return num_new
 
     def _on_admitted(self, req: Request, hit_tokens: int) -> None:
         if req.first_scheduled_time is None:
             req.first_scheduled_time = time.monotonic()
+        if not req.lookup_counted:   # once: a preempted request's recompute is no new lookup
+            req.lookup_counted = True
             req.num_cached_tokens = hit_tokens
             self.kv.record_lookup(req.num_prompt_tokens, hit_tokens)
 

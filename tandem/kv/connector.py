@@ -48,6 +48,9 @@ class ExternalMatch:
     num_local_tokens: int      # of the local hit, the tokens to keep (a connector may keep fewer)
     num_external_tokens: int   # tokens after those, to load
     load_async: bool           # the request waits for the load (True) or it completes within the step
+    # the tokens were found in a cache (a store tier): they count as prefix-cache hits and in the
+    # request's cached tokens; False for KV computed for this very request elsewhere (the handoff)
+    cache_hit: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,10 @@ class KVConnectorWorker(abc.ABC):
     """Worker side: I/O, started per step, reported through `poll`."""
 
     @abc.abstractmethod
-    def start_loads(self, loads: Sequence[KVLoad]) -> None:
-        """Start copying into the loads' blocks (asynchronous loads finish through `poll`)."""
+    def start_loads(self, loads: Sequence[KVLoad]) -> dict[str, str]:
+        """Start copying into the loads' blocks. Synchronous loads (ExternalMatch.load_async
+        False) are complete when this returns, and their failures are returned (request id ->
+        reason); asynchronous loads finish or fail through `poll`."""
 
     @abc.abstractmethod
     def start_saves(self, saves: Sequence[KVSave]) -> None:

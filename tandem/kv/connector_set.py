@@ -63,11 +63,13 @@ class ConnectorSetWorker(KVConnectorWorker):
         self.parts = list(parts)
         self._keepers: dict[str, set[int]] = {}   # request id -> connectors still holding its blocks
 
-    def start_loads(self, loads: Sequence[KVLoad]) -> None:
+    def start_loads(self, loads: Sequence[KVLoad]) -> dict[str, str]:
+        failed: dict[str, str] = {}
         for i, part in enumerate(self.parts):
             mine = [x for x in loads if x.connector == i]
             if mine:
-                part.start_loads([replace(x, connector=0) for x in mine])
+                failed.update(part.start_loads([replace(x, connector=0) for x in mine]))
+        return failed
 
     def start_saves(self, saves: Sequence[KVSave]) -> None:
         for s in saves:

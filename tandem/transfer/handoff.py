@@ -61,7 +61,8 @@ class HandoffScheduler(KVConnectorScheduler):
         if handle is None or req.num_preemptions > 0:
             return None
         keep = min(num_local_tokens // block_size, (handle.num_tokens - 1) // block_size)
-        return ExternalMatch(keep * block_size, handle.num_tokens - keep * block_size, load_async=True)
+        return ExternalMatch(keep * block_size, handle.num_tokens - keep * block_size, load_async=True,
+                             cache_hit=False)
 
     def load(self, req: KVRequest, match: ExternalMatch, first_block: int,
              dst_block_ids: Sequence[int]) -> KVLoad:
@@ -91,11 +92,12 @@ class HandoffWorker(KVConnectorWorker):
         # gives up remote blocks a request will not pull, off the step loop
         self._release_pool = ThreadPoolExecutor(1, thread_name_prefix="kv-release")
 
-    def start_loads(self, loads: Sequence[KVLoad]) -> None:
+    def start_loads(self, loads: Sequence[KVLoad]) -> dict[str, str]:
         for load in loads:
             pull: HandoffPull = load.source
             self._pulls[load.request_id] = self.transport.sink.pull_async(
                 pull.handle, list(load.dst_block_ids), list(pull.src_indices))
+        return {}   # pulls are asynchronous: they finish through poll
 
     def start_saves(self, saves: Sequence[KVSave]) -> None:
         for save in saves:
