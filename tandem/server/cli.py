@@ -168,7 +168,7 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
 
     if config.gateway_url is None:
         return start_engine, engine.shutdown
-    from tandem.gateway.heartbeat import Heartbeat, HeartbeatConfig, advertised_url
+    from tandem.server.registration import Heartbeat, HeartbeatConfig, advertised_url
 
     beats: list[Heartbeat] = []
 

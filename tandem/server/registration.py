@@ -1,4 +1,5 @@
-"""Worker side of self-registration: `tandem serve --gateway URL` announces itself and keeps alive.
+"""A worker registering itself with a gateway: `tandem serve --gateway URL` announces itself and
+keeps alive (the gateway's side is tandem.gateway.app's /internal/register).
 
 Use from the worker app's lifespan:
 

@@ -1,4 +1,4 @@
-"""Heartbeat client against a real gateway app served by uvicorn on 127.0.0.1 (no workers)."""
+"""A worker's registration (Heartbeat) against a real gateway app on 127.0.0.1 (no workers)."""
 
 import asyncio
 import socket
@@ -7,7 +7,7 @@ import uvicorn
 
 from tandem.gateway.app import build_gateway_app
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.gateway.heartbeat import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.server.registration import Heartbeat, HeartbeatConfig, advertised_url
 
 
 def free_port() -> int:
