@@ -16,7 +16,7 @@ import sys
 VERB_MODULES = {
     "serve": "tandem.server.cli",
     "gateway": "tandem.gateway.cli",
-    "up": "tandem.gateway.cli",
+    "up": "tandem.launcher.cli",
     "bench": "tandem.bench.cli",
     "model": "tandem.models.cli",
     "demo": "tandem.demo.cli",

@@ -44,7 +44,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))   # the repo root, for `tandem`
 
-from tandem.gateway.cluster import free_port
+from tandem.launcher.cluster import free_port
 from tandem.http.client import ClientConfig, HTTPClient
 
 TICKS = os.sysconf("SC_CLK_TCK")

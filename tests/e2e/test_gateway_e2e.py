@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 
-from tandem.gateway.cluster import LocalCluster, ProcSpec, free_port, gateway_proc, worker_proc
+from tandem.launcher.cluster import LocalCluster, ProcSpec, free_port, gateway_proc, worker_proc
 
 pytestmark = pytest.mark.timeout(300)
 

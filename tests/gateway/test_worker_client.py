@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.cluster import free_port
+from tandem.launcher.cluster import free_port
 from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
 from tandem.http.client import HTTPClient
 from tandem.server.internal import wire

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from tandem.gateway.cluster import free_port
+from tandem.launcher.cluster import free_port
 from tandem.http.client import (
     ClientConfig,
     ConnectFailed,

@@ -1,0 +1,51 @@
+"""`tandem up`.
+
+  tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000]
+      a local cluster: the gateway and P + D (or N) workers as child processes, each worker
+      pinned to its share of the cores; one Ctrl-C stops them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tandem.router.policies import POLICY_NAMES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    u = subparsers.add_parser("up", help="a local cluster: gateway + workers as child processes")
+    u.add_argument("--model", required=True, metavar="PATH")
+    u.add_argument("--prefill", type=int, default=None, metavar="P", help="prefill workers")
+    u.add_argument("--decode", type=int, default=None, metavar="D", help="decode workers")
+    u.add_argument("--colocated", type=int, default=None, metavar="N", help="role=both workers")
+    u.add_argument("--host", default="127.0.0.1")
+    u.add_argument("--port", type=int, default=8000, help="the gateway's port")
+    u.add_argument("--policy", default="default", choices=POLICY_NAMES)
+    u.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for every `tandem serve` (repeatable), e.g. --worker-arg=--dtype=float32")
+    u.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for `tandem gateway` (repeatable), e.g. --gateway-arg=--local-prefill-tokens=256")
+    u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
+    u.add_argument("--log-level", default="warning",
+                   choices=("critical", "error", "warning", "info", "debug"))
+    u.set_defaults(func=up)
+
+
+def up(args: argparse.Namespace) -> int:
+    from tandem.launcher.cluster import ClusterSpec, run_cluster
+
+    if args.colocated is not None and (args.prefill is not None or args.decode is not None):
+        print("tandem up: use either --prefill/--decode or --colocated", file=sys.stderr)
+        return 2
+    if args.colocated is None and args.prefill is None and args.decode is None:
+        args.prefill, args.decode = 1, 1
+    if args.colocated is None and not (args.prefill and args.decode):
+        print("tandem up: --prefill and --decode both need at least 1", file=sys.stderr)
+        return 2
+    spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
+                       colocated=args.colocated or 0, host=args.host, port=args.port,
+                       policy=args.policy, worker_args=tuple(args.worker_arg),
+                       gateway_args=tuple(args.gateway_arg),
+                       ready_timeout_s=args.ready_timeout, log_level=args.log_level)
+    return run_cluster(spec)

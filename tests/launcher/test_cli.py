@@ -1,0 +1,21 @@
+"""`tandem up` flags -> the cluster it starts."""
+
+from tandem.launcher.cluster import plan
+
+
+def test_up_passes_gateway_args_to_the_gateway(monkeypatch):
+    import argparse
+
+    from tandem.launcher import cli, cluster
+
+    seen = {}
+    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["up", "--model", "/m", "--prefill", "1", "--decode", "1",
+                              "--gateway-arg=--local-prefill-tokens=64", "--worker-arg=--dtype=float32"])
+    assert args.func(args) == 0
+    spec = seen["spec"]
+    assert spec.gateway_args == ("--local-prefill-tokens=64",) and spec.worker_args == ("--dtype=float32",)
+    gateway = plan(spec)[-1]
+    assert gateway.role is None and "--local-prefill-tokens=64" in gateway.cmd
