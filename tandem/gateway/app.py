@@ -29,7 +29,7 @@ from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
-from tandem.gateway.routing import Router, pools_policies
+from tandem.router.router import Router, pools_policies
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ClientConfig, HTTPClient
 from tandem.router.load_tracker import LoadTracker

@@ -36,7 +36,7 @@ from tandem.errors import NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
-from tandem.gateway.routing import HashMemo, Route, Router
+from tandem.router.router import HashMemo, Route, Router
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
 from tandem.server.backend import ResponseInfo

@@ -9,7 +9,7 @@ from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
-from tandem.gateway.routing import Router, pools_policies
+from tandem.router.router import Router, pools_policies
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex

@@ -3,7 +3,7 @@ import pytest
 from tandem.errors import CapacityExceeded, NoHealthyWorker
 from tandem.gateway.config import RegistryConfig
 from tandem.gateway.registry import Registry
-from tandem.gateway.routing import HashMemo, Router, pools_policies
+from tandem.router.router import HashMemo, Router, pools_policies
 from tandem.kv.block_hash import hash_request_blocks
 from tandem.router.admission import AdmissionLimits
 from tandem.router.load_tracker import LoadTracker
@@ -68,3 +68,36 @@ def test_saturated_pool_is_429():
     tracker.dispatch("x", "http://127.0.0.1:9000", pending=1)
     with pytest.raises(CapacityExceeded):
         router.choose("both", HashMemo([1], None), None)
+
+
+def test_the_router_reads_any_worker_table_that_has_the_view():
+    """No gateway registry: a plain table of workers (as a simulator would keep) is enough."""
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class SimWorker:
+        url: str
+        role: str = "both"
+        healthy: bool = True
+        draining: bool = False
+        stats: dict = field(default_factory=dict)
+        block_size: int | None = 4
+        hash_seed: int = 0
+
+    class Table:
+        def __init__(self, workers):
+            self.workers = workers
+
+        def pool(self, role):
+            return [w for w in self.workers if w.role == role]
+
+        def has_live(self, role):
+            return any(w.healthy and not w.draining for w in self.pool(role))
+
+    table = Table([SimWorker("a"), SimWorker("b", stats={"num_waiting": 5}), SimWorker("c", healthy=False)])
+    index = PrefixIndex()
+    index.stored("b", hash_request_blocks(list(range(8)), 4, None, 0))
+    router = Router(table, index, LoadTracker(), pools_policies(make_policy("prefix_aware")), AdmissionLimits())
+    assert router.mode() == "colocated"
+    route = router.choose("both", HashMemo(list(range(12)), None), None)
+    assert (route.worker.url, route.cached_blocks, route.uncached_tokens) == ("b", 2, 4)

@@ -1,16 +1,23 @@
-"""From the registry's live state to one routing decision: snapshot, admission, policy, bookkeeping.
+"""The router: from the workers' live state to one routing decision (snapshot, admission, policy,
+bookkeeping).
 
-The policy stays pure; this module does everything around it: reads the registry, the load
-tracker and the prefix index, hashes the prompt like the workers do, and counts the decision.
+The policy stays pure; this module does everything around it: reads the workers' state, the
+load tracker and the prefix index, hashes the prompt like the workers do, and counts the decision.
+
+Direction of imports: the gateway imports the router, never the reverse. The router reads the
+workers through two small protocols (`WorkerPools`, `WorkerState`) that the gateway's registry
+satisfies as it is, so tandem/router/ needs nothing from tandem/gateway/ and the fleet simulator
+can drive the same router over its own worker table. Policies, snapshot, admission, prefix index
+and load tracker import nothing above tandem.kv / tandem.types.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tandem.errors import NoHealthyWorker
-from tandem.gateway.registry import Registry, Worker
 from tandem.kv.block_hash import hash_request_blocks
 from tandem.router.admission import AdmissionLimits, admit
 from tandem.router.load_tracker import LoadTracker
@@ -18,12 +25,37 @@ from tandem.router.policies.base import Policy
 from tandem.router.prefix_index import PrefixIndex
 from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
 
+
+class WorkerState(Protocol):
+    """What the router reads of one worker (tandem.gateway.registry.Worker)."""
+
+    url: str              # also its id
+    role: str | None      # both | prefill | decode; None until the worker reported it
+    healthy: bool
+    draining: bool
+    stats: dict           # its last /internal/stats: num_running, num_waiting, kv_cache_usage
+
+    @property
+    def block_size(self) -> int | None: ...   # from its KV layout; None until reported
+
+    @property
+    def hash_seed(self) -> int: ...
+
+
+class WorkerPools(Protocol):
+    """The workers by role (tandem.gateway.registry.Registry)."""
+
+    def pool(self, role: str) -> Sequence[WorkerState]: ...   # registration order, healthy or not
+
+    def has_live(self, role: str) -> bool: ...                 # a healthy, non-draining one
+
+
 DEFAULT_BLOCK_SIZE = 16
 
 
 @dataclass(frozen=True)
 class Route:
-    worker: Worker
+    worker: WorkerState
     decision: Decision
     cached_blocks: int    # leading blocks of the tokens the chosen worker holds (index view)
     uncached_tokens: int  # tokens it is expected to compute
@@ -45,8 +77,9 @@ class HashMemo:
 
 
 class Router:
-    def __init__(self, registry: Registry, index: PrefixIndex, tracker: LoadTracker,
-                 policies: dict[str, Policy], limits: AdmissionLimits, on_decision=None) -> None:
+    def __init__(self, registry: WorkerPools, index: PrefixIndex, tracker: LoadTracker,
+                 policies: dict[str, Policy], limits: AdmissionLimits,
+                 on_decision: Callable[[str, Decision], None] | None = None) -> None:
         self.registry = registry
         self.index = index
         self.tracker = tracker
@@ -95,7 +128,7 @@ class Router:
         uncached = max(0, len(tokens.token_ids) - chosen.cached_blocks * block_size)
         return Route(worker, decision, chosen.cached_blocks, uncached)
 
-    def _load(self, w: Worker, cached_blocks: int) -> WorkerLoad:
+    def _load(self, w: WorkerState, cached_blocks: int) -> WorkerLoad:
         load = self.tracker.load(w.url)
         s = w.stats
         return WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
@@ -110,4 +143,4 @@ def pools_policies(default: Policy, prefill: Policy | None = None, decode: Polic
     return {"both": default, "prefill": prefill or default, "decode": decode or default}
 
 
-__all__ = ["HashMemo", "Route", "Router", "pools_policies"]
+__all__ = ["HashMemo", "Route", "Router", "WorkerPools", "WorkerState", "pools_policies"]
