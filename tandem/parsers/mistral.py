@@ -18,20 +18,11 @@ import re
 
 from tandem.parsers.events import random_mistral_id
 from tandem.parsers.json_call import JsonCallReader
-from tandem.parsers.json_stream import JsonValueStream
 from tandem.parsers.tool_stream import ToolParser, ToolStream
 
 BOT, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ID = re.compile(r"[A-Za-z0-9_\-]+")
-
-
-def _literal(buf: str, k: int, lit: str) -> str:
-    """Does buf[k:] start with `lit`: "yes", "no", or "wait" (a proper prefix of it ends buf)."""
-    rest = buf[k:k + len(lit)]
-    if rest == lit:
-        return "yes"
-    return "wait" if lit.startswith(rest) else "no"
 
 
 class MistralStream(ToolStream):
@@ -46,8 +37,8 @@ class MistralStream(ToolStream):
         if j is None:
             return self._fail() if self._final else False
         if self._buf[j] == "[":   # the JSON list form, unless this is [ARGS] / [CALL_ID] (no name)
-            seen = (_literal(self._buf, j, ARGS), _literal(self._buf, j, CALL_ID))
-            if "wait" in seen and not self._final:
+            seen = (self._literal(j, ARGS), self._literal(j, CALL_ID))
+            if "wait" in seen:
                 return False
             if "yes" in seen:
                 return self._fail()
@@ -66,7 +57,7 @@ class MistralStream(ToolStream):
         if m.end() == len(buf):
             return self._fail() if final else False
         k, call_id = m.end(), None
-        seen = _literal(buf, k, CALL_ID)
+        seen = self._literal(k, CALL_ID)
         if seen == "yes":
             idm = _ID.match(buf, k + len(CALL_ID))
             if idm is None and k + len(CALL_ID) < len(buf):
@@ -75,10 +66,10 @@ class MistralStream(ToolStream):
                 return self._fail() if final else False
             call_id, k = idm.group(), idm.end()
         elif seen == "wait":
-            return self._fail() if final else False
-        seen = _literal(buf, k, ARGS)
+            return False
+        seen = self._literal(k, ARGS)
         if seen == "wait":
-            return self._fail() if final else False
+            return False
         if seen == "yes":
             k += len(ARGS)
         while k < len(buf) and buf[k] in " \t\n\r":
@@ -89,19 +80,7 @@ class MistralStream(ToolStream):
             return self._fail()
         self._commit(m.group(), call_id)
         self._pos = k
-        self._json = JsonValueStream()
-        self._state = self._named_args
-        return True
-
-    def _named_args(self) -> bool:
-        js, start = self._json, self._pos
-        self._pos = js.advance(self._buf, self._pos, self._final)
-        self._args(js.take())
-        if js.status == "done":
-            return self._call_done()
-        if js.status == "error" or self._final:
-            return self._abort(js.repair())
-        return self._pos > start
+        return self._stream_args()
 
     # -- before v11: [{...}, {...}] -------------------------------------------------------------
     def _array_item(self) -> bool:

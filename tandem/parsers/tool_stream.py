@@ -31,7 +31,7 @@ from tandem.parsers.events import (
     ContentDelta, Event, IdFactory, ParsedTools, ToolCallArguments, ToolCallStart, collect,
     random_call_id,
 )
-from tandem.parsers.json_stream import WS
+from tandem.parsers.json_stream import WS, JsonValueStream
 from tandem.parsers.text import MarkerScanner, SegmentWriter
 
 Tools = list[dict] | None   # the request's `tools`, OpenAI format
@@ -126,9 +126,11 @@ class ToolStream:
         """Return the state that reads a call block whose start `marker` was just consumed."""
         raise NotImplementedError
 
-    def _skip_ws(self) -> int | None:
-        """Index of the next non-space character from _pos, or None when the buffer ends first."""
-        buf, j = self._buf, self._pos
+    def _skip_ws(self, j: int | None = None) -> int | None:
+        """Index of the next non-space character from j (default _pos), or None when the buffer
+        ends first."""
+        buf = self._buf
+        j = self._pos if j is None else j
         while j < len(buf) and buf[j] in WS:
             j += 1
         return j if j < len(buf) else None
@@ -172,6 +174,32 @@ class ToolStream:
     def _call_done(self) -> bool:
         self._state = self._scan
         return True
+
+    def _stream_args(self, after=None) -> bool:
+        """Read a JSON arguments value from _pos (the call is committed), streaming its canonical
+        form; then go to the state `after` (default: content)."""
+        self._json = JsonValueStream()
+        self._after_args = after or self._call_done
+        self._state = self._json_args
+        return True
+
+    def _json_args(self) -> bool:
+        js, start = self._json, self._pos
+        self._pos = js.advance(self._buf, self._pos, self._final)
+        self._args(js.take())
+        if js.status == "done":
+            return self._after_args()
+        if js.status == "error" or self._final:
+            return self._abort(js.repair())
+        return self._pos > start
+
+    def _literal(self, k: int, lit: str) -> str:
+        """Does _buf[k:] start with `lit`: "yes", "no", or "wait" (the buffer ends inside it;
+        "no" once the text is final)."""
+        rest = self._buf[k:k + len(lit)]
+        if rest == lit:
+            return "yes"
+        return "wait" if lit.startswith(rest) and not self._final else "no"
 
 
 @dataclass(frozen=True)
