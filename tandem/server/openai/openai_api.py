@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from tandem.errors import ModelNotFound
 from tandem.server.context import ServerContext
-from tandem.server.disconnect import in_own_task
+from tandem.http.disconnect_guard import in_own_task
 from tandem.server.errors import as_tandem_error, openai_error_body, openai_error_response
 from tandem.server.openai.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai.openai_protocol import ParsedRequest, parse_chat, parse_completion
