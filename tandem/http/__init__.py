@@ -1,1 +1,1 @@
-"""HTTP pieces shared by the worker server, the gateway and the benchmark client."""
+"""The keep-alive HTTP/1.1 client shared by the gateway (calls to workers) and the benchmark client."""

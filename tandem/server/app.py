@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tandem.errors import InvalidRequest
-from tandem.http.disconnect_guard import DisconnectGuard
+from tandem.server.disconnect import DisconnectGuard
 from tandem.server.auth import BearerAuth
 from tandem.server.backend import Backend
 from tandem.server.config import ServerConfig

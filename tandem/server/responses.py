@@ -9,7 +9,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from tandem.http.disconnect_guard import in_own_task
+from tandem.server.disconnect import in_own_task
 
 SSE_DONE = b"data: [DONE]\n\n"
 

@@ -3,7 +3,7 @@
 Flow of a request: parse (400/404/413 before any engine work) -> GenerationRun.start()
 (engine errors before the first token still get their status; backend headers known) ->
 either collect into one JSON object or stream SSE events ending with `data: [DONE]`.
-A client that disconnects has the request's task cancelled (tandem.http.disconnect_guard), which
+A client that disconnects has the request's task cancelled (tandem.server.disconnect), which
 closes the run and so aborts its engine requests.
 """
 
@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from tandem.errors import ModelNotFound
 from tandem.server.context import ServerContext
-from tandem.http.disconnect_guard import in_own_task
+from tandem.server.disconnect import in_own_task
 from tandem.server.errors import as_tandem_error, openai_error_body, openai_error_response
 from tandem.server.openai.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai.openai_protocol import ParsedRequest, parse_chat, parse_completion

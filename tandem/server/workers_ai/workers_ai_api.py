@@ -18,7 +18,7 @@ from starlette.routing import Route
 from tandem.errors import ModelNotFound
 from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
 from tandem.server.context import ServerContext
-from tandem.http.disconnect_guard import in_own_task
+from tandem.server.disconnect import in_own_task
 from tandem.server.errors import (
     NotSupportedYet,
     as_tandem_error,

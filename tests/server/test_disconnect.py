@@ -11,7 +11,7 @@ import pytest
 import uvicorn
 from starlette.responses import Response, StreamingResponse
 
-from tandem.http.disconnect_guard import DisconnectGuard
+from tandem.server.disconnect import DisconnectGuard
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 from tandem.server.internal import wire
