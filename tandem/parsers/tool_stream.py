@@ -18,9 +18,9 @@ A call block goes through two phases:
   its arguments valid JSON (`_abort`), and the text after the error, up to the block's end marker,
   is content. A committed call is never taken back, so both paths return it.
 
-Content: text outside calls, with the markup removed (`drop_markers`, e.g. a stray `</tool_call>`);
-the text between two calls (or before the first, or after the last) is dropped when it is only
-whitespace, and kept verbatim otherwise (see `SegmentWriter`).
+Content: text outside calls, with the markup removed (`drop_markers`, e.g. a `</tool_call>` or a
+section marker). Calls and removed markup cut the content into segments; a segment that is only
+whitespace (the newlines between calls) is dropped, any other is kept verbatim (`SegmentWriter`).
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ class ToolStream:
             self._until = ()
             self._block = at
             self._state = self._begin_call(marker)
+        else:
+            self._content.end_segment()      # dropped markup separates segments
         return True
 
     def _begin_call(self, marker: str):
