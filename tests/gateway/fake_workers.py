@@ -42,6 +42,8 @@ class FakeCluster:
         self.break_after: dict[str, int] = {}     # url -> tokens to stream before the socket drops
         self.calls: list[tuple[str, str, list[int], bool]] = []  # (url, request id, resume, handle?)
         self.requests: list[EngineRequest] = []   # every generate request, as the worker decoded it
+        self.refuse: dict[str, int] = {}          # url -> status its generate answers (e.g. 503)
+        self.released: list[str] = []             # request ids of /internal/kv_release calls
         self.handles: dict[str, KVHandle] = {}    # prefill request id -> handle it gave out
         self.max_model_len: dict[str, int] = {}   # url -> the context it reports (none: not reported)
 
@@ -60,9 +62,14 @@ class FakeCluster:
             return httpx.Response(200, json=stats)
         if request.url.path == "/internal/kv_events":
             return httpx.Response(404)
+        if request.url.path == "/internal/kv_release":
+            self.released.append(orjson.loads(await request.aread())["request_id"])
+            return httpx.Response(200, json={})
         req = wire.request_from_dict(orjson.loads(await request.aread()))
         self.calls.append((url, req.request_id, list(req.resume_output_ids), req.kv_handle is not None))
         self.requests.append(req)
+        if url in self.refuse:
+            return httpx.Response(self.refuse[url], json={"error": {"message": "overloaded"}})
         if req.prompt_token_ids and req.prompt_token_ids[0] < 0:
             return httpx.Response(413, json={"error": {"message": "too long", "type": "invalid_request_error",
                                                        "param": "messages", "code": "context_length_exceeded"}})

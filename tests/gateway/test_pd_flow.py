@@ -173,6 +173,23 @@ def test_decode_killed_mid_stream_migrates_token_for_token():
         assert tracker.load(u).in_flight == 0
 
 
+def test_decode_refusing_before_its_first_token_moves_prefill_too():
+    """A decode call that fails softly before any token most likely could not pull the KV:
+    the retry avoids its prefill worker as well as the decode worker."""
+    cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode", D1: "decode"},
+                                               policy="affinity")
+    session = RequestContext(session_id="s1")
+    run(backend, monitor, context=session)
+    p_home, d_home = (c[0] for c in cluster.calls)
+    cluster.calls.clear()
+    cluster.refuse[d_home] = 503
+    deltas, _ = run(backend, monitor, context=session)
+    assert tokens(deltas) == expected()
+    p_other, d_other = ({P0, P1} - {p_home}).pop(), ({D0, D1} - {d_home}).pop()
+    assert [c[0] for c in cluster.calls] == [p_home, d_home, p_other, d_other]
+    assert backend.parts.registry.get(d_home).healthy   # refused, not dead
+
+
 def test_colocated_worker_killed_mid_stream_migrates():
     cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
     cluster.break_after[B0] = 3
