@@ -21,7 +21,8 @@ NaN, Infinity and numbers that overflow a float are errors (they are not JSON).
 
 Usage: `pos = s.advance(buf, pos, final)` consumes from `buf[pos:]` and returns where it stopped:
 at the end of buf (status "more"), just after the value (status "done"; a number or literal ends
-before the character that ended it), or at the offending character (status "error").
+before the character that ended it), or at the offending character (status "error"; for a bad
+number or literal, at its first character). A number or literal is consumed only once complete.
 `take()` returns the canonical text written since the last call.
 """
 
@@ -86,7 +87,7 @@ class JsonValueStream:
         # open containers, innermost last: [kind "{" or "[", state, members written]
         self._stack: list[list] = []
         self._prefix = ""          # ", " / ', "key": ' to write with the next value's start
-        self._scalar: str | None = None   # a number or literal being read
+        self._scalar = False       # a number or literal is being read
         self._in_str = False       # inside a string
         self._str_is_key = False
         self._key: list[str] = []
@@ -118,14 +119,14 @@ class JsonValueStream:
                 if self._in_str:
                     return pos
                 continue
-            if self._scalar is not None:
-                start = pos
-                while pos < n and (buf[pos] in _NUMBER_CHARS or buf[pos].isalpha()):
-                    pos += 1
-                self._scalar += buf[start:pos]
-                if pos == n and not final:
+            if self._scalar:          # a number or literal starts at pos; consumed once complete
+                end = pos
+                while end < n and (buf[end] in _NUMBER_CHARS or buf[end].isalpha()):
+                    end += 1
+                if end == n and not final:
                     return pos
-                self._end_scalar()
+                if self._end_scalar(buf[pos:end]):
+                    pos = end
                 continue
             if pos == n:
                 return pos
@@ -172,7 +173,7 @@ class JsonValueStream:
         if self._stack and self._stack[-1][0] == "[":
             self._prefix = ", " if self._stack[-1][2] else ""
         if c == "-" or c in "0123456789" or c in "tfn":
-            self._scalar = ""          # read by the scalar loop; written with its prefix when complete
+            self._scalar = True        # read by the scalar loop; written with its prefix when complete
             self.first = self.first or c
             return pos
         if c in "{[":
@@ -188,22 +189,20 @@ class JsonValueStream:
         self.first = self.first or c
         return pos + 1
 
-    def _end_scalar(self) -> None:
-        tok, self._scalar = self._scalar, None
+    def _end_scalar(self, tok: str) -> bool:
+        """Write a complete number or literal; False (status error) when it is neither."""
+        self._scalar = False
         if tok in _LITERALS:
             text = tok
-        elif _NUMBER.match(tok):
-            value = json.loads(tok)
-            if isinstance(value, float) and not math.isfinite(value):
-                self.status = "error"
-                return
+        elif _NUMBER.match(tok) and math.isfinite(value := json.loads(tok)):
             text = json.dumps(value)
         else:
             self.status = "error"
-            return
+            return False
         self._out.append(self._prefix + text)
         self._prefix = ""
         self._value_done()
+        return True
 
     def _close(self, pos: int) -> int:
         kind = self._stack.pop()[0]

@@ -58,7 +58,7 @@ def test_raw_control_characters_are_accepted_and_escaped():
 
 @pytest.mark.parametrize("raw, written, at", [
     ('{"a": }', "{", 6), ('{"a": 1,}', '{"a": 1', 8), ('{"a": [1, x', '{"a": [1', 10),
-    ("NaN", "", 0), ("1e400", "", 5), ('{"a": "\\x"}', '{"a": "', 8), ("{'a': 1}", "{", 1),
+    ("NaN", "", 0), ("1e400", "", 0), ('{"a": 12abc}', "{", 6), ('{"a": "\\x"}', '{"a": "', 8), ("{'a': 1}", "{", 1),
 ])
 def test_errors_stop_at_the_offending_character(raw, written, at):
     out, s, pos = stream([raw])
