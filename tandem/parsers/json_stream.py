@@ -74,6 +74,16 @@ def _check_finite(obj) -> None:
             _check_finite(v)
 
 
+def _canonical_number(tok: str) -> str | None:
+    if not _NUMBER.match(tok):
+        return None
+    try:
+        value = json.loads(tok)
+    except ValueError:            # an integer too long for int() (over 4300 digits)
+        return None
+    return json.dumps(value) if math.isfinite(value) else None
+
+
 def canonical(obj) -> str:
     """json.dumps(obj, ensure_ascii=False), with lone surrogates escaped."""
     return _escape_surrogates(json.dumps(obj, ensure_ascii=False))
@@ -135,8 +145,6 @@ class JsonValueStream:
                 pos += 1
                 continue
             if not self._stack:
-                if self.first:   # the top value is done; do not read past it
-                    return pos
                 pos = self._start_value(c, pos)
                 continue
             frame = self._stack[-1]
@@ -192,11 +200,8 @@ class JsonValueStream:
     def _end_scalar(self, tok: str) -> bool:
         """Write a complete number or literal; False (status error) when it is neither."""
         self._scalar = False
-        if tok in _LITERALS:
-            text = tok
-        elif _NUMBER.match(tok) and math.isfinite(value := json.loads(tok)):
-            text = json.dumps(value)
-        else:
+        text = tok if tok in _LITERALS else _canonical_number(tok)
+        if text is None:
             self.status = "error"
             return False
         self._out.append(self._prefix + text)

@@ -13,6 +13,7 @@ reassembled, whatever the deltas were. Either parser may be None (that stage pas
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from tandem.parsers.events import ContentDelta, Event, IdFactory, ParsedOutput, collect
@@ -28,7 +29,18 @@ class OutputParser:
 
     @property
     def requires_special_tokens(self) -> bool:
-        return any(p.requires_special_tokens for p in (self.reasoning, self.tool) if p is not None)
+        """The formats' markers are special tokens in their models' tokenizers."""
+        return any(p.requires_special_tokens for p in self._parsers())
+
+    def keeps_special_tokens(self, special_tokens: Collection[str]) -> bool:
+        """Whether to decode with skip_special_tokens=False for a tokenizer whose special tokens are
+        `special_tokens`: the formats say so, or one of their markers is special there (some
+        models mark `<tool_call>` or `<think>` special)."""
+        return self.requires_special_tokens or any(
+            m in special_tokens for p in self._parsers() for m in p.markers)
+
+    def _parsers(self) -> list:
+        return [p for p in (self.reasoning, self.tool) if p is not None]
 
     def stream(self, tools: Tools = None, new_id: IdFactory | None = None,
                starts_in_reasoning: bool | None = None) -> OutputStream:

@@ -53,3 +53,6 @@ def test_events_come_in_output_order():
 def test_special_tokens_need():
     assert KIMI.requires_special_tokens and not QWEN.requires_special_tokens
     assert OutputParser(make_reasoning_parser("qwen3"), make_tool_parser("mistral")).requires_special_tokens
+    assert not QWEN.keeps_special_tokens({"<|im_start|>", "<|im_end|>", "<|endoftext|>"})   # the demo tokenizer
+    assert QWEN.keeps_special_tokens({"<|im_end|>", "<tool_call>"})
+    assert not OutputParser().keeps_special_tokens({"<tool_call>"})
