@@ -10,6 +10,21 @@ from dataclasses import dataclass, field
 from tandem.errors import InvalidRequest
 
 
+GRAMMAR_KINDS = ("json_schema", "json_object", "regex", "choice", "ebnf", "structural_tag")
+
+
+@dataclass(frozen=True)
+class GrammarSpec:
+    """A constraint on the generated text (structured outputs), compiled by tandem/grammar.
+
+    `text` by kind: json_schema, the schema as JSON; json_object, ignored (any JSON object);
+    regex, the pattern; choice, a JSON list of the allowed strings; ebnf, the grammar (xgrammar's
+    EBNF, root rule `root`); structural_tag, xgrammar's structural tag as JSON (tool calls)."""
+
+    kind: str
+    text: str = ""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick tokens and when to stop. Defaults follow the OpenAI API."""
@@ -34,6 +49,7 @@ class SamplingParams:
     # None: off; k >= 0: each prompt token's logprob (but the first's) plus the top k. Such a
     # prompt is computed whole: a prefix-cache hit has no logits to score.
     prompt_logprobs: int | None = None
+    grammar: GrammarSpec | None = None   # the output must match it (masks at every step)
 
     @property
     def greedy(self) -> bool:
@@ -75,6 +91,8 @@ class SamplingParams:
             raise bad("prompt_logprobs", f"must be between 0 and 20, got {self.prompt_logprobs}")
         if self.min_tokens < 0 or self.min_tokens > self.max_tokens:
             raise bad("min_tokens", "must be between 0 and max_tokens")
+        if self.grammar is not None and self.grammar.kind not in GRAMMAR_KINDS:
+            raise bad("structured_outputs", f"has unknown kind {self.grammar.kind!r}; one of {', '.join(GRAMMAR_KINDS)}")
         for token_id, bias in self.logit_bias:
             if token_id < 0:
                 raise bad("logit_bias", f"has token id {token_id}; token ids are non-negative")

@@ -93,6 +93,10 @@ class AsyncEngine:
     # --- requests ----------------------------------------------------------------------------
     async def generate(self, req: EngineRequest, info=None) -> AsyncIterator[RequestDelta]:
         """Stream the request's deltas; raises TandemError before the first one for bad input."""
+        if req.sampling.grammar is not None:
+            # compiling a large schema may take a while: off the engine thread, before queueing
+            # (the engine finds it in the compiler's cache); a spec that does not compile is a 400
+            await asyncio.to_thread(self._engine.grammars.compile, req.sampling.grammar)
         stream: asyncio.Queue = asyncio.Queue()
         accepted: Future = Future()
         self._streams[req.request_id] = stream

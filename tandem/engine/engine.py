@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -22,6 +24,9 @@ from tandem.engine.proposer import Proposer
 from tandem.engine.request import Request, RequestStatus
 from tandem.engine.scheduler import Scheduler, SchedulerOutput
 from tandem.errors import InvalidRequest, PromptTooLong
+from tandem.grammar.compiler import GrammarCompiler
+from tandem.grammar.masks import GrammarMasks
+from tandem.grammar.masks import allocate as allocate_masks
 from tandem.kv.connector import FinishedKV, KVConnector
 from tandem.kv.connector_set import connector_set
 from tandem.kv.events import KVEventLog
@@ -30,7 +35,7 @@ from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel, load_model
 from tandem.models.tokenizer import Tokenizer
 from tandem.runner.model_runner import ModelRunner, StepResult
-from tandem.runner.scheduled import SampledSeq, accepted_length
+from tandem.runner.scheduled import SampledSeq, ScheduledSeq, accepted_length
 from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta,
                           RequestTimings, TokenLogprob)
 
@@ -74,6 +79,8 @@ class Engine:
         self.proposer = proposer
         self.transport_address = transport_address
         self.requests: dict[str, Request] = {}
+        self.grammars = GrammarCompiler(tokenizer.backend, loaded.arch.vocab_size, loaded.eos_token_ids)
+        self._mask_thread: ThreadPoolExecutor | None = None   # fills grammar masks during the forward
         self.num_prompt_tokens = 0      # cumulative, counted when a request's first token is sampled
         self.num_generation_tokens = 0  # cumulative
 
@@ -109,6 +116,9 @@ class Engine:
             include_stop_str_in_output=er.sampling.include_stop_str_in_output,
             skip_special_tokens=er.sampling.skip_special_tokens,
             prefix_output_ids=list(er.resume_output_ids))
+        if er.sampling.grammar is not None:
+            # compiled already by the async front (a cache hit); the state replays resumed tokens
+            req.grammar = self.grammars.matcher(er.sampling.grammar, er.resume_output_ids)
         self.requests[req.request_id] = req
         self.scheduler.add(req)
 
@@ -203,7 +213,29 @@ class Engine:
         if not seqs:
             return None
         tables = [self.kv.block_ids(s.request.request_id) for s in seqs]
-        return self.runner.execute(self.runner.prepare(seqs, tables))
+        inputs = self.runner.prepare(seqs, tables)
+        return self.runner.execute(inputs, self._start_grammar_masks(inputs.sampled))
+
+    def _start_grammar_masks(self, sampled: list[ScheduledSeq]) -> Callable[[], GrammarMasks] | None:
+        """Fill the constrained rows' token masks on a helper thread while the forward runs; the
+        runner waits for them only before sampling."""
+        if not any(seq.request.grammar is not None for seq in sampled):
+            return None
+        if self._mask_thread is None:
+            self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        return self._mask_thread.submit(self._grammar_masks, sampled).result
+
+    def _grammar_masks(self, sampled: list[ScheduledSeq]) -> GrammarMasks:
+        bitmask = allocate_masks(sum(seq.num_verified for seq in sampled), self.loaded.arch.vocab_size)
+        rows: list[int] = []
+        at = 0
+        for seq in sampled:
+            grammar = seq.request.grammar
+            if grammar is not None:
+                grammar.mask_rows(bitmask, at, seq.proposed)
+                rows.extend(range(at, at + seq.num_verified))
+            at += seq.num_verified
+        return GrammarMasks(bitmask, rows)
 
     def _update(self, out: SchedulerOutput, result: StepResult | None) -> list[RequestDelta]:
         deltas = [self._finish(req, FinishReason.LENGTH) for req in out.capacity_finished]
@@ -265,6 +297,9 @@ class Engine:
             or token in params.stop_token_ids
         if stop_token and n_out >= params.min_tokens:
             return "", FinishReason.STOP
+        if req.grammar is not None and not req.grammar.accept(token):
+            # only a stop token the grammar does not list can get here (its mask allowed the rest)
+            return "", FinishReason.STOP
         step = req.detokenizer.push([token])
         if step.stopped:
             return step.text, FinishReason.STOP
@@ -284,7 +319,10 @@ class Engine:
         for req, draft in zip(decoding, self.proposer.propose(decoding)):
             room = min(req.sampling.max_tokens - len(req.output_token_ids),
                        self.max_model_len - req.num_tokens) - 1
-            req.proposed_token_ids = list(draft[:max(0, room)])
+            draft = list(draft[:max(0, room)])
+            if req.grammar is not None and draft:   # cut at the first token the grammar rejects
+                draft = draft[:req.grammar.valid_prefix(draft)]
+            req.proposed_token_ids = draft
 
     def _delta(self, req: Request, tokens: list[int], text: str,
                logprobs: list[TokenLogprob] | None, **final) -> RequestDelta:
@@ -363,5 +401,7 @@ class Engine:
                                        if r.num_computed_tokens >= r.num_tokens - 1))
 
     def shutdown(self) -> None:
+        if self._mask_thread is not None:
+            self._mask_thread.shutdown(wait=True)
         if self.connector is not None:
             self.connector.worker.close()

@@ -47,6 +47,7 @@ class Request:
     first_token_time: float | None = None
     finished_time: float | None = None
     detokenizer: Any = None           # IncrementalDetokenizer, made by the engine at admission
+    grammar: Any = None               # RequestGrammar (tandem/grammar) when sampling.grammar is set
     # prompt tokens 1.. scored so far (SamplingParams.prompt_logprobs); kept across preemption
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)
     all_token_ids: list[int] = field(default_factory=list)  # prompt + output, kept in step

@@ -9,11 +9,13 @@ verifies nothing: the engine's update decides how many proposals to accept).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from tandem.grammar.masks import GrammarMasks
+from tandem.grammar.masks import apply as apply_masks
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import LoadedModel
@@ -106,12 +108,19 @@ class ModelRunner:
                 spans=spans) if spans else None)
 
     @torch.inference_mode()
-    def execute(self, inputs: StepInputs) -> StepResult:
+    def execute(self, inputs: StepInputs,
+                grammar_masks: Callable[[], GrammarMasks | None] | None = None) -> StepResult:
+        """Forward, then sample every sampled row. `grammar_masks` gives the token bitmasks of
+        constrained rows (in the order of inputs.sampled's rows); called after the forward."""
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
         scored = self._score_prompts(hidden, inputs.prompt_scoring) if inputs.prompt_scoring else []
         if not inputs.sampled:
             return StepResult([], scored)
         logits = self.model.compute_logits(hidden.index_select(0, inputs.logits_rows))  # [S, V]
+        if grammar_masks is not None:
+            masks = grammar_masks()   # computed on another thread while the forward ran
+            if masks is not None:
+                apply_masks(logits, masks)
         # row i of a sequence samples as if proposals [:i] were its output already
         rows = [self._sampling_row(seq.request, seq.proposed[:i])
                 for seq in inputs.sampled for i in range(seq.num_verified)]

@@ -16,7 +16,7 @@ from dataclasses import fields
 from typing import Any, Callable
 
 from tandem.errors import InvalidRequest
-from tandem.types import (EngineRequest, FinishReason, KVHandle, ParserOptions, RequestContext,
+from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
                           RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 
 
@@ -73,6 +73,12 @@ def _str(v: Any, param: str) -> str:
     raise _fail(param, f"must be a string, got {type(v).__name__}")
 
 
+def _grammar(v: Any, param: str) -> GrammarSpec:
+    if not (isinstance(v, dict) and v.keys() <= {"kind", "text"} and "kind" in v):
+        raise _fail(param, "must be an object with 'kind' and 'text'")
+    return GrammarSpec(_str(v["kind"], param), _str(v.get("text", ""), param))
+
+
 # One decoder per SamplingParams field, keyed by its annotation (a string under
 # `from __future__ import annotations`). tests/server/internal/test_wire.py checks every field is covered.
 _BY_ANNOTATION: dict[str, Callable[[Any, str], Any]] = {
@@ -81,13 +87,21 @@ _BY_ANNOTATION: dict[str, Callable[[Any, str], Any]] = {
     "tuple[str, ...]": lambda v, p: tuple(_list(_str)(v, p)),
     "tuple[int, ...]": lambda v, p: tuple(_list(_int)(v, p)),
     "tuple[tuple[int, float], ...]": lambda v, p: tuple(_list(_pair)(v, p)),
+    "GrammarSpec | None": _opt(lambda v, p: _grammar(v, p)),
 }
 _SAMPLING_FIELDS = {f.name: _BY_ANNOTATION[str(f.type)] for f in fields(SamplingParams)}
 
 
+def _field_to_json(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return list(v)
+    if isinstance(v, GrammarSpec):
+        return {"kind": v.kind, "text": v.text}
+    return v
+
+
 def sampling_to_dict(sp: SamplingParams) -> dict:
-    return {name: list(v) if isinstance(v := getattr(sp, name), tuple) else v
-            for name in _SAMPLING_FIELDS}
+    return {name: _field_to_json(getattr(sp, name)) for name in _SAMPLING_FIELDS}
 
 
 def sampling_from_dict(d: Any) -> SamplingParams:

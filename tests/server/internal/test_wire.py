@@ -7,7 +7,7 @@ import pytest
 
 from tandem.errors import InvalidRequest
 from tandem.server.internal import wire
-from tandem.types import (EngineRequest, FinishReason, KVHandle, ParserOptions, RequestContext,
+from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
                           RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 
 HANDLE = KVHandle(worker="10.0.0.1:9000", request_id="p-1", block_ids=(4, 5), num_tokens=20,
@@ -26,7 +26,7 @@ def test_request_roundtrip_keeps_every_field():
                         stop=("a", "b"), stop_token_ids=(1, 2), ignore_eos=True, min_tokens=1,
                         logprobs=2, include_stop_str_in_output=True, skip_special_tokens=False,
                         logit_bias=((5, -1.5), (9, 100.0)),
-                        prompt_logprobs=0)
+                        prompt_logprobs=0, grammar=GrammarSpec("json_schema", '{"type": "object"}'))
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(sp, f.name) != f.default for f in fields(SamplingParams))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1, 2, 3], sampling=sp,

@@ -1,0 +1,80 @@
+"""Grammar compilation for a real (test) tokenizer: every kind compiles, is cached, and a spec
+that does not compile is a 400 naming the parameter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.errors import InvalidRequest
+from tandem.grammar.compiler import GrammarCompiler
+from tandem.models.tokenizer import Tokenizer
+from tandem.types import GrammarSpec
+
+
+@pytest.fixture(scope="module")
+def compiler(llama_dir):
+    tok = Tokenizer.from_dir(llama_dir)
+    return GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids), tok
+
+
+def _text_of(compiler_and_tok, spec, text):
+    """Whether the grammar accepts `text` as a whole (token by token, as the engine feeds it)."""
+    compiler, tok = compiler_and_tok
+    grammar = compiler.matcher(spec)
+    return all(grammar.accept(t) for t in tok.encode(text, add_special_tokens=False))
+
+
+SCHEMA = json.dumps({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+                     "required": ["city", "n"], "additionalProperties": False})
+
+
+@pytest.mark.parametrize("spec,good,bad", [
+    (GrammarSpec("json_schema", SCHEMA), '{"city": "Paris", "n": 3}', '{"town": "Paris"}'),
+    (GrammarSpec("json_object"), '{"a": [1, 2]}', "[1, 2]"),
+    (GrammarSpec("regex", r"[a-c]+-\d"), "abca-7", "abd-7"),
+    (GrammarSpec("choice", json.dumps(["yes", "no"])), "no", "maybe"),
+    (GrammarSpec("ebnf", 'root ::= "x" ("y")*'), "xyyy", "yx"),
+])
+def test_each_kind_accepts_what_it_allows(compiler, spec, good, bad):
+    assert _text_of(compiler, spec, good)
+    assert not _text_of(compiler, spec, bad)
+
+
+def test_compiled_grammars_are_cached_by_spec(compiler):
+    comp, _ = compiler
+    spec = GrammarSpec("regex", "[0-9]{3}")
+    assert comp.compile(spec) is comp.compile(GrammarSpec("regex", "[0-9]{3}"))
+
+
+@pytest.mark.parametrize("spec", [
+    GrammarSpec("json_schema", "{not json"),
+    GrammarSpec("json_schema", json.dumps({"type": "no-such-type"})),
+    GrammarSpec("regex", "(unclosed"),
+    GrammarSpec("ebnf", "root ::= missing_rule"),
+    GrammarSpec("choice", "[]"),
+    GrammarSpec("choice", json.dumps([1, 2])),
+])
+def test_a_spec_that_does_not_compile_is_a_400(compiler, spec):
+    with pytest.raises(InvalidRequest) as exc:
+        compiler[0].compile(spec)
+    assert exc.value.status == 400 and exc.value.param == "structured_outputs"
+
+
+def test_resumed_tokens_rebuild_the_state_and_bad_ones_are_refused(compiler):
+    comp, tok = compiler
+    spec = GrammarSpec("regex", "ab+c")
+    grammar = comp.matcher(spec, tok.encode("abb", add_special_tokens=False))
+    assert all(grammar.accept(t) for t in tok.encode("bc", add_special_tokens=False))
+    with pytest.raises(InvalidRequest, match="resumed output token"):
+        comp.matcher(spec, tok.encode("ax", add_special_tokens=False))
+
+
+def test_valid_prefix_cuts_a_draft_and_leaves_the_state(compiler):
+    comp, tok = compiler
+    grammar = comp.matcher(GrammarSpec("regex", "abc"))
+    a, b, c, x = (tok.encode(ch, add_special_tokens=False)[0] for ch in "abcx")
+    assert grammar.valid_prefix([a, b, x, c]) == 2
+    assert grammar.valid_prefix([a, b, c]) == 3
+    assert grammar.accept(a) and not grammar.accept(x)
