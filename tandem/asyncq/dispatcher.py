@@ -1,0 +1,155 @@
+"""The dispatcher: pulls queued jobs while the pools have headroom and runs each through the
+caller's `run(job)`, under a lease it renews while the job runs.
+
+Invariants:
+- A job is taken only right after `headroom()` said True, one take of at most `take_batch` jobs
+  at a time, and never more than `max_concurrency` jobs run at once.
+- Every job taken ends in exactly one of: complete (run returned), requeue (run raised
+  `Preempted`, or the dispatcher stopped), fail (run raised anything else; retried while
+  attempts remain unless it raised `JobFailed(retryable=False)`), or abandonment when the lease
+  is lost (renew refused: the job was cancelled or its lease expired and another owner may hold
+  it; the run is cancelled and nothing is recorded).
+- Interactive traffic is the caller's concern: it answers `headroom()` and raises `Preempted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from tandem.asyncq.job import JSON, Claim, Job, Lease
+from tandem.asyncq.queue import JobQueue
+
+log = logging.getLogger(__name__)
+
+
+class Preempted(Exception):
+    """Raised by `run` when the job must yield to interactive work: it goes back to the queue
+    without counting an attempt."""
+
+
+class JobFailed(Exception):
+    """Raised by `run` with the error to record; `retryable=False` fails the job at once."""
+
+    def __init__(self, error: JSON, retryable: bool = False) -> None:
+        super().__init__(error.get("message", "job failed"))
+        self.error = error
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    owner: str                      # lease owner id, unique per dispatcher (e.g. gateway id + pid)
+    max_concurrency: int = 8        # jobs running at once
+    take_batch: int = 1             # jobs per take; headroom() is asked again before each take
+    lease_s: float = 30.0           # a crashed dispatcher's jobs are taken up again after this
+    renew_every_s: float = 10.0     # < lease_s, with margin for a slow store
+    idle_poll_s: float = 0.5        # wait when nothing is queued or there is no headroom
+    retry_delay_s: float = 1.0      # a failed, retryable job is takeable again after this
+
+
+RunFn = Callable[[Job], Awaitable[JSON]]
+
+
+class Dispatcher:
+    def __init__(self, queue: JobQueue, run: RunFn, headroom: Callable[[], bool],
+                 config: DispatcherConfig) -> None:
+        if not 0 < config.renew_every_s < config.lease_s:
+            raise ValueError("renew_every_s must be positive and below lease_s")
+        self._queue = queue
+        self._run = run
+        self._headroom = headroom
+        self._cfg = config
+        self._running: dict[str, asyncio.Task] = {}   # job id -> its task
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._loop_task: asyncio.Task | None = None
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop(), name=f"dispatcher-{self._cfg.owner}")
+
+    def wake(self) -> None:
+        """Look at the queue now (e.g. after an enqueue in this process, or load went down)."""
+        self._wake.set()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Take nothing more; give running jobs `grace_s` to finish, then cancel them and put
+        them back on the queue (another dispatcher takes them at once, with no lease wait)."""
+        self._stopping = True
+        self._wake.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        tasks = list(self._running.values())
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            free = self._cfg.max_concurrency - len(self._running)
+            claims: list[Claim] = []
+            if free > 0 and self._headroom():
+                try:
+                    claims = await self._queue.take(min(free, self._cfg.take_batch),
+                                                    self._cfg.owner, self._cfg.lease_s)
+                except Exception:
+                    log.exception("asyncq: take failed; trying again in %.1f s", self._cfg.idle_poll_s)
+            for claim in claims:
+                self._running[claim.job.id] = asyncio.create_task(self._run_one(claim))
+            if claims and not self._stopping:
+                continue   # room may remain: ask headroom() again before the next take
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._cfg.idle_poll_s)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _run_one(self, claim: Claim) -> None:
+        lease = claim.lease
+        work = asyncio.create_task(self._run(claim.job))
+        try:
+            while True:
+                done, _ = await asyncio.wait({work}, timeout=self._cfg.renew_every_s)
+                if done:
+                    break
+                renewed = await self._queue.renew(lease, self._cfg.lease_s)
+                if renewed is None:   # cancelled, or expired and maybe someone else's now
+                    work.cancel()
+                    await asyncio.gather(work, return_exceptions=True)
+                    return
+                lease = renewed
+            await self._record(lease, work)
+        except asyncio.CancelledError:   # stop(): put the job back for another dispatcher
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            await asyncio.shield(self._queue.requeue(lease))
+            raise
+        except Exception:
+            log.exception("asyncq: recording job %s failed; its lease will expire", lease.job_id)
+        finally:
+            self._running.pop(claim.job.id, None)
+            self._wake.set()
+
+    async def _record(self, lease: Lease, work: asyncio.Task) -> None:
+        exc = Preempted() if work.cancelled() else work.exception()
+        if exc is None:
+            if not await self._queue.complete(lease, work.result()):
+                log.warning("asyncq: job %s finished after its lease was lost; result dropped",
+                            lease.job_id)
+        elif isinstance(exc, Preempted):
+            await self._queue.requeue(lease)
+        elif isinstance(exc, JobFailed):
+            await self._queue.fail(lease, exc.error, exc.retryable, self._cfg.retry_delay_s)
+        else:
+            error = {"message": f"{type(exc).__name__}: {exc}", "type": "internal_error",
+                     "trace": "".join(traceback.format_exception(exc))[-2000:]}
+            await self._queue.fail(lease, error, True, self._cfg.retry_delay_s)

@@ -1,0 +1,113 @@
+"""What the queue holds: batches of jobs, their states, and the lease a taker holds on a job.
+
+Plain data, no I/O. Times are Unix seconds (float) from the store's clock: the server's for
+Redis and PostgreSQL, this host's for SQLite (one host by construction).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON = dict[str, Any]
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "queued"        # takeable once available_at has passed
+    RUNNING = "running"      # leased by one owner until lease_expires_at
+    SUCCEEDED = "succeeded"  # terminal: result recorded exactly once
+    FAILED = "failed"        # terminal: attempts spent or a non-retryable error
+    CANCELLED = "cancelled"  # terminal: cancelled by the client
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One request of a batch, as the client sent it."""
+    body: JSON
+    external_reference: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """What `enqueue` takes. `key` makes the enqueue idempotent: the same (account, key) twice
+    returns the first batch and its jobs, never a second copy. `priority` follows vLLM: a lower
+    value is taken first. `meta` is opaque JSON for the API layer (e.g. an OpenAI batch's
+    endpoint and input file)."""
+    account: str
+    model: str
+    jobs: tuple[JobSpec, ...]
+    key: str | None = None
+    priority: int = 0
+    max_attempts: int = 3
+    meta: JSON = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Batch:
+    id: str
+    account: str
+    model: str
+    key: str | None
+    priority: int
+    created_at: float
+    total: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    meta: JSON
+
+    @property
+    def done(self) -> bool:
+        """Every job is terminal (the batch's final event has been recorded)."""
+        return self.succeeded + self.failed + self.cancelled == self.total
+
+    @property
+    def status(self) -> str:
+        """queued (nothing finished yet), running, succeeded (all jobs), failed (some job did
+        not succeed: failed or cancelled)."""
+        if self.done:
+            return "succeeded" if self.succeeded == self.total else "failed"
+        return "running" if self.succeeded + self.failed + self.cancelled else "queued"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    batch_id: str
+    index: int                      # position in the batch (responses keep this order)
+    account: str
+    model: str
+    priority: int
+    body: JSON
+    external_reference: str | None
+    status: JobStatus
+    attempts: int                   # starts counted toward max_attempts (preemptions do not count)
+    max_attempts: int
+    created_at: float
+    started_at: float | None        # the latest start
+    finished_at: float | None
+    result: JSON | None             # set exactly once, with status SUCCEEDED
+    error: JSON | None              # the last error (FAILED, or a retry pending)
+    owner: str | None               # lease holder while RUNNING
+    lease_expires_at: float | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A taker's right to finish one job. `attempt` fences: a lease from an earlier attempt
+    (expired, job taken again) never matches the job's current attempt, even for the same owner."""
+    job_id: str
+    owner: str
+    attempt: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class Claim:
+    job: Job
+    lease: Lease

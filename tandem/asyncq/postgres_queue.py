@@ -1,0 +1,26 @@
+"""PostgreSQL backend (psycopg 3): several gateways share one queue. Takers lock the rows they
+lease with `SELECT ... FOR UPDATE SKIP LOCKED`, so two takers never wait on, or take, the same
+job; times come from the server's clock, so the gateways' clocks do not matter."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import errors
+
+from tandem.asyncq.sql_db import Dialect, SqlDb
+from tandem.asyncq.sql_queue import SqlQueue
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, (errors.DeadlockDetected, errors.SerializationFailure))
+
+
+POSTGRES = Dialect(name="postgres", begin="BEGIN", for_update="FOR UPDATE",
+                   skip_locked="FOR UPDATE SKIP LOCKED", placeholder="%s",
+                   now_sql="SELECT extract(epoch FROM clock_timestamp())::float8",
+                   retryable=_transient)
+
+
+def open_postgres_queue(url: str) -> SqlQueue:
+    """`url`: postgresql://user@host:port/dbname (libpq's connection URI)."""
+    return SqlQueue(SqlDb(lambda: psycopg.connect(url, autocommit=True), POSTGRES))

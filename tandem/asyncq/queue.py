@@ -1,0 +1,76 @@
+"""The durable queue's interface; backends: SQLite (sqlite_queue.py), PostgreSQL
+(postgres_queue.py), Redis (redis_queue.py).
+
+Invariants every backend keeps (tests/asyncq/test_queue.py runs the same tests on each):
+- `enqueue` with a key already seen for the account returns the first batch; never two copies.
+- A job is RUNNING under at most one unexpired lease. `take` first returns jobs whose lease expired
+  to the queue (or fails them when their attempts are spent), then leases queued jobs in
+  (priority, enqueue order).
+- `complete`, `fail`, `requeue` and `renew` act only for the current lease (same owner and attempt,
+  not expired, job still RUNNING); otherwise they change nothing and return False / None. So a
+  result is recorded at most once, and never by an owner whose lease expired.
+- A batch's final event is recorded exactly once, in the transaction that made its last job
+  terminal, together with one delivery per matching subscription (the outbox).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tandem.asyncq.event import Delivery, Subscription, SubscriptionSpec
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease
+
+
+class JobQueue(Protocol):
+    # --- jobs -----------------------------------------------------------------------------
+    async def enqueue(self, spec: BatchSpec) -> tuple[Batch, bool]:
+        """-> (the batch, whether it was created now). The queued event is recorded only then."""
+
+    async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
+        """Lease up to n jobs to `owner` for `lease_s` seconds; each take counts one attempt."""
+
+    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
+        """Extend a current lease to now + lease_s; None if it is no longer current (expired,
+        cancelled, taken by someone else): the holder must stop working on the job."""
+
+    async def complete(self, lease: Lease, result: JSON) -> bool:
+        """Record the result (RUNNING -> SUCCEEDED) if the lease is current."""
+
+    async def fail(self, lease: Lease, error: JSON, retryable: bool,
+                   retry_delay_s: float = 0.0) -> JobStatus | None:
+        """RUNNING -> QUEUED (available after retry_delay_s) when retryable and attempts remain,
+        else -> FAILED. None if the lease is not current."""
+
+    async def requeue(self, lease: Lease) -> bool:
+        """Preempted: RUNNING -> QUEUED at once, and the attempt is not counted."""
+
+    async def cancel(self, batch_id: str) -> int:
+        """Cancel the batch's unfinished jobs (queued or running: a running job's lease stops
+        being current); -> how many were cancelled."""
+
+    async def get(self, job_id: str) -> Job | None: ...
+
+    async def get_batch(self, batch_id: str) -> Batch | None: ...
+
+    async def list_batch(self, batch_id: str) -> list[Job]:
+        """The batch's jobs in their index order."""
+
+    # --- event subscriptions and the outbox ----------------------------------------------
+    async def subscribe(self, spec: SubscriptionSpec) -> Subscription: ...
+
+    async def subscriptions(self, account: str) -> list[Subscription]: ...
+
+    async def unsubscribe(self, subscription_id: str) -> bool: ...
+
+    async def take_deliveries(self, n: int, lease_s: float) -> list[Delivery]:
+        """Up to n due PENDING deliveries, oldest first; each is counted one attempt and not due
+        again for lease_s (so a crashed notifier's deliveries are retried, never lost)."""
+
+    async def finish_delivery(self, delivery: Delivery, ok: bool, error: str | None,
+                              retry_in_s: float | None) -> bool:
+        """After an attempt: ok -> DELIVERED; otherwise PENDING again in retry_in_s, or DEAD
+        when retry_in_s is None. Acts only if no later attempt has started (-> False)."""
+
+    async def dead_letters(self, account: str) -> list[Delivery]: ...
+
+    async def close(self) -> None: ...

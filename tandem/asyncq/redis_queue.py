@@ -1,0 +1,190 @@
+"""Redis backend (redis-py's asyncio client): several gateways share one queue on one Redis
+server. Every change is one Lua script (redis_scripts.py), atomic on the server and timed by
+the server's clock. Jobs are hashes; the ready, delayed and leased sets are sorted sets (a
+priority order and lease expiry that Redis Streams' consumer groups do not offer).
+
+Durability is Redis's: run it with appendonly (AOF, `appendfsync everysec` or `always`) for a
+queue that survives a Redis restart.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+import orjson
+import redis.asyncio as aioredis
+
+from tandem.asyncq import redis_scripts as lua
+from tandem.asyncq.event import (
+    Delivery, DeliveryStatus, Event, EventType, Subscription, SubscriptionSpec,
+)
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease
+
+MAX_ABS_PRIORITY = 1000   # keeps the ready set's scores exact (see redis_scripts.py)
+
+
+def _pairs(flat: list) -> dict[str, str]:
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _opt_float(h: dict, key: str) -> float | None:
+    return float(h[key]) if key in h else None
+
+
+def _opt_json(h: dict, key: str):
+    return orjson.loads(h[key]) if key in h else None
+
+
+def _batch(h: dict) -> Batch:
+    return Batch(id=h["id"], account=h["account"], model=h["model"], key=h["key"] or None,
+                 priority=int(h["priority"]), created_at=float(h["created_at"]),
+                 total=int(h["total"]), succeeded=int(h["succeeded"]), failed=int(h["failed"]),
+                 cancelled=int(h["cancelled"]), meta=orjson.loads(h["meta"]))
+
+
+def _job(h: dict) -> Job:
+    return Job(id=h["id"], batch_id=h["batch_id"], index=int(h["idx"]), account=h["account"],
+               model=h["model"], priority=int(h["priority"]), body=orjson.loads(h["body"]),
+               external_reference=h.get("external_reference"), status=JobStatus(h["status"]),
+               attempts=int(h["attempts"]), max_attempts=int(h["max_attempts"]),
+               created_at=float(h["created_at"]), started_at=_opt_float(h, "started_at"),
+               finished_at=_opt_float(h, "finished_at"), result=_opt_json(h, "result"),
+               error=_opt_json(h, "error"), owner=h.get("owner"),
+               lease_expires_at=_opt_float(h, "lease_expires_at"))
+
+
+def _subscription(h: dict) -> Subscription:
+    return Subscription(id=h["id"], account=h["account"], url=h["url"],
+                        event_types=tuple(EventType(t) for t in h["event_types"].split(",") if t),
+                        secret=h["secret"], created_at=float(h["created_at"]))
+
+
+def _delivery(d: dict, e: dict) -> Delivery:
+    event = Event(id=e["id"], type=EventType(e["type"]), batch_id=e["batch_id"],
+                  account=e["account"], model=e["model"], payload=orjson.loads(e["payload"]),
+                  created_at=float(e["created_at"]))
+    return Delivery(id=d["id"], event=event, subscription_id=d["subscription_id"], url=d["url"],
+                    secret=d["secret"], status=DeliveryStatus(d["status"]),
+                    attempts=int(d["attempts"]), next_at=float(d["next_at"]),
+                    last_error=d.get("last_error"))
+
+
+class RedisQueue:
+    """A `JobQueue` (tandem/asyncq/queue.py) on Redis; keys under `prefix`."""
+
+    def __init__(self, url: str, prefix: str = "tandem:asyncq:") -> None:
+        self._r = aioredis.Redis.from_url(url, decode_responses=True)
+        self._p = prefix
+        self._scripts = {name: self._r.register_script(getattr(lua, name)) for name in (
+            "ENQUEUE", "TAKE", "RENEW", "FINISH", "CANCEL", "TAKE_DELIVERIES", "FINISH_DELIVERY")}
+
+    async def _call(self, name: str, *args) -> object:
+        return await self._scripts[name](keys=[self._p], args=[str(a) for a in args])
+
+    # --- jobs -----------------------------------------------------------------------------
+    async def enqueue(self, spec: BatchSpec) -> tuple[Batch, bool]:
+        if abs(spec.priority) > MAX_ABS_PRIORITY:
+            raise ValueError(f"priority must be within +-{MAX_ABS_PRIORITY}, got {spec.priority}")
+        jobs = [{"id": uuid.uuid4().hex, "body": orjson.dumps(j.body).decode(),
+                 "ext": j.external_reference} for j in spec.jobs]
+        flat, created = await self._call(
+            "ENQUEUE", uuid.uuid4().hex, spec.account, spec.model, spec.key or "", spec.priority,
+            orjson.dumps(spec.meta).decode(), spec.max_attempts, orjson.dumps(jobs).decode())
+        return _batch(_pairs(flat)), bool(created)
+
+    async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
+        jobs = [_job(_pairs(flat)) for flat in await self._call("TAKE", n, owner, lease_s)]
+        return [Claim(j, Lease(j.id, owner, j.attempts, j.lease_expires_at)) for j in jobs]
+
+    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
+        expires = await self._call("RENEW", lease.job_id, lease.owner, lease.attempt, lease_s)
+        return None if expires is None else Lease(lease.job_id, lease.owner, lease.attempt,
+                                                  float(expires))
+
+    async def _finish(self, lease: Lease, mode: str, payload: JSON | None, retryable: bool = False,
+                      retry_delay_s: float = 0.0) -> JobStatus | None:
+        status = await self._call("FINISH", lease.job_id, lease.owner, lease.attempt, mode,
+                                  orjson.dumps(payload).decode(), int(retryable), retry_delay_s)
+        return None if status is None else JobStatus(status)
+
+    async def complete(self, lease: Lease, result: JSON) -> bool:
+        return await self._finish(lease, "complete", result) is not None
+
+    async def fail(self, lease: Lease, error: JSON, retryable: bool,
+                   retry_delay_s: float = 0.0) -> JobStatus | None:
+        return await self._finish(lease, "fail", error, retryable, retry_delay_s)
+
+    async def requeue(self, lease: Lease) -> bool:
+        return await self._finish(lease, "requeue", None) is not None
+
+    async def cancel(self, batch_id: str) -> int:
+        return int(await self._call("CANCEL", batch_id))
+
+    async def get(self, job_id: str) -> Job | None:
+        h = await self._r.hgetall(self._p + "job:" + job_id)
+        return _job(h) if h else None
+
+    async def get_batch(self, batch_id: str) -> Batch | None:
+        h = await self._r.hgetall(self._p + "batch:" + batch_id)
+        return _batch(h) if h else None
+
+    async def list_batch(self, batch_id: str) -> list[Job]:
+        ids = await self._r.lrange(self._p + "batch:" + batch_id + ":jobs", 0, -1)
+        async with self._r.pipeline(transaction=True) as pipe:
+            for job_id in ids:
+                pipe.hgetall(self._p + "job:" + job_id)
+            return [_job(h) for h in await pipe.execute()]
+
+    # --- events -----------------------------------------------------------------------------
+    async def subscribe(self, spec: SubscriptionSpec) -> Subscription:
+        seconds, micros = await self._r.time()
+        sub = Subscription(id=uuid.uuid4().hex, account=spec.account, url=spec.url,
+                           event_types=tuple(spec.event_types),
+                           secret=spec.secret or secrets.token_hex(32),
+                           created_at=seconds + micros / 1e6)
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hset(self._p + "sub:" + sub.id, mapping={
+                "id": sub.id, "account": sub.account, "url": sub.url, "secret": sub.secret,
+                "event_types": ",".join(t.value for t in sub.event_types),
+                "created_at": repr(sub.created_at)})
+            pipe.sadd(self._p + "subs:" + sub.account, sub.id)
+            await pipe.execute()
+        return sub
+
+    async def subscriptions(self, account: str) -> list[Subscription]:
+        ids = await self._r.smembers(self._p + "subs:" + account)
+        subs = [await self._r.hgetall(self._p + "sub:" + i) for i in ids]
+        return sorted((_subscription(h) for h in subs if h), key=lambda s: (s.created_at, s.id))
+
+    async def unsubscribe(self, subscription_id: str) -> bool:
+        account = await self._r.hget(self._p + "sub:" + subscription_id, "account")
+        if account is None:
+            return False
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.srem(self._p + "subs:" + account, subscription_id)
+            pipe.delete(self._p + "sub:" + subscription_id)
+            await pipe.execute()
+        return True
+
+    async def take_deliveries(self, n: int, lease_s: float) -> list[Delivery]:
+        rows = await self._call("TAKE_DELIVERIES", n, lease_s)
+        return [_delivery(_pairs(d), _pairs(e)) for d, e in rows]
+
+    async def finish_delivery(self, delivery: Delivery, ok: bool, error: str | None,
+                              retry_in_s: float | None) -> bool:
+        status = (DeliveryStatus.DELIVERED if ok else
+                  DeliveryStatus.DEAD if retry_in_s is None else DeliveryStatus.PENDING)
+        return bool(await self._call("FINISH_DELIVERY", delivery.id, delivery.attempts,
+                                     status.value, error or "", retry_in_s or 0))
+
+    async def dead_letters(self, account: str) -> list[Delivery]:
+        out = []
+        for delivery_id in await self._r.lrange(self._p + "dead:" + account, 0, -1):
+            d = await self._r.hgetall(self._p + "delivery:" + delivery_id)
+            e = await self._r.hgetall(self._p + "event:" + d["event_id"])
+            out.append(_delivery(d, e))
+        return out
+
+    async def close(self) -> None:
+        await self._r.aclose()

@@ -1,0 +1,105 @@
+"""One SQL connection driven from one thread, with the few things SQLite and PostgreSQL write
+differently (a `Dialect`), so that the queue's logic (sql_queue.py) is written once.
+
+Every call runs a whole transaction in the connection's own thread: the event loop never blocks
+on the database, and the connection is never used by two threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    begin: str                       # starts a write transaction ("BEGIN IMMEDIATE" takes SQLite's write lock now)
+    for_update: str                  # appended to a SELECT of rows the transaction will change
+    skip_locked: str                 # the same, skipping rows another transaction has locked
+    placeholder: str                 # "?" (sqlite3) or "%s" (psycopg)
+    now_sql: str | None              # the server's clock; None: this host's
+    retryable: Callable[[BaseException], bool]   # errors after which the transaction is run again
+
+
+class Tx:
+    """A transaction in progress: `rows(sql, params)` with `?` placeholders; `now` is read once."""
+
+    def __init__(self, cursor: Any, dialect: Dialect) -> None:
+        self._cur = cursor
+        self._dialect = dialect
+        self.now = self._read_now()
+
+    def _read_now(self) -> float:
+        if self._dialect.now_sql is None:
+            return time.time()
+        self._cur.execute(self._dialect.now_sql)
+        return float(self._cur.fetchone()[0])
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        if self._dialect.placeholder != "?":
+            sql = sql.replace("?", self._dialect.placeholder)
+        sql = sql.replace("{SKIP_LOCKED}", self._dialect.skip_locked)
+        sql = sql.replace("{FOR_UPDATE}", self._dialect.for_update)
+        self._cur.execute(sql, tuple(params))
+        return list(self._cur.fetchall()) if self._cur.description else []
+
+    def rowcount(self) -> int:
+        return self._cur.rowcount
+
+
+def _rollback(cur: Any) -> None:
+    try:
+        cur.execute("ROLLBACK")
+    except Exception:  # no transaction was open (BEGIN itself failed)
+        pass
+
+
+class SqlDb:
+    def __init__(self, connect: Callable[[], Any], dialect: Dialect, max_tries: int = 5) -> None:
+        self.dialect = dialect
+        self._max_tries = max_tries
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"asyncq-{dialect.name}")
+        self._conn = self._pool.submit(connect).result()
+
+    async def transact(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._transact_sync, fn, args)
+
+    def _transact_sync(self, fn: Callable[..., T], args: tuple) -> T:
+        for attempt in range(self._max_tries):
+            cur = self._conn.cursor()
+            try:
+                cur.execute(self.dialect.begin)
+                out = fn(Tx(cur, self.dialect), *args)
+                cur.execute("COMMIT")
+                return out
+            except Exception as exc:
+                _rollback(cur)
+                if not self.dialect.retryable(exc) or attempt == self._max_tries - 1:
+                    raise
+                time.sleep(0.01 * 2 ** attempt)
+            finally:
+                cur.close()
+        raise AssertionError("unreachable")
+
+    def script(self, statements: Sequence[str]) -> None:
+        """Run DDL at open, in the connection's thread, one transaction."""
+        def run() -> None:
+            cur = self._conn.cursor()
+            cur.execute(self.dialect.begin)
+            for stmt in statements:
+                cur.execute(stmt)
+            cur.execute("COMMIT")
+            cur.close()
+        self._pool.submit(run).result()
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._pool, self._conn.close)
+        self._pool.shutdown(wait=True)
