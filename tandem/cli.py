@@ -18,7 +18,7 @@ VERB_MODULES = {
     "gateway": "tandem.gateway.cli",
     "up": "tandem.launcher.cli",
     "bench": "tandem.bench.cli",
-    "model": "tandem.models.cli",
+    "model": "tandem.testing.cli",
     "demo": "tandem.demo.cli",
 }
 

@@ -7,8 +7,8 @@ Format:
     <|im_start|>user\n<tool_response>\n{result}\n</tool_response><|im_end|>\n   (consecutive tool messages share one turn)
 A conversation without a system message gets DEFAULT_SYSTEM (every training transcript has one, so a
 bare user turn would otherwise be unlike anything the demo models saw).
-The renderer uses the same Jinja settings as transformers' apply_chat_template (trim_blocks, lstrip_blocks,
-a tojson that keeps non-ASCII and '<' unescaped), so both produce the same string; a test checks this.
+The template is compiled by the serving path's chat template module (tandem/tokenization/chat_template.py:
+transformers' Jinja settings), so training and serving render the same string; a test checks this.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from tandem.tokenization.chat_template import compile_template as compile_served_template
 
 TOOLS_PREAMBLE = (
     "# Tools\n\nYou may call one or more functions to help with the user's request. "
@@ -71,20 +72,9 @@ CHAT_TEMPLATE = (
 )
 
 
-def _tojson(value, indent=None, separators=None, sort_keys=False, ensure_ascii=False) -> str:
-    return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
-
-
-def _raise(message: str):
-    raise jinja2.exceptions.TemplateError(message)
-
-
 def compile_template(source: str = CHAT_TEMPLATE) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise
-    return env.from_string(source)
+    """The template compiled in the serving path's own Jinja environment (tandem/tokenization)."""
+    return compile_served_template(source)
 
 
 def render(template: jinja2.Template, messages: list[dict], tools: list[dict] | None = None,

@@ -33,7 +33,7 @@ from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
 from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel, load_model
-from tandem.models.tokenizer import Tokenizer
+from tandem.tokenization.tokenizer import Tokenizer
 from tandem.runner.model_runner import ModelRunner, StepResult
 from tandem.runner.scheduled import SampledSeq, ScheduledSeq, accepted_length
 from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta,

@@ -73,7 +73,7 @@ def model_facts(model_path: str | None, served_name: str | None) -> tuple[object
         raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
                          "and chat template to hash prompt prefixes like the workers do")
     from tandem.models.arch import ModelArch
-    from tandem.models.tokenizer import Tokenizer, warm_chat_template
+    from tandem.tokenization.tokenizer import Tokenizer, warm_chat_template
 
     path = Path(model_path)
     tokenizer = Tokenizer.from_dir(path)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from tandem.config import EngineConfig
     from tandem.kv.events import EventBatch
     from tandem.kv.layout import KVLayout
-    from tandem.models.tokenizer import Tokenizer
+    from tandem.tokenization.tokenizer import Tokenizer
 
 
 @dataclass

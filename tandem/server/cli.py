@@ -157,7 +157,7 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
     the model, the engine) lives as long as the process, so it leaves the garbage collector's
     full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
     two decode steps."""
-    from tandem.models.tokenizer import warm_chat_template
+    from tandem.tokenization.tokenizer import warm_chat_template
 
     async def start_engine() -> None:
         await engine.start()

@@ -61,7 +61,7 @@ def test_transformers_renders_the_same(tok_dir, gen):
 
 
 def test_tandem_tokenizer_renders_the_same(tok_dir):
-    tokenizer = pytest.importorskip("tandem.models.tokenizer")
+    tokenizer = pytest.importorskip("tandem.tokenization.tokenizer")
     t = tokenizer.Tokenizer.from_dir(tok_dir)
     for messages, tools in CONVERSATIONS:
         assert t.apply_chat_template(messages, tools=tools, add_generation_prompt=True) == \

@@ -12,7 +12,7 @@ import pytest
 from tandem.engine.engine import Engine, layout_of
 from tandem.kv.connector_set import connector_set
 from tandem.models.loader import load_model
-from tandem.models.tokenizer import Tokenizer
+from tandem.tokenization.tokenizer import Tokenizer
 from tandem.transfer.factory import make_transport
 from tandem.transfer.handoff import handoff_connector
 from tandem.types import EngineRequest

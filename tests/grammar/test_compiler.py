@@ -9,7 +9,7 @@ import pytest
 
 from tandem.errors import InvalidRequest
 from tandem.grammar.compiler import GrammarCompiler
-from tandem.models.tokenizer import Tokenizer
+from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import GrammarSpec
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem.errors import ModelNotFound, PromptTooLong
-from tandem.server.chat_prompt import chat_render, normalize_messages, render_chat, validate_tools
+from tandem.server.chat_request import chat_render, normalize_messages, validate_tools
+from tandem.tokenization.chat_prompt import render_chat
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
 from tandem.server.sampling_defaults import SamplingDefaults
@@ -26,7 +27,7 @@ class ParseContext:
     """What parsing needs to know about the server."""
 
     served_name: str
-    tokenizer: Any          # tandem.models.tokenizer.Tokenizer (or anything with its methods)
+    tokenizer: Any          # tandem.tokenization.tokenizer.Tokenizer (or anything with its methods)
     max_model_len: int
     max_n: int = 128
     max_prompts: int = 64

@@ -13,7 +13,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.server.chat_prompt import chat_render, normalize_messages, render_chat, validate_tools
+from tandem.server.chat_request import chat_render, normalize_messages, validate_tools
+from tandem.tokenization.chat_prompt import render_chat
 from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
 from tandem.server.fields import Fields, bad

@@ -16,7 +16,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.errors import ModelNotFound
-from tandem.server.chat_prompt import normalize_messages, render_chat, validate_tools
+from tandem.server.chat_request import normalize_messages, validate_tools
+from tandem.tokenization.chat_prompt import render_chat
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import (

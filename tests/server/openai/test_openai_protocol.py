@@ -188,7 +188,7 @@ def test_tools_reach_the_template_and_tool_call_arguments_become_objects():
     text = ByteTokenizer().decode(p.prompts[0])
     assert text.startswith("<s>tools:get_weather\n")
     assert "system: a\nb\n" in text  # developer -> system, parts joined
-    from tandem.server.chat_prompt import normalize_messages
+    from tandem.server.chat_request import normalize_messages
     norm = normalize_messages(msgs)
     assert norm[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert norm[1]["content"] == ""

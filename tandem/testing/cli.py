@@ -1,4 +1,4 @@
-"""`tandem model ...`: model utilities.
+"""`tandem model ...`: test checkpoints and model facts (here, not in tandem/models: it builds checkpoints with tandem.testing).
 
   tandem model make-test OUT_DIR [--arch LlamaForCausalLM] [--hidden-size 64] [--layers 2] [--heads 4]
                                  [--kv-heads 2] [--intermediate-size 128] [--dtype float32]

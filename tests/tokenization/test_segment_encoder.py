@@ -7,9 +7,10 @@ import threading
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
-from tandem.models.segment_encoder import SegmentEncoder
-from tandem.models.tokenizer import Tokenizer as TandemTokenizer
-from tandem.server.chat_prompt import normalize_messages, render_chat
+from tandem.tokenization.segment_encoder import SegmentEncoder
+from tandem.tokenization.tokenizer import Tokenizer as TandemTokenizer
+from tandem.server.chat_request import normalize_messages
+from tandem.tokenization.chat_prompt import render_chat
 from tandem.testing.tiny_tokenizer import trained_tokenizer_json
 from tandem.testing.tiny_model import write_test_model
 

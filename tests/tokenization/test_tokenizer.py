@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tandem.errors import ModelLoadError
-from tandem.models.chat_template import ChatTemplateError
-from tandem.models.tokenizer import Tokenizer
+from tandem.tokenization.chat_template import ChatTemplateError
+from tandem.tokenization.tokenizer import Tokenizer
 from tandem.testing.tiny_model import write_test_model
 
 transformers = pytest.importorskip("transformers")
@@ -148,7 +148,7 @@ def test_template_that_does_not_parse_fails_the_chat_request_not_the_load(tmp_pa
 
 
 def test_warm_chat_template_compiles_once_and_logs_a_broken_one(tmp_path, caplog):
-    from tandem.models.tokenizer import warm_chat_template
+    from tandem.tokenization.tokenizer import warm_chat_template
 
     tok = Tokenizer.from_dir(write_test_model(tmp_path / "ok"))
     warm_chat_template(tok)
@@ -178,7 +178,7 @@ PROBE_TEMPLATE = (
 
 
 def test_template_variables_and_messages_as_transformers_gives_them(tmp_path):
-    from tandem.server.chat_prompt import normalize_messages
+    from tandem.server.chat_request import normalize_messages
 
     path = write_test_model(tmp_path, "Qwen3ForCausalLM")
     (path / "chat_template.jinja").write_text(PROBE_TEMPLATE)
@@ -221,7 +221,7 @@ def test_python_errors_inside_a_template_are_template_errors(tmp_path):
     ("{% for message in messages %}{{ message.content", False),  # does not parse
 ])
 def test_content_format_detection(source, loops):
-    from tandem.models.chat_template import loops_over_content
+    from tandem.tokenization.chat_template import loops_over_content
 
     assert loops_over_content(source) is loops
 
@@ -233,7 +233,8 @@ PARTS_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message.role }}\n
 
 
 def test_text_parts_reach_a_template_that_reads_parts_and_are_joined_for_others(tmp_path):
-    from tandem.server.chat_prompt import normalize_messages, render_chat
+    from tandem.server.chat_request import normalize_messages
+    from tandem.tokenization.chat_prompt import render_chat
 
     sent = [{"role": "user", "content": [{"type": "text", "text": " Part one. "},
                                          {"type": "text", "text": "Part two."}]}]

@@ -19,7 +19,7 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 
 from tandem.errors import ChatTemplateError, ModelLoadError
-from tandem.models.segment_encoder import SegmentEncoder
+from tandem.tokenization.segment_encoder import SegmentEncoder
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -96,7 +96,7 @@ class Tokenizer:
         if not source:
             raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
         if name not in self._compiled:
-            from tandem.models.chat_template import compile_template
+            from tandem.tokenization.chat_template import compile_template
 
             self._compiled[name] = compile_template(source)
         return self._compiled[name]
@@ -105,7 +105,7 @@ class Tokenizer:
         """Template `name` loops over a message's content: it takes OpenAI's text parts as a
         list (and joins them its own way) rather than one string."""
         if name not in self._loops_over_content:
-            from tandem.models.chat_template import loops_over_content
+            from tandem.tokenization.chat_template import loops_over_content
 
             source = self.chat_templates.get(name)
             self._loops_over_content[name] = bool(source) and loops_over_content(source)
@@ -126,7 +126,7 @@ class Tokenizer:
 
         Raises ChatTemplateError when the model has no template or the template rejects the input.
         """
-        from tandem.models.chat_template import render
+        from tandem.tokenization.chat_template import render
 
         template = self.compiled_chat_template(self.template_name(tools))
         # as transformers: a token the model lacks is undefined ({{ bos_token }} renders ""),

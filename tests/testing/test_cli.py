@@ -8,7 +8,7 @@ import json
 import torch
 
 from tandem.config import ModelConfig
-from tandem.models import cli
+from tandem.testing import cli
 from tandem.models.loader import load_model
 
 

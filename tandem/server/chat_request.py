@@ -1,19 +1,18 @@
-"""Chat messages and tools -> prompt token ids, through the model's chat template.
+"""A chat request's messages, tools and render options, read and checked from its JSON body.
 
-Shared by the OpenAI and Workers AI routes, and by the gateway (which must tokenize exactly
-like a worker to hash prefixes): the same messages always render to the same ids.
+Shared by the OpenAI and Workers AI routes and the tokenize route; rendering them into prompt
+token ids is tandem/tokenization/chat_prompt.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from tandem.errors import InvalidRequest
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
+from tandem.tokenization.chat_prompt import ChatRender
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # Names an assistant message's reasoning goes by: Qwen3's templates read reasoning_content,
@@ -22,20 +21,6 @@ _REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
 # Keys of chat_template_kwargs that would clash with the template call itself.
 _RESERVED_TEMPLATE_KWARGS = frozenset({"messages", "conversation", "tools", "tokenize",
                                        "add_generation_prompt", "continue_final_message"})
-
-
-@dataclass(frozen=True)
-class ChatRender:
-    """How a conversation becomes a prompt (vLLM's chat request fields).
-
-    add_generation_prompt: end with the assistant's turn header, so the model answers;
-    continue_final_message: end inside the final message, so the model continues its text
-    (an assistant prefill). At most one of the two.
-    """
-
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-    template_kwargs: dict = field(default_factory=dict)
 
 
 def chat_render(f: Fields) -> ChatRender:
@@ -145,13 +130,6 @@ def validate_tools(raw: Any, tool_choice: Any, param: str = "tools") -> list[dic
     return raw or None
 
 
-def _joined(message: dict) -> dict:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    return {**message, "content": "\n".join(part["text"] for part in content)}
-
-
 def template_kwargs(raw: Any) -> dict:
     if raw is None:
         return {}
@@ -161,43 +139,3 @@ def template_kwargs(raw: Any) -> dict:
     if clash:
         raise bad("chat_template_kwargs", f"must not set {clash} (top-level request fields)")
     return raw
-
-
-def render_chat(tokenizer: Any, messages: list[dict], tools: list[dict] | None,
-                how: ChatRender = ChatRender(), param: str = "messages") -> list[int]:
-    """Prompt token ids of a conversation, by default ready for the assistant's turn.
-
-    As vLLM's content format "auto": a template that loops over a message's content gets its
-    text parts as they came; any other gets them joined with newlines into one string."""
-    as_parts = getattr(tokenizer, "content_as_parts_for", None)  # test doubles may lack it
-    if not (as_parts is not None and as_parts(tools)):
-        messages = [_joined(m) for m in messages]
-    try:
-        text = tokenizer.apply_chat_template(messages, tools=tools,
-                                             add_generation_prompt=how.add_generation_prompt,
-                                             **how.template_kwargs)
-    except Exception as exc:  # a template's raise_exception() or a malformed message
-        raise InvalidRequest(f"the chat template rejected the messages: {exc}", param=param) \
-            from None
-    if how.continue_final_message:
-        text = _cut_after_final_message(text, messages[-1]["content"])
-    # The template writes the special tokens (BOS, role markers) itself.
-    encode_prompt = getattr(tokenizer, "encode_prompt", None)
-    if encode_prompt is None:  # a tokenizer without the piece cache (test doubles)
-        return list(tokenizer.encode(text, add_special_tokens=False))
-    return list(encode_prompt(text))
-
-
-def _cut_after_final_message(text: str, content: str | list[dict]) -> str:
-    """The rendered conversation up to the end of the final message's text (what follows it,
-    such as an end-of-turn token, is dropped), so generation continues that message."""
-    final = content if isinstance(content, str) else (content[-1]["text"] if content else "")
-    core = final.strip()
-    at = text.rfind(core) if core else -1
-    if at < 0:
-        raise bad("continue_final_message", "needs a final message whose text the chat template "
-                                            "renders (it is empty or the template drops it)")
-    # keep the message's trailing whitespace when the template kept it
-    kept = final.lstrip()
-    end = at + len(kept) if text.startswith(kept, at) else at + len(core)
-    return text[:end]
