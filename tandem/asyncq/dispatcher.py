@@ -54,6 +54,13 @@ class DispatcherConfig:
 RunFn = Callable[[Job], Awaitable[JSON]]
 
 
+@dataclass
+class _Held:
+    """The current lease of a running job; `lost` once a renewal was refused."""
+    lease: Lease
+    lost: bool = False
+
+
 class Dispatcher:
     def __init__(self, queue: JobQueue, run: RunFn, headroom: Callable[[], bool],
                  config: DispatcherConfig) -> None:
@@ -106,7 +113,8 @@ class Dispatcher:
             for claim in claims:
                 self._running[claim.job.id] = asyncio.create_task(self._run_one(claim))
             if claims and not self._stopping:
-                continue   # room may remain: ask headroom() again before the next take
+                await asyncio.sleep(0)   # let the runs start (and count in the load) ...
+                continue                 # ... before headroom() is asked again
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), self._cfg.idle_poll_s)
@@ -114,35 +122,52 @@ class Dispatcher:
                 pass
 
     async def _run_one(self, claim: Claim) -> None:
-        lease = claim.lease
-        work = asyncio.create_task(self._run(claim.job))
+        """Runs `run(job)` in this task (so it starts at once), renewing the lease beside it."""
+        held = _Held(claim.lease)
+        renewer = asyncio.create_task(self._keep_leased(held, asyncio.current_task()))
         try:
-            while True:
-                done, _ = await asyncio.wait({work}, timeout=self._cfg.renew_every_s)
-                if done:
-                    break
-                renewed = await self._queue.renew(lease, self._cfg.lease_s)
-                if renewed is None:   # cancelled, or expired and maybe someone else's now
-                    work.cancel()
-                    await asyncio.gather(work, return_exceptions=True)
-                    return
-                lease = renewed
-            await self._record(lease, work)
-        except asyncio.CancelledError:   # stop(): put the job back for another dispatcher
-            work.cancel()
-            await asyncio.gather(work, return_exceptions=True)
-            await asyncio.shield(self._queue.requeue(lease))
+            try:
+                outcome: JSON | BaseException = await self._run(claim.job)
+            except asyncio.CancelledError:
+                if not held.lost:
+                    raise                  # stop(): handled below
+                asyncio.current_task().uncancel()
+                return                     # the lease is gone: nothing to record
+            except Exception as exc:
+                outcome = exc
+            renewer.cancel()
+            await asyncio.gather(renewer, return_exceptions=True)
+            await self._record(held.lease, outcome)
+        except asyncio.CancelledError:     # stop(): put the job back for another dispatcher
+            renewer.cancel()
+            if not held.lost:
+                await asyncio.shield(self._queue.requeue(held.lease))
             raise
         except Exception:
-            log.exception("asyncq: recording job %s failed; its lease will expire", lease.job_id)
+            log.exception("asyncq: recording job %s failed; its lease will expire", claim.job.id)
         finally:
+            renewer.cancel()
             self._running.pop(claim.job.id, None)
             self._wake.set()
 
-    async def _record(self, lease: Lease, work: asyncio.Task) -> None:
-        exc = Preempted() if work.cancelled() else work.exception()
+    async def _keep_leased(self, held: "_Held", runner: asyncio.Task) -> None:
+        while True:
+            await asyncio.sleep(self._cfg.renew_every_s)
+            try:
+                renewed = await self._queue.renew(held.lease, self._cfg.lease_s)
+            except Exception:
+                log.exception("asyncq: renewing job %s failed; retrying", held.lease.job_id)
+                continue
+            if renewed is None:            # cancelled, or expired and maybe someone else's now
+                held.lost = True
+                runner.cancel()
+                return
+            held.lease = renewed
+
+    async def _record(self, lease: Lease, outcome: JSON | BaseException) -> None:
+        exc = outcome if isinstance(outcome, BaseException) else None
         if exc is None:
-            if not await self._queue.complete(lease, work.result()):
+            if not await self._queue.complete(lease, outcome):
                 log.warning("asyncq: job %s finished after its lease was lost; result dropped",
                             lease.job_id)
         elif isinstance(exc, Preempted):

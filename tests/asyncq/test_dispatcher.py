@@ -1,0 +1,249 @@
+"""The dispatcher on real stores: exactly-once under two dispatchers, headroom gating, lease
+renewal, preemption, a crashed owner's job taken up, failures, cancel, clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+from tandem.asyncq.dispatcher import Dispatcher, DispatcherConfig, JobFailed, Preempted
+from tandem.asyncq.job import BatchSpec, Job, JobSpec, JobStatus
+from tandem.asyncq.open_queue import open_queue
+
+
+def spec(n: int, max_attempts: int = 3) -> BatchSpec:
+    return BatchSpec(account="acct", model="m", max_attempts=max_attempts,
+                     jobs=tuple(JobSpec({"i": i}) for i in range(n)))
+
+
+def config(owner: str, **kw) -> DispatcherConfig:
+    base = dict(owner=owner, max_concurrency=4, lease_s=2.0, renew_every_s=0.5, idle_poll_s=0.05,
+                retry_delay_s=0.0)
+    base.update(kw)
+    return DispatcherConfig(**base)
+
+
+async def until(cond, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+def batch_done(q, batch_id):
+    async def cond():
+        return (await q.get_batch(batch_id)).done
+    return cond
+
+
+def test_two_dispatchers_never_run_a_job_twice(queue_target):
+    async def main():
+        qa, qb, qc = open_queue(queue_target), open_queue(queue_target), open_queue(queue_target)
+        runs: collections.Counter[str] = collections.Counter()
+        by_owner: collections.Counter[str] = collections.Counter()
+
+        def runner(owner):
+            async def run(job: Job):
+                runs[job.id] += 1
+                by_owner[owner] += 1
+                await asyncio.sleep(0.03)
+                return {"echo": job.body["i"], "by": owner}
+            return run
+
+        batch, _ = await qc.enqueue(spec(40))
+        a = Dispatcher(qa, runner("a"), lambda: True, config("a"))
+        b = Dispatcher(qb, runner("b"), lambda: True, config("b"))
+        a.start(), b.start()
+        await until(batch_done(qc, batch.id))
+        await a.stop(), await b.stop()
+        jobs = await qc.list_batch(batch.id)
+        assert all(j.status is JobStatus.SUCCEEDED and j.attempts == 1 for j in jobs)
+        assert [j.result["echo"] for j in jobs] == list(range(40))
+        assert sorted(runs) == sorted(j.id for j in jobs) and set(runs.values()) == {1}
+        assert by_owner["a"] > 0 and by_owner["b"] > 0
+        for q in (qa, qb, qc):
+            await q.close()
+    asyncio.run(main())
+
+
+def test_no_job_taken_without_headroom(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+        room = {"free": False}
+        started = []
+
+        async def run(job):
+            started.append(job.id)
+            room["free"] = False   # the pools fill up with this job
+            return {}
+
+        batch, _ = await q.enqueue(spec(3))
+        d = Dispatcher(q, run, lambda: room["free"], config("a"))
+        d.start()
+        await asyncio.sleep(0.4)
+        assert started == [] and all(j.status is JobStatus.QUEUED for j in await q.list_batch(batch.id))
+        room["free"] = True
+        await until(lambda: _true(len(started) == 1))
+        await asyncio.sleep(0.3)
+        assert len(started) == 1   # headroom went away after one take
+        room["free"] = True
+        await until(lambda: _true(len(started) == 2))
+        await d.stop()
+        await q.close()
+    asyncio.run(main())
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def test_lease_renewed_while_a_long_job_runs(queue_target):
+    async def main():
+        qa, qb = open_queue(queue_target), open_queue(queue_target)
+        runs: collections.Counter[str] = collections.Counter()
+
+        async def slow(job):
+            runs[job.id] += 1
+            await asyncio.sleep(1.0)   # 2.5 leases
+            return {"ok": True}
+
+        batch, _ = await qa.enqueue(spec(1))
+        a = Dispatcher(qa, slow, lambda: True, config("a", lease_s=0.4, renew_every_s=0.1))
+        a.start()
+        await until(lambda: _true(sum(runs.values()) == 1))
+        b = Dispatcher(qb, slow, lambda: True, config("b", lease_s=0.4, renew_every_s=0.1))
+        b.start()
+        await until(batch_done(qa, batch.id))
+        await a.stop(), await b.stop()
+        assert list(runs.values()) == [1]
+        (job,) = await qa.list_batch(batch.id)
+        assert job.status is JobStatus.SUCCEEDED and job.attempts == 1
+        await qa.close(), await qb.close()
+    asyncio.run(main())
+
+
+def test_preempted_job_goes_back_to_the_queue(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+        calls: collections.Counter[str] = collections.Counter()
+
+        async def run(job):
+            calls[job.id] += 1
+            if calls[job.id] == 1:
+                raise Preempted()
+            return {"done": calls[job.id]}
+
+        batch, _ = await q.enqueue(spec(3, max_attempts=1))
+        d = Dispatcher(q, run, lambda: True, config("a"))
+        d.start()
+        await until(batch_done(q, batch.id))
+        await d.stop()
+        jobs = await q.list_batch(batch.id)
+        assert all(j.status is JobStatus.SUCCEEDED and j.result == {"done": 2} for j in jobs)
+        assert all(j.attempts == 1 for j in jobs)   # preemption did not count
+        await q.close()
+    asyncio.run(main())
+
+
+def test_crashed_owners_job_is_taken_up(queue_target):
+    async def main():
+        q = open_queue(queue_target)
+        batch, _ = await q.enqueue(spec(2))
+        crashed = await q.take(2, "dead-gateway", 0.3)   # never finished: its process died
+        assert len(crashed) == 2
+        ran = []
+
+        async def run(job):
+            ran.append(job.id)
+            return {"ok": 1}
+
+        d = Dispatcher(q, run, lambda: True, config("alive"))
+        d.start()
+        await until(batch_done(q, batch.id))
+        await d.stop()
+        assert sorted(ran) == sorted(c.job.id for c in crashed)
+        assert all(j.attempts == 2 and j.status is JobStatus.SUCCEEDED
+                   for j in await q.list_batch(batch.id))
+        await q.close()
+    asyncio.run(main())
+
+
+def test_failures_retry_until_attempts_are_spent(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+        calls: collections.Counter[int] = collections.Counter()
+
+        async def run(job):
+            i = job.body["i"]
+            calls[i] += 1
+            if i == 0:
+                raise JobFailed({"message": "prompt too long", "code": 413})
+            if i == 1:
+                raise ConnectionError("worker went away")
+            if calls[i] < 2:
+                raise ConnectionError("flaky")
+            return {"ok": i}
+
+        batch, _ = await q.enqueue(spec(3, max_attempts=3))
+        d = Dispatcher(q, run, lambda: True, config("a"))
+        d.start()
+        await until(batch_done(q, batch.id))
+        await d.stop()
+        j0, j1, j2 = await q.list_batch(batch.id)
+        assert (j0.status, j0.attempts, j0.error["code"]) == (JobStatus.FAILED, 1, 413)
+        assert (j1.status, j1.attempts) == (JobStatus.FAILED, 3)
+        assert "worker went away" in j1.error["message"]
+        assert (j2.status, j2.attempts, j2.result) == (JobStatus.SUCCEEDED, 2, {"ok": 2})
+        assert dict(calls) == {0: 1, 1: 3, 2: 2}
+        await q.close()
+    asyncio.run(main())
+
+
+def test_cancel_stops_a_running_job(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+        cancelled = asyncio.Event()
+
+        async def run(job):
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return {}
+
+        batch, _ = await q.enqueue(spec(1))
+        d = Dispatcher(q, run, lambda: True, config("a", lease_s=1.0, renew_every_s=0.1))
+        d.start()
+        await until(lambda: _true(d.running == 1))
+        assert await q.cancel(batch.id) == 1
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await until(lambda: _true(d.running == 0))
+        await d.stop()
+        (job,) = await q.list_batch(batch.id)
+        assert job.status is JobStatus.CANCELLED and job.result is None
+        await q.close()
+    asyncio.run(main())
+
+
+def test_stop_puts_running_jobs_back(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+
+        async def forever(job):
+            await asyncio.sleep(30)
+
+        batch, _ = await q.enqueue(spec(2))
+        d = Dispatcher(q, forever, lambda: True, config("a"))
+        d.start()
+        await until(lambda: _true(d.running == 2))
+        t0 = time.monotonic()
+        await d.stop(grace_s=0.1)
+        assert time.monotonic() - t0 < 2
+        jobs = await q.list_batch(batch.id)
+        assert all(j.status is JobStatus.QUEUED and j.attempts == 0 and j.owner is None
+                   for j in jobs)
+        assert len(await q.take(5, "next", 30)) == 2   # takeable at once, no lease wait
+        await q.close()
+    asyncio.run(main())

@@ -1,0 +1,251 @@
+"""The JobQueue invariants (tandem/asyncq/queue.py), the same tests on SQLite, Redis and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tandem.asyncq.event import EventType, SubscriptionSpec
+from tandem.asyncq.job import BatchSpec, JobSpec, JobStatus
+from tandem.asyncq.open_queue import open_queue
+
+
+def spec(n: int = 2, key: str | None = None, account: str = "acct", priority: int = 0,
+         max_attempts: int = 3) -> BatchSpec:
+    return BatchSpec(account=account, model="@cf/demo/model", key=key, priority=priority,
+                     max_attempts=max_attempts,
+                     jobs=tuple(JobSpec({"prompt": f"p{i}"}, f"ref{i}") for i in range(n)))
+
+
+def run(coro_fn, target: str):
+    async def main():
+        q = open_queue(target)
+        try:
+            return await coro_fn(q)
+        finally:
+            await q.close()
+    return asyncio.run(main())
+
+
+def test_enqueue_is_idempotent_by_account_and_key(queue_target):
+    async def body(q):
+        first, created = await q.enqueue(spec(3, key="k1"))
+        again, created_again = await q.enqueue(spec(5, key="k1"))
+        other, _ = await q.enqueue(spec(1, key="k1", account="other"))
+        unkeyed1, _ = await q.enqueue(spec(1))
+        unkeyed2, _ = await q.enqueue(spec(1))
+        assert created and not created_again
+        assert again.id == first.id and again.total == 3
+        assert other.id != first.id and unkeyed1.id != unkeyed2.id
+        jobs = await q.list_batch(first.id)
+        assert [j.index for j in jobs] == [0, 1, 2]
+        assert [j.external_reference for j in jobs] == ["ref0", "ref1", "ref2"]
+        assert all(j.status is JobStatus.QUEUED and j.attempts == 0 for j in jobs)
+        assert jobs[1].body == {"prompt": "p1"}
+        # the second enqueue added no job: 3 + 1 + 1 + 1 takeable in all
+        assert len(await q.take(100, "o", 30)) == 6
+    run(body, queue_target)
+
+
+def test_take_orders_by_priority_then_enqueue_order(queue_target):
+    async def body(q):
+        low, _ = await q.enqueue(spec(2, priority=5))
+        high, _ = await q.enqueue(spec(2, priority=-1))
+        claims = await q.take(3, "o", 30)
+        assert [(c.job.batch_id, c.job.index) for c in claims] == [
+            (high.id, 0), (high.id, 1), (low.id, 0)]
+        assert all(c.job.status is JobStatus.RUNNING and c.job.owner == "o" for c in claims)
+        assert all(c.lease.attempt == 1 for c in claims)
+    run(body, queue_target)
+
+
+def test_result_recorded_exactly_once(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(1))
+        (claim,) = await q.take(1, "o", 30)
+        assert await q.complete(claim.lease, {"response": "a"})
+        assert not await q.complete(claim.lease, {"response": "b"})
+        assert await q.fail(claim.lease, {"message": "x"}, True) is None
+        assert not await q.requeue(claim.lease)
+        job = await q.get(claim.job.id)
+        assert job.status is JobStatus.SUCCEEDED and job.result == {"response": "a"}
+        assert job.finished_at is not None and job.owner is None
+        done = await q.get_batch(batch.id)
+        assert done.done and done.status == "succeeded" and done.succeeded == 1
+        assert await q.take(1, "o", 30) == []
+    run(body, queue_target)
+
+
+def test_expired_lease_is_taken_up_by_another_owner(queue_target):
+    async def body(q):
+        await q.enqueue(spec(1))
+        (crashed,) = await q.take(1, "gateway-a", 0.3)   # gateway-a then dies
+        assert await q.take(1, "gateway-b", 30) == []     # still leased
+        await asyncio.sleep(0.5)
+        (taken,) = await q.take(1, "gateway-b", 30)
+        assert taken.job.id == crashed.job.id and taken.lease.attempt == 2
+        # the crashed owner wakes up late: refused everywhere, even renewal
+        assert await q.renew(crashed.lease, 30) is None
+        assert not await q.complete(crashed.lease, {"response": "late"})
+        assert await q.complete(taken.lease, {"response": "b"})
+        assert (await q.get(taken.job.id)).result == {"response": "b"}
+    run(body, queue_target)
+
+
+def test_expired_lease_of_same_owner_is_fenced_by_attempt(queue_target):
+    async def body(q):
+        await q.enqueue(spec(1))
+        (old,) = await q.take(1, "o", 0.3)
+        await asyncio.sleep(0.5)
+        assert not await q.complete(old.lease, {"response": "expired"})
+        (new,) = await q.take(1, "o", 30)
+        assert not await q.complete(old.lease, {"response": "stale"})
+        assert await q.complete(new.lease, {"response": "fresh"})
+    run(body, queue_target)
+
+
+def test_renew_keeps_a_job_leased(queue_target):
+    async def body(q):
+        await q.enqueue(spec(1))
+        (claim,) = await q.take(1, "o", 0.4)
+        lease = claim.lease
+        for _ in range(3):
+            await asyncio.sleep(0.2)
+            lease = await q.renew(lease, 0.4)
+            assert lease is not None
+        assert await q.take(1, "other", 30) == []
+        assert await q.complete(lease, {"ok": True})
+    run(body, queue_target)
+
+
+def test_fail_retries_then_fails_for_good(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(1, max_attempts=2))
+        (c1,) = await q.take(1, "o", 30)
+        assert await q.fail(c1.lease, {"message": "worker died"}, True) is JobStatus.QUEUED
+        (c2,) = await q.take(1, "o", 30)
+        assert c2.lease.attempt == 2
+        assert await q.fail(c2.lease, {"message": "again"}, True) is JobStatus.FAILED
+        job = await q.get(c2.job.id)
+        assert job.status is JobStatus.FAILED and job.error == {"message": "again"}
+        assert (await q.get_batch(batch.id)).status == "failed"
+    run(body, queue_target)
+
+
+def test_fail_not_retryable_and_retry_delay(queue_target):
+    async def body(q):
+        await q.enqueue(spec(2))
+        c1, c2 = await q.take(2, "o", 30)
+        assert await q.fail(c1.lease, {"message": "bad request"}, False) is JobStatus.FAILED
+        assert await q.fail(c2.lease, {"message": "busy"}, True, retry_delay_s=0.4) is JobStatus.QUEUED
+        assert await q.take(1, "o", 30) == []   # not before the delay
+        await asyncio.sleep(0.5)
+        (again,) = await q.take(1, "o", 30)
+        assert again.job.id == c2.job.id
+    run(body, queue_target)
+
+
+def test_requeue_on_preemption_does_not_count_an_attempt(queue_target):
+    async def body(q):
+        await q.enqueue(spec(1, max_attempts=1))
+        for _ in range(3):
+            (claim,) = await q.take(1, "o", 30)
+            assert claim.lease.attempt == 1
+            assert await q.requeue(claim.lease)
+            assert (await q.get(claim.job.id)).status is JobStatus.QUEUED
+        (claim,) = await q.take(1, "o", 30)
+        assert await q.complete(claim.lease, {"ok": 1})
+    run(body, queue_target)
+
+
+def test_lease_expiring_on_last_attempt_fails_the_job(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(1, max_attempts=1))
+        (claim,) = await q.take(1, "o", 0.2)
+        await asyncio.sleep(0.4)
+        assert await q.take(1, "o", 30) == []
+        job = await q.get(claim.job.id)
+        assert job.status is JobStatus.FAILED and job.error["type"] == "lease_expired"
+        assert (await q.get_batch(batch.id)).failed == 1
+    run(body, queue_target)
+
+
+def test_cancel_stops_queued_and_running_jobs(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(3))
+        (running,) = await q.take(1, "o", 30)
+        assert await q.cancel(batch.id) == 3
+        assert await q.cancel(batch.id) == 0
+        assert await q.renew(running.lease, 30) is None
+        assert not await q.complete(running.lease, {"late": True})
+        assert all(j.status is JobStatus.CANCELLED for j in await q.list_batch(batch.id))
+        assert await q.take(10, "o", 30) == []
+        done = await q.get_batch(batch.id)
+        assert done.done and done.cancelled == 3 and done.status == "failed"
+    run(body, queue_target)
+
+
+def test_batch_events_recorded_once_with_a_delivery_per_subscription(queue_target):
+    async def body(q):
+        all_types = await q.subscribe(SubscriptionSpec("acct", "http://127.0.0.1:1/a"))
+        only_done = await q.subscribe(SubscriptionSpec("acct", "http://127.0.0.1:1/b",
+                                                       (EventType.SUCCEEDED,), secret="s3cret"))
+        await q.subscribe(SubscriptionSpec("elsewhere", "http://127.0.0.1:1/c"))
+        assert only_done.secret == "s3cret" and len(all_types.secret) == 64
+        assert [s.id for s in await q.subscriptions("acct")] == [all_types.id, only_done.id]
+        batch, _ = await q.enqueue(spec(2))
+        await q.enqueue(spec(2, account="nobody"))
+        for claim in await q.take(2, "o", 30):
+            assert await q.complete(claim.lease, {"ok": 1})
+        deliveries = await q.take_deliveries(10, 30)
+        got = sorted((d.subscription_id, d.event.type) for d in deliveries)
+        assert got == sorted([(all_types.id, EventType.QUEUED), (all_types.id, EventType.SUCCEEDED),
+                              (only_done.id, EventType.SUCCEEDED)])
+        end = next(d for d in deliveries if d.event.type is EventType.SUCCEEDED)
+        assert end.event.batch_id == batch.id and end.attempts == 1
+        assert end.event.payload == {"requestId": batch.id, "total": 2, "succeeded": 2,
+                                     "failed": 0, "cancelled": 0}
+        assert await q.take_deliveries(10, 30) == []   # leased, not due again yet
+        assert await q.unsubscribe(only_done.id) and not await q.unsubscribe(only_done.id)
+    run(body, queue_target)
+
+
+def test_delivery_retry_dead_letter_and_fencing(queue_target):
+    async def body(q):
+        await q.subscribe(SubscriptionSpec("acct", "http://127.0.0.1:1/x", (EventType.QUEUED,)))
+        await q.enqueue(spec(1))
+        (d1,) = await q.take_deliveries(5, 30)
+        assert await q.finish_delivery(d1, False, "HTTP 500", retry_in_s=0.2)
+        await asyncio.sleep(0.3)
+        (d2,) = await q.take_deliveries(5, 0.2)                     # a notifier that dies
+        await asyncio.sleep(0.3)
+        (d3,) = await q.take_deliveries(5, 30)                      # taken up again
+        assert (d2.attempts, d3.attempts) == (2, 3)
+        assert not await q.finish_delivery(d2, True, None, None)   # fenced by attempts
+        assert await q.finish_delivery(d3, False, "connection refused", retry_in_s=None)
+        (dead,) = await q.dead_letters("acct")
+        assert dead.id == d1.id and dead.last_error == "connection refused" and dead.attempts == 3
+        await asyncio.sleep(0.1)
+        assert await q.take_deliveries(5, 30) == []
+    run(body, queue_target)
+
+
+def test_empty_batch_is_done_at_once(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(0))
+        assert batch.done and batch.status == "succeeded"
+    run(body, queue_target)
+
+
+def test_state_survives_reopening(queue_target):
+    async def body(q):
+        batch, _ = await q.enqueue(spec(2, key="durable"))
+        return batch
+
+    batch = run(body, queue_target)
+
+    async def reopened(q):
+        again, created = await q.enqueue(spec(2, key="durable"))
+        assert not created and again.id == batch.id
+        assert len(await q.take(5, "o", 30)) == 2
+    run(reopened, queue_target)
