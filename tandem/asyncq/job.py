@@ -111,3 +111,16 @@ class Lease:
 class Claim:
     job: Job
     lease: Lease
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """An uploaded file (an OpenAI batch's JSONL input), kept in the queue's store so that every
+    gateway sharing the store can read it. `content` is None in listings."""
+    id: str
+    account: str
+    purpose: str
+    filename: str
+    bytes: int
+    created_at: float
+    content: str | None = None

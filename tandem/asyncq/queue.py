@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tandem.asyncq.event import Delivery, Subscription, SubscriptionSpec
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 
 
 class JobQueue(Protocol):
@@ -72,5 +72,15 @@ class JobQueue(Protocol):
         when retry_in_s is None. Acts only if no later attempt has started (-> False)."""
 
     async def dead_letters(self, account: str) -> list[Delivery]: ...
+
+    # --- uploaded files ---------------------------------------------------------------------
+    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile: ...
+
+    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None: ...
+
+    async def list_files(self, account: str) -> list[StoredFile]:
+        """Oldest first, without content."""
+
+    async def delete_file(self, file_id: str) -> bool: ...
 
     async def close(self) -> None: ...

@@ -19,7 +19,7 @@ from tandem.asyncq import redis_scripts as lua
 from tandem.asyncq.event import (
     Delivery, DeliveryStatus, Event, EventType, Subscription, SubscriptionSpec,
 )
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 
 MAX_ABS_PRIORITY = 1000   # keeps the ready set's scores exact (see redis_scripts.py)
 
@@ -185,6 +185,44 @@ class RedisQueue:
             e = await self._r.hgetall(self._p + "event:" + d["event_id"])
             out.append(_delivery(d, e))
         return out
+
+    # --- files ------------------------------------------------------------------------------
+    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile:
+        seconds, micros = await self._r.time()
+        f = StoredFile(id="file-" + uuid.uuid4().hex, account=account, purpose=purpose,
+                       filename=filename, bytes=len(content.encode()),
+                       created_at=seconds + micros / 1e6)
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hset(self._p + "file:" + f.id, mapping={
+                "id": f.id, "account": account, "purpose": purpose, "filename": filename,
+                "bytes": f.bytes, "created_at": repr(f.created_at), "content": content})
+            pipe.zadd(self._p + "files:" + account, {f.id: f.created_at})
+            await pipe.execute()
+        return f
+
+    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None:
+        h = await self._r.hgetall(self._p + "file:" + file_id)
+        if not h:
+            return None
+        return StoredFile(id=h["id"], account=h["account"], purpose=h["purpose"],
+                          filename=h["filename"], bytes=int(h["bytes"]),
+                          created_at=float(h["created_at"]),
+                          content=h["content"] if with_content else None)
+
+    async def list_files(self, account: str) -> list[StoredFile]:
+        ids = await self._r.zrange(self._p + "files:" + account, 0, -1)
+        files = [await self.get_file(i) for i in ids]
+        return [f for f in files if f is not None]
+
+    async def delete_file(self, file_id: str) -> bool:
+        account = await self._r.hget(self._p + "file:" + file_id, "account")
+        if account is None:
+            return False
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.zrem(self._p + "files:" + account, file_id)
+            pipe.delete(self._p + "file:" + file_id)
+            await pipe.execute()
+        return True
 
     async def close(self) -> None:
         await self._r.aclose()

@@ -14,7 +14,7 @@ import uuid
 
 from tandem.asyncq import sql_outbox
 from tandem.asyncq.event import Delivery, EventType, Subscription, SubscriptionSpec, batch_end_event
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 from tandem.asyncq.sql_db import SqlDb, Tx
 from tandem.asyncq.sql_schema import (
     BATCH_COLUMNS, JOB_COLUMNS, SCHEMA, batch_from_row, dumps, job_from_row,
@@ -83,8 +83,45 @@ class SqlQueue:
     async def dead_letters(self, account: str) -> list[Delivery]:
         return await self._db.transact(sql_outbox.dead_letters, account)
 
+    # --- files ------------------------------------------------------------------------------
+    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile:
+        return await self._db.transact(_put_file, account, purpose, filename, content)
+
+    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None:
+        return await self._db.transact(_get_file, file_id, with_content)
+
+    async def list_files(self, account: str) -> list[StoredFile]:
+        return await self._db.transact(_list_files, account)
+
+    async def delete_file(self, file_id: str) -> bool:
+        return await self._db.transact(
+            lambda tx: bool(tx.rows("DELETE FROM asyncq_files WHERE id = ? RETURNING id", (file_id,))))
+
     async def close(self) -> None:
         await self._db.close()
+
+
+_FILE_COLUMNS = "id, account, purpose, filename, bytes, created_at"
+
+
+def _put_file(tx: Tx, account: str, purpose: str, filename: str, content: str) -> StoredFile:
+    f = StoredFile(id="file-" + uuid.uuid4().hex, account=account, purpose=purpose,
+                   filename=filename, bytes=len(content.encode()), created_at=tx.now)
+    tx.rows(f"INSERT INTO asyncq_files ({_FILE_COLUMNS}, content) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (f.id, f.account, f.purpose, f.filename, f.bytes, f.created_at, content))
+    return f
+
+
+def _get_file(tx: Tx, file_id: str, with_content: bool) -> StoredFile | None:
+    rows = tx.rows(f"SELECT {_FILE_COLUMNS}, {'content' if with_content else 'NULL'} "
+                   "FROM asyncq_files WHERE id = ?", (file_id,))
+    return StoredFile(*rows[0]) if rows else None
+
+
+def _list_files(tx: Tx, account: str) -> list[StoredFile]:
+    rows = tx.rows(f"SELECT {_FILE_COLUMNS} FROM asyncq_files WHERE account = ? "
+                   "ORDER BY created_at, id", (account,))
+    return [StoredFile(*r) for r in rows]
 
 
 def _get_batch(tx: Tx, batch_id: str) -> Batch | None:

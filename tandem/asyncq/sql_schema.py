@@ -40,6 +40,9 @@ SCHEMA = (
         attempts INTEGER NOT NULL, next_at DOUBLE PRECISION NOT NULL, last_error TEXT,
         UNIQUE (event_id, subscription_id))""",
     "CREATE INDEX IF NOT EXISTS asyncq_deliveries_due ON asyncq_deliveries (status, next_at)",
+    """CREATE TABLE IF NOT EXISTS asyncq_files (
+        id TEXT PRIMARY KEY, account TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+        bytes INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, content TEXT NOT NULL)""",
 )
 
 BATCH_COLUMNS = ("id, account, model, client_key, priority, created_at, total, succeeded, failed, "

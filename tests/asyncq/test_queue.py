@@ -249,3 +249,20 @@ def test_state_survives_reopening(queue_target):
         assert not created and again.id == batch.id
         assert len(await q.take(5, "o", 30)) == 2
     run(reopened, queue_target)
+
+
+def test_uploaded_files_are_stored_listed_and_deleted(queue_target):
+    async def body(q):
+        text = '{"custom_id": "a"}\n{"custom_id": "é"}\n'
+        f1 = await q.put_file("acct", "batch", "in.jsonl", text)
+        f2 = await q.put_file("acct", "batch", "two.jsonl", "{}\n")
+        await q.put_file("other", "batch", "x.jsonl", "{}\n")
+        assert f1.id.startswith("file-") and f1.bytes == len(text.encode())
+        got = await q.get_file(f1.id, with_content=True)
+        assert got.content == text and got.filename == "in.jsonl" and got.purpose == "batch"
+        assert (await q.get_file(f1.id)).content is None
+        assert [f.id for f in await q.list_files("acct")] == [f1.id, f2.id]
+        assert await q.delete_file(f1.id) and not await q.delete_file(f1.id)
+        assert await q.get_file(f1.id) is None
+        assert [f.id for f in await q.list_files("acct")] == [f2.id]
+    run(body, queue_target)
