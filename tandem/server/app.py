@@ -32,6 +32,7 @@ from tandem.server.context import ServerContext
 from tandem.server.errors import error_response_for_path
 from tandem.server.internal.internal_api import internal_routes
 from tandem.server.openai.openai_api import openai_routes
+from tandem.server.openai.responses_api import responses_routes
 from tandem.server.responses import json_response
 from tandem.server.openai.tokenize_api import tokenize_routes
 from tandem.server.workers_ai.workers_ai_api import workers_ai_routes
@@ -90,8 +91,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             if shutdown is not None:
                 await shutdown()
 
-    routes = [*openai_routes(ctx), *tokenize_routes(ctx), *workers_ai_routes(ctx),
-              *internal_routes(ctx), *_health_routes(ctx), *extra_routes]
+    routes = [*openai_routes(ctx), *responses_routes(ctx), *tokenize_routes(ctx),
+              *workers_ai_routes(ctx), *internal_routes(ctx), *_health_routes(ctx), *extra_routes]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys:

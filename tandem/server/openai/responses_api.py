@@ -1,0 +1,167 @@
+"""The Responses API: `POST /v1/responses`, `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`.
+
+A request runs as the chat request it converts to (chat_turn.py: the chat template, sampling
+defaults, tool-choice grammar) through the same GenerationRun and backend as
+/v1/chat/completions, so it works on a worker and on the gateway alike. The output is parsed
+(tandem/parsers) into reasoning, text and function calls (responses_format.py). Responses are
+stored per app unless `store: false`, for `previous_response_id` and retrieval. Errors are
+OpenAI-style; an error after the stream began is an `error` event then `response.failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.errors import TandemError
+from tandem.server.chat_turn import ChatTurn, chat_request
+from tandem.server.context import ServerContext
+from tandem.server.disconnect import in_own_task
+from tandem.server.errors import as_tandem_error, openai_error_response
+from tandem.server.openai.openai_protocol import ParsedRequest
+from tandem.server.openai.responses_format import ResponseBuilder, new_id
+from tandem.server.openai.responses_items import items_to_messages
+from tandem.server.openai.responses_protocol import ResponsesRequest, parse_responses
+from tandem.server.openai.responses_store import ResponseStore, StoredResponse
+from tandem.server.request_body import OFF_LOOP_BYTES, read_json_body
+from tandem.server.request_context import http_context
+from tandem.server.responses import json_response, sse_response
+from tandem.server.run import GenerationRun, check_delta
+from tandem.server.turn_output import TurnOutput
+from tandem.server.turn_parsing import ParserChoice, TurnParsing
+from tandem.types import ParserOptions
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ResponsesConfig:
+    max_stored: int = 1024     # responses kept for previous_response_id / retrieval (LRU)
+
+
+async def off_loop(fn: Callable[[], T], big: bool) -> T:
+    """`fn()` on a worker thread when the work is big (a long body or history to render)."""
+    return await asyncio.to_thread(fn) if big else fn()
+
+
+def rename_grammar_param(exc: BaseException, parsed: ParsedRequest, tools_param: str) -> BaseException:
+    """A tool-choice grammar the worker could not compile is the tools' fault: name them."""
+    if isinstance(exc, TandemError) and exc.param == "structured_outputs" \
+            and parsed.sampling.grammar is not None:
+        exc.param = tools_param
+    return exc
+
+
+def prompt_tail(tokenizer, parsing: TurnParsing, ids: tuple[int, ...]) -> str:
+    """The rendered prompt's last tokens as text, for a reasoning parser (does it end in <think>)."""
+    if parsing.parser is None or parsing.parser.reasoning is None:
+        return ""
+    return tokenizer.decode(list(ids[-8:]), skip_special_tokens=False)
+
+
+def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConfig(),
+                     parser_options: ParserOptions = ParserOptions()) -> list[Route]:
+    store = ResponseStore(config.max_stored)
+    parsers = ParserChoice(parser_options, lambda: ctx.backend.tokenizer)
+
+    def prepare(req: ResponsesRequest, history: list[dict]) -> tuple[ChatTurn, TurnParsing, ParsedRequest]:
+        turn = req.with_history(history)
+        parsing = parsers.for_tools(turn.offered_tools)
+        return turn, parsing, chat_request(turn, ctx.parse_context(), parsing)
+
+    async def create(request: Request) -> Response:
+        try:
+            body, size = await read_json_body(request, ctx.config.max_body_bytes)
+            req = parse_responses(body, ctx.served_name)
+            history: list[dict] = []
+            if req.previous_response_id is not None:
+                history = list(store.get(req.previous_response_id, "previous_response_id").conversation)
+            turn, parsing, parsed = await off_loop(lambda: prepare(req, history),
+                                                   size >= OFF_LOOP_BYTES or len(history) > 8)
+            return await _serve(request, req, history, turn, parsing, parsed)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except Exception as exc:
+            return openai_error_response(exc)
+
+    async def _serve(request: Request, req: ResponsesRequest, history: list[dict], turn: ChatTurn,
+                     parsing: TurnParsing, parsed: ParsedRequest) -> Response:
+        rid = new_id("resp")
+        context = http_context(request, cache_salt=turn.cache_salt, priority=turn.priority)
+        run = ctx.run(parsed.engine_requests(rid, context))
+        ids = parsed.prompts[0]
+        stream = parsing.stream(turn.offered_tools, None, prompt_tail(ctx.backend.tokenizer, parsing, ids))
+        out = TurnOutput(stream, len(ids))
+        sp = parsed.sampling
+        builder = ResponseBuilder(rid, turn.model, req.echo,
+                                  {"temperature": sp.temperature, "top_p": sp.top_p}, parsed.stream)
+
+        def save() -> None:
+            if req.store and builder.final is not None:
+                reply = items_to_messages(builder.final["output"], "output") \
+                    or [{"role": "assistant", "content": ""}]
+                conversation = history + req.new_messages + reply   # instructions left out
+                store.put(rid, StoredResponse(builder.final, tuple(conversation)))
+
+        try:
+            if not parsed.stream:
+                body = await in_own_task(_collect(run, out, builder))
+                save()
+                return json_response(body, headers=run.info.headers)
+            await run.start()
+        except Exception as exc:
+            raise rename_grammar_param(exc, parsed, turn.params.tools) from None
+        return sse_response(_stream(run, out, builder, save), headers=run.info.headers)
+
+    async def retrieve(request: Request) -> Response:
+        try:
+            return json_response(store.get(request.path_params["response_id"]).response)
+        except Exception as exc:
+            return openai_error_response(exc)
+
+    async def delete(request: Request) -> Response:
+        rid = request.path_params["response_id"]
+        try:
+            store.get(rid)
+        except Exception as exc:
+            return openai_error_response(exc)
+        store.delete(rid)
+        return json_response({"id": rid, "object": "response", "deleted": True})
+
+    return [Route("/v1/responses", create, methods=["POST"]),
+            Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
+            Route("/v1/responses/{response_id}", delete, methods=["DELETE"])]
+
+
+async def _collect(run: GenerationRun, out: TurnOutput, builder: ResponseBuilder) -> dict:
+    try:
+        await run.start()
+        async for _, d in run.deltas():
+            builder.add(out.feed(check_delta(d)))
+    finally:
+        await run.aclose()
+    builder.finish(out)
+    assert builder.final is not None
+    return builder.final
+
+
+async def _stream(run: GenerationRun, out: TurnOutput, builder: ResponseBuilder,
+                  save: Callable[[], None]) -> AsyncIterator[bytes]:
+    try:
+        yield builder.start()
+        async for _, d in run.deltas():
+            chunk = builder.add(out.feed(check_delta(d)))
+            if chunk:
+                yield chunk
+        yield builder.finish(out)
+        save()
+    except Exception as exc:
+        yield builder.fail(as_tandem_error(exc))
+    finally:
+        await run.aclose()

@@ -1,0 +1,54 @@
+"""Stored responses, for `previous_response_id` and `GET /v1/responses/{id}`: in memory, per
+server (a worker's or the gateway's app), bounded, least recently used out first.
+
+Each entry keeps the response object as sent and the conversation it ended (chat messages: the
+history it continued, its input, its output; never the instructions, which OpenAI does not carry
+over). A response asked with `store: false` is never put here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tandem.errors import TandemError
+
+
+class ResponseNotFound(TandemError):
+    """An unknown (or evicted, or never stored) response id (404)."""
+
+    status = 404
+    code = "response_not_found"
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    response: dict                    # the Response object as the client got it
+    conversation: tuple[dict, ...]    # chat messages up to and including its output
+
+
+class ResponseStore:
+    def __init__(self, max_entries: int = 1024) -> None:
+        assert max_entries >= 1
+        self.max_entries = max_entries
+        self._entries: OrderedDict[str, StoredResponse] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, response_id: str, entry: StoredResponse) -> None:
+        self._entries[response_id] = entry
+        self._entries.move_to_end(response_id)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def get(self, response_id: str, param: str | None = None) -> StoredResponse:
+        """The entry (now the most recently used); ResponseNotFound naming `param` otherwise."""
+        entry = self._entries.get(response_id)
+        if entry is None:
+            raise ResponseNotFound(f"Response with id '{response_id}' not found.", param=param)
+        self._entries.move_to_end(response_id)
+        return entry
+
+    def delete(self, response_id: str) -> bool:
+        return self._entries.pop(response_id, None) is not None
