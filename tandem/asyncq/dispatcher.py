@@ -73,6 +73,7 @@ class Dispatcher:
         self._running: dict[str, asyncio.Task] = {}   # job id -> its task
         self._wake = asyncio.Event()
         self._stopping = False
+        self._preempted = False      # a run was preempted: wait one idle poll before taking more
         self._loop_task: asyncio.Task | None = None
 
     @property
@@ -104,7 +105,8 @@ class Dispatcher:
         while not self._stopping:
             free = self._cfg.max_concurrency - len(self._running)
             claims: list[Claim] = []
-            if free > 0 and self._headroom():
+            preempted, self._preempted = self._preempted, False
+            if free > 0 and not preempted and self._headroom():
                 try:
                     claims = await self._queue.take(min(free, self._cfg.take_batch),
                                                     self._cfg.owner, self._cfg.lease_s)
@@ -171,6 +173,7 @@ class Dispatcher:
                 log.warning("asyncq: job %s finished after its lease was lost; result dropped",
                             lease.job_id)
         elif isinstance(exc, Preempted):
+            self._preempted = True
             await self._queue.requeue(lease)
         elif isinstance(exc, JobFailed):
             await self._queue.fail(lease, exc.error, exc.retryable, self._cfg.retry_delay_s)

@@ -55,6 +55,9 @@ class JobQueue(Protocol):
     async def list_batch(self, batch_id: str) -> list[Job]:
         """The batch's jobs in their index order."""
 
+    async def list_batches(self, account: str) -> list[Batch]:
+        """The account's batches, newest first."""
+
     # --- event subscriptions and the outbox ----------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription: ...
 

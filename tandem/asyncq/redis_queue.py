@@ -136,6 +136,11 @@ class RedisQueue:
                 pipe.hgetall(self._p + "job:" + job_id)
             return [_job(h) for h in await pipe.execute()]
 
+    async def list_batches(self, account: str) -> list[Batch]:
+        ids = await self._r.zrevrange(self._p + "batches:" + account, 0, -1)
+        batches = [await self.get_batch(i) for i in ids]
+        return [b for b in batches if b is not None]
+
     # --- events -----------------------------------------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription:
         seconds, micros = await self._r.time()

@@ -5,6 +5,7 @@ Keys (P = the prefix, passed as KEYS[1]; one Redis server, not Redis Cluster):
   P..'job:'..id            hash: the job's fields; absent field = None
   P..'batch:'..id          hash: the batch's fields and counters; 'event:'..type marks a recorded event
   P..'batch:'..id..':jobs' list: job ids in index order
+  P..'batches:'..account  sorted set of the account's batch ids, score = created_at
   P..'batch_keys'          hash: account .. '\\0' .. client key -> batch id (idempotent enqueue)
   P..'ready'               sorted set of queued jobs, score = priority * 1e12 + enqueue sequence
   P..'delayed'             sorted set of queued jobs waiting for a retry delay, score = available_at
@@ -87,6 +88,7 @@ local bk = P .. 'batch:' .. batch_id
 redis.call('HSET', bk, 'id', batch_id, 'account', account, 'model', model, 'key', key,
            'priority', priority, 'created_at', num(t), 'total', #jobs, 'succeeded', 0, 'failed', 0,
            'cancelled', 0, 'meta', ARGV[6])
+redis.call('ZADD', P .. 'batches:' .. account, num(t), batch_id)
 for i, j in ipairs(jobs) do
   local jk = P .. 'job:' .. j.id
   local seq = redis.call('INCR', P .. 'seq')

@@ -63,6 +63,9 @@ class SqlQueue:
     async def list_batch(self, batch_id: str) -> list[Job]:
         return await self._db.transact(_list_batch, batch_id)
 
+    async def list_batches(self, account: str) -> list[Batch]:
+        return await self._db.transact(_list_batches, account)
+
     # --- events -----------------------------------------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription:
         return await self._db.transact(sql_outbox.subscribe, spec)
@@ -138,6 +141,12 @@ def _list_batch(tx: Tx, batch_id: str) -> list[Job]:
     rows = tx.rows(f"SELECT {JOB_COLUMNS} FROM asyncq_jobs WHERE batch_id = ? ORDER BY idx",
                    (batch_id,))
     return [job_from_row(r) for r in rows]
+
+
+def _list_batches(tx: Tx, account: str) -> list[Batch]:
+    rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE account = ? "
+                   "ORDER BY created_at DESC, id DESC", (account,))
+    return [batch_from_row(r) for r in rows]
 
 
 def _enqueue(tx: Tx, spec: BatchSpec) -> tuple[Batch, bool]:

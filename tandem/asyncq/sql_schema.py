@@ -24,6 +24,7 @@ SCHEMA = (
         available_at DOUBLE PRECISION NOT NULL, started_at DOUBLE PRECISION,
         finished_at DOUBLE PRECISION, result TEXT, error TEXT, owner TEXT,
         lease_expires_at DOUBLE PRECISION)""",
+    "CREATE INDEX IF NOT EXISTS asyncq_batches_account ON asyncq_batches (account, created_at)",
     "CREATE INDEX IF NOT EXISTS asyncq_jobs_ready ON asyncq_jobs (status, priority, created_at, idx)",
     "CREATE INDEX IF NOT EXISTS asyncq_jobs_lease ON asyncq_jobs (status, lease_expires_at)",
     "CREATE INDEX IF NOT EXISTS asyncq_jobs_batch ON asyncq_jobs (batch_id, idx)",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -35,6 +36,8 @@ from tandem.server.openai.openai_api import openai_routes
 from tandem.server.openai.responses_api import responses_routes
 from tandem.server.responses import json_response
 from tandem.server.openai.tokenize_api import tokenize_routes
+from tandem.server.queue_service import QueueService, QueueSetup
+from tandem.server.workers_ai.queued_api import queued_request
 from tandem.server.workers_ai.workers_ai_api import workers_ai_routes
 
 Hook = Callable[[], Awaitable[None]]
@@ -74,25 +77,36 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = None,
-              shutdown: Hook | None = None, extra_routes: Sequence[BaseRoute] = ()) -> Starlette:
+              shutdown: Hook | None = None, extra_routes: Sequence[BaseRoute] = (),
+              queue: QueueSetup | None = None) -> Starlette:
     """The HTTP app over `backend`. `startup`/`shutdown` run in the lifespan (a worker passes
-    AsyncEngine.start/shutdown); /health answers 200 only between them."""
+    AsyncEngine.start/shutdown); /health answers 200 only between them. With `queue`, the app
+    also serves the asynchronous batch API (server/queue_service.py), dispatching queued work
+    through `backend` between startup and shutdown."""
     ctx = ServerContext.create(backend, config)
+    service = QueueService(ctx, queue) if queue is not None else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         if startup is not None:
             await startup()
+        if service is not None:
+            await service.start()
         ctx.ready = True
         try:
             yield
         finally:
             ctx.ready = False
+            if service is not None:
+                await service.stop()
             if shutdown is not None:
                 await shutdown()
 
     routes = [*openai_routes(ctx), *responses_routes(ctx), *tokenize_routes(ctx),
               *workers_ai_routes(ctx), *internal_routes(ctx), *_health_routes(ctx), *extra_routes]
+    if service is not None:
+        ctx.queued = partial(queued_request, service)
+        routes += service.routes()
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys:
@@ -102,4 +116,5 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
+    app.state.queue = service
     return app

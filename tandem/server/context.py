@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import Response
 
 from tandem.server.backend import (Backend, KVEventSource, KVHandoffSource, Readiness,
                                    WorkerBackend, missing_members, provides)
@@ -12,6 +16,7 @@ from tandem.server.openai.logprobs_format import TokenTexts
 from tandem.server.metrics import ServerMetrics
 from tandem.server.openai.openai_format import system_fingerprint
 from tandem.server.openai.openai_protocol import ParseContext
+from tandem.server.parser_setup import ParserSetup
 from tandem.server.run import GenerationRun
 from tandem.types import EngineRequest
 
@@ -28,8 +33,11 @@ class ServerContext:
     kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
     readiness: Readiness | None = None         # /health asks it too
     ready: bool = False  # set by the app's lifespan once the backend has started
+    # Workers AI's `?queueRequest=true` handler when the app has a queue (server/queue_service.py)
+    queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
+    _parsers: ParserSetup | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, backend: Backend, config: ServerConfig) -> "ServerContext":
@@ -62,10 +70,19 @@ class ServerContext:
             self._texts = TokenTexts(self.backend.tokenizer)
         return self._texts
 
+    @property
+    def parsers(self) -> ParserSetup:
+        """The output parsers, resolved against the model's chat template on first use."""
+        if self._parsers is None:
+            c = self.config
+            self._parsers = ParserSetup.resolve(c.tool_call_parser, c.reasoning_parser,
+                                                self.backend.tokenizer, c.constrain_auto_tool_calls)
+        return self._parsers
+
     def parse_context(self) -> ParseContext:
         return ParseContext(served_name=self.served_name, tokenizer=self.backend.tokenizer,
                             max_model_len=self.backend.max_model_len, max_n=self.config.max_n,
-                            max_prompts=self.config.max_prompts,
+                            max_prompts=self.config.max_prompts, parsers=self.parsers,
                             defaults=self.config.sampling_defaults)
 
     def run(self, requests: list[EngineRequest]) -> GenerationRun:

@@ -42,6 +42,8 @@ def test_enqueue_is_idempotent_by_account_and_key(queue_target):
         assert [j.external_reference for j in jobs] == ["ref0", "ref1", "ref2"]
         assert all(j.status is JobStatus.QUEUED and j.attempts == 0 for j in jobs)
         assert jobs[1].body == {"prompt": "p1"}
+        assert [b.id for b in await q.list_batches("acct")] == [unkeyed2.id, unkeyed1.id, first.id]
+        assert [b.id for b in await q.list_batches("other")] == [other.id]
         # the second enqueue added no job: 3 + 1 + 1 + 1 takeable in all
         assert len(await q.take(100, "o", 30)) == 6
     run(body, queue_target)

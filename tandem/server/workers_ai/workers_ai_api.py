@@ -139,7 +139,10 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
     async def run_model(request: Request) -> Response:
         try:
             if request.query_params.get("queueRequest", "").lower() == "true":
-                raise NotSupportedYet("queueRequest")
+                if ctx.queued is None:
+                    raise NotSupportedYet("queueRequest", "without a queue (start the server "
+                                          "with --queue-db FILE or --queue-url URL)")
+                return await ctx.queued(request)
             body, size = await read_json_body(request, ctx.config.max_body_bytes)
             model = request.path_params["model"]
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,

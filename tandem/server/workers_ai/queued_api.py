@@ -1,0 +1,115 @@
+"""Workers AI's asynchronous batch API, on the run route with `?queueRequest=true`.
+
+  POST /client/v4/accounts/{account_id}/ai/run/{model}?queueRequest=true
+    {"requests": [{...a run body..., "external_reference": ...}, ...]}
+      -> {"result": {"status": "queued", "request_id", "model"}, "success": true, ...}
+    {"request_id": "..."}
+      -> {"result": {"status": "queued" | "running", "request_id", "model"}, ...} until every
+         request has ended, then {"result": {"responses": [{"id", "result", "success",
+         "external_reference"}], "usage": {...}}, ...}; `id` is the request's index.
+A body over QueueConfig.max_payload_bytes (10 MB) is a 413 in Workers AI's envelope. The
+request list and the model are checked when queued; each request is parsed when it runs, and
+one that is invalid ends with "success": false and its error. An `Idempotency-Key` header
+makes the enqueue idempotent. The account is the path's account_id.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Job, JobSpec, JobStatus
+from tandem.errors import InvalidRequest, ModelNotFound
+from tandem.server.auth import tenant_of
+from tandem.server.context import ServerContext
+from tandem.server.openai.openai_format import make_id, usage_dict
+from tandem.server.queue_service import NotFound, QueueService, idempotency_key
+from tandem.server.request_body import parse_off_loop, read_json_body
+from tandem.server.responses import json_response
+from tandem.server.run import check_delta
+from tandem.server.workers_ai.workers_ai_api import model_matches, parse_workers_ai
+from tandem.types import RequestContext
+
+MAX_REQUESTS = 100_000
+
+
+def _envelope(result: JSON) -> JSON:
+    return {"result": result, "success": True, "errors": [], "messages": []}
+
+
+async def queued_request(service: QueueService, request: Request) -> Response:
+    """The route's `queueRequest=true` branch; errors are raised for the route's envelope."""
+    ctx = service.ctx
+    account, model = request.path_params["account_id"], request.path_params["model"]
+    body, _ = await read_json_body(request, service.config.max_payload_bytes)
+    if "request_id" in body:
+        return json_response(_envelope(await _poll(service, account, model, body["request_id"])))
+    if not model_matches(model, ctx.served_name):
+        raise ModelNotFound(f"No such model {model}; this server serves {ctx.served_name}",
+                            param="model")
+    requests = body.get("requests")
+    if not isinstance(requests, list) or not requests or len(requests) > MAX_REQUESTS or \
+            not all(isinstance(r, dict) for r in requests):
+        raise InvalidRequest(f"'requests' must be a list of 1 to {MAX_REQUESTS} request objects, "
+                             "or poll with {\"request_id\": ...}", param="requests")
+    tenant = tenant_of(request.scope)
+    jobs = tuple(JobSpec(body={"api": "workers_ai", "model": model, "tenant": tenant,
+                               "request": {k: v for k, v in r.items() if k != "external_reference"}},
+                         external_reference=_reference(r.get("external_reference")))
+                 for r in requests)
+    batch, _ = await service.enqueue(BatchSpec(
+        account=account, model=model, jobs=jobs, key=idempotency_key(request.headers),
+        max_attempts=service.config.max_attempts))
+    return json_response(_envelope({"status": "queued", "request_id": batch.id, "model": model}))
+
+
+def _reference(value) -> str | None:
+    return None if value is None else str(value)
+
+
+async def _poll(service: QueueService, account: str, model: str, request_id) -> JSON:
+    batch = await service.queue.get_batch(str(request_id))
+    if batch is None or batch.account != account:
+        raise NotFound(f"no queued request {request_id} for account {account}", param="request_id")
+    if not batch.done:
+        return {"status": batch.status, "request_id": batch.id, "model": batch.model}
+    return responses(batch, await service.queue.list_batch(batch.id))
+
+
+def responses(batch: Batch, jobs: list[Job]) -> JSON:
+    out, prompt, completion = [], 0, 0
+    for job in jobs:
+        entry: JSON = {"id": job.index, "result": job.result,
+                       "success": job.status is JobStatus.SUCCEEDED,
+                       "external_reference": job.external_reference}
+        if job.status is not JobStatus.SUCCEEDED:
+            entry["error"] = (job.error or {}).get("message", job.status.value)
+        usage = (job.result or {}).get("usage") or {}
+        prompt += usage.get("prompt_tokens", 0)
+        completion += usage.get("completion_tokens", 0)
+        out.append(entry)
+    return {"responses": out, "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                        "total_tokens": prompt + completion}}
+
+
+async def run_workers_ai_job(ctx: ServerContext, job: Job) -> JSON:
+    """One queued request through the app's backend -> its `result` ({"response", "usage"})."""
+    body, model = job.body["request"], job.body["model"]
+    parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
+                                  ctx.parse_context(), len(str(body)))
+    context = RequestContext(tenant=job.body.get("tenant"), priority=job.priority)
+    run = ctx.run(parsed.engine_requests(make_id("wai"), context))
+    texts, final, counted = [], None, 0
+    try:
+        await run.start()
+        async for _, d in run.deltas():
+            texts.append(check_delta(d).new_text)
+            counted += len(d.new_token_ids)
+            final = d if d.finished else final
+    finally:
+        await run.aclose()
+    n_out = (final.num_output_tokens if final is not None else 0) or counted
+    n_prompt = (final.num_prompt_tokens if final is not None else 0) or \
+        len(run.requests[0].prompt_token_ids)
+    cached = final.num_cached_tokens if final is not None else 0
+    return {"response": "".join(texts), "usage": usage_dict(n_prompt, n_out, cached)}

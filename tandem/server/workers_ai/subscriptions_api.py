@@ -1,0 +1,82 @@
+"""Event subscriptions for queued Workers AI batches: a URL that receives the batch events
+(`cf.workersAi.model.batch.queued`, `.succeeded`, `.failed`) as signed POSTs.
+
+  POST   /client/v4/accounts/{account_id}/event_subscriptions/subscriptions
+         {"destination": {"url": ...}} (or {"url": ...}), "events": [...] (full or short names,
+         e.g. "batch.succeeded"; default all), "secret"? -> the subscription with its secret
+         (shown only here; it signs every delivery: x-tandem-signature, tandem.asyncq.signature)
+  GET    same path                                  -> the account's subscriptions, no secrets
+  DELETE same path + /{subscription_id}             -> {"id"}
+Cloudflare delivers these events to a Queue; tandem posts them to the URL (retries with
+backoff, then a dead-letter record: tandem.asyncq.notifier).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.asyncq.event import EventType, Subscription, SubscriptionSpec
+from tandem.errors import InvalidRequest
+from tandem.server.errors import workers_ai_error_response
+from tandem.server.queue_service import NotFound, QueueService
+from tandem.server.request_body import read_json_object
+from tandem.server.responses import json_response
+
+PATH = "/client/v4/accounts/{account_id}/event_subscriptions/subscriptions"
+_BY_NAME = {**{t.value: t for t in EventType},
+            **{t.value.removeprefix("cf.workersAi.model."): t for t in EventType}}
+
+
+def _view(sub: Subscription, with_secret: bool) -> dict:
+    view = {"id": sub.id, "destination": {"type": "webhook", "url": sub.url},
+            "events": [t.value for t in sub.event_types], "created_at": sub.created_at}
+    if with_secret:
+        view["secret"] = sub.secret
+    return view
+
+
+def _spec(account: str, body: dict) -> SubscriptionSpec:
+    dest = body.get("destination")
+    url = dest.get("url") if isinstance(dest, dict) else body.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InvalidRequest("give the webhook's http(s) URL as destination.url", param="destination.url")
+    names = body.get("events", list(_BY_NAME)[:len(EventType)])
+    if not isinstance(names, list) or not names or any(n not in _BY_NAME for n in names):
+        raise InvalidRequest(f"'events' must list some of {', '.join(t.value for t in EventType)}",
+                             param="events")
+    secret = body.get("secret")
+    if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
+        raise InvalidRequest("'secret' must be a string of at least 16 characters", param="secret")
+    types = tuple(dict.fromkeys(_BY_NAME[n] for n in names))
+    return SubscriptionSpec(account=account, url=url, event_types=types, secret=secret)
+
+
+def subscription_routes(service: QueueService) -> list[Route]:
+    queue = service.queue
+
+    def ok(result) -> Response:
+        return json_response({"result": result, "success": True, "errors": [], "messages": []})
+
+    async def create(request: Request) -> Response:
+        try:
+            body = await read_json_object(request, 65536)
+            sub = await queue.subscribe(_spec(request.path_params["account_id"], body))
+            return ok(_view(sub, with_secret=True))
+        except Exception as exc:
+            return workers_ai_error_response(exc)
+
+    async def listing(request: Request) -> Response:
+        subs = await queue.subscriptions(request.path_params["account_id"])
+        return ok([_view(s, with_secret=False) for s in subs])
+
+    async def delete(request: Request) -> Response:
+        account, sub_id = request.path_params["account_id"], request.path_params["subscription_id"]
+        mine = {s.id for s in await queue.subscriptions(account)}
+        if sub_id not in mine or not await queue.unsubscribe(sub_id):
+            return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
+        return ok({"id": sub_id})
+
+    return [Route(PATH, create, methods=["POST"]), Route(PATH, listing, methods=["GET"]),
+            Route(PATH + "/{subscription_id}", delete, methods=["DELETE"])]

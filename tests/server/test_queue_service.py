@@ -1,0 +1,189 @@
+"""The asynchronous batch API of an app over a fake backend: Workers AI `?queueRequest=true`
+(queue, poll, idempotency, 413), event subscriptions, and OpenAI files + batches driven by the
+official `openai` client."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from tandem.asyncq.event import EventType
+from tandem.server.app import build_app
+from tandem.server.config import ServerConfig
+from tandem.server.queue_service import QueueConfig, QueueSetup
+from tests.server.fakes import FakeBackend
+
+URL = "/client/v4/accounts/acc1/ai/run/@cf/meta/fake-model"
+QUEUED = URL + "?queueRequest=true"
+
+
+@pytest.fixture
+def room():
+    return {"free": True}
+
+
+@pytest.fixture
+def app_client(tmp_path, room):
+    backend = FakeBackend(reply="Hi there")
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"), poll_s=0.05,
+                                   max_payload_bytes=20_000, lease_s=5.0),
+                       headroom=lambda: room["free"])
+    app = build_app(backend, ServerConfig(max_body_bytes=4096), queue=setup)
+    with TestClient(app) as client:
+        yield client, backend
+
+
+def poll(client, request_id: str, url: str = QUEUED, timeout_s: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        r = client.post(url, json={"request_id": request_id})
+        assert r.status_code == 200, r.text
+        result = r.json()["result"]
+        if "responses" in result:
+            return result
+        assert result["status"] in ("queued", "running") and result["request_id"] == request_id
+        assert time.monotonic() < deadline, "batch not done in time"
+        time.sleep(0.05)
+
+
+def test_workers_ai_queue_and_poll(app_client):
+    client, backend = app_client
+    r = client.post(QUEUED, json={"requests": [
+        {"prompt": "a", "max_tokens": 4, "external_reference": "ref-a"},
+        {"messages": [{"role": "user", "content": "b"}]},
+        {"prompt": ""}]})   # invalid: fails alone, with its error
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["success"] is True and body["errors"] == [] and body["messages"] == []
+    assert body["result"]["status"] == "queued" and body["result"]["model"] == "@cf/meta/fake-model"
+    result = poll(client, body["result"]["request_id"])
+    a, b, bad = result["responses"]
+    assert (a["id"], a["success"], a["external_reference"]) == (0, True, "ref-a")
+    assert a["result"]["response"] == "Hi t" and a["result"]["usage"]["completion_tokens"] == 4
+    assert (b["id"], b["success"], b["result"]["response"]) == (1, True, "Hi there")
+    assert bad["success"] is False and bad["result"] is None and "prompt" in bad["error"]
+    assert result["usage"]["completion_tokens"] == 4 + 8
+    assert result["usage"]["total_tokens"] == result["usage"]["prompt_tokens"] + 12
+    assert len(backend.seen) == 2   # each valid request ran once
+
+
+def test_workers_ai_queue_is_idempotent_and_bounded(app_client):
+    client, backend = app_client
+    body = {"requests": [{"prompt": "x"}]}
+    r1 = client.post(QUEUED, json=body, headers={"idempotency-key": "k1"})
+    r2 = client.post(QUEUED, json=body, headers={"idempotency-key": "k1"})
+    assert r1.json()["result"]["request_id"] == r2.json()["result"]["request_id"]
+    poll(client, r1.json()["result"]["request_id"])
+    assert len(backend.seen) == 1
+    big = client.post(QUEUED, json={"requests": [{"prompt": "x" * 30_000}]})
+    assert big.status_code == 413 and big.json()["success"] is False
+    assert big.json()["errors"][0]["code"] == 5021
+    missing = client.post(QUEUED, json={"request_id": "nope"})
+    assert missing.status_code == 404 and missing.json()["success"] is False
+    other_account = client.post(QUEUED.replace("acc1", "acc2"),
+                                json={"request_id": r1.json()["result"]["request_id"]})
+    assert other_account.status_code == 404
+    assert client.post(QUEUED, json={"requests": []}).status_code == 400
+    wrong_model = client.post(QUEUED.replace("fake-model", "other"), json=body)
+    assert wrong_model.status_code == 404
+
+
+def test_no_queued_work_runs_without_headroom(app_client, room):
+    client, backend = app_client
+    room["free"] = False
+    rid = client.post(QUEUED, json={"requests": [{"prompt": "x"}]}).json()["result"]["request_id"]
+    time.sleep(0.4)
+    r = client.post(QUEUED, json={"request_id": rid}).json()["result"]
+    assert r["status"] == "queued" and backend.seen == []
+    room["free"] = True
+    assert poll(client, rid)["responses"][0]["success"] is True
+
+
+def test_subscriptions(app_client):
+    client, _ = app_client
+    path = "/client/v4/accounts/acc1/event_subscriptions/subscriptions"
+    r = client.post(path, json={"destination": {"url": "http://127.0.0.1:9/hook"},
+                                "events": ["batch.succeeded", EventType.FAILED.value]})
+    assert r.status_code == 200, r.text
+    sub = r.json()["result"]
+    assert sub["events"] == [EventType.SUCCEEDED.value, EventType.FAILED.value]
+    assert len(sub["secret"]) == 64
+    listed = client.get(path).json()["result"]
+    assert [s["id"] for s in listed] == [sub["id"]] and "secret" not in listed[0]
+    assert client.get(path.replace("acc1", "acc2")).json()["result"] == []
+    assert client.post(path, json={"url": "ftp://x"}).status_code == 400
+    assert client.post(path, json={"url": "http://x", "events": ["nope"]}).status_code == 400
+    assert client.delete(f"{path}/{sub['id']}").json()["result"] == {"id": sub["id"]}
+    assert client.delete(f"{path}/{sub['id']}").status_code == 404
+
+
+def test_queue_request_without_a_queue_is_refused():
+    with TestClient(build_app(FakeBackend(), ServerConfig())) as client:
+        r = client.post(QUEUED, json={"requests": [{"prompt": "x"}]})
+        assert r.status_code == 400 and "--queue-db" in r.json()["errors"][0]["message"]
+        assert client.get("/v1/batches").status_code == 404
+
+
+def test_openai_batch_with_the_official_client(app_client, tmp_path):
+    client, backend = app_client
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client,
+                       max_retries=0)
+    lines = [{"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": "fake-model", "max_tokens": 3,
+                       "messages": [{"role": "user", "content": f"q{i}"}]}} for i in range(3)]
+    lines.append({"custom_id": "bad", "method": "POST", "url": "/v1/chat/completions",
+                  "body": {"model": "other-model", "messages": [{"role": "user", "content": "x"}]}})
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    f = oa.files.create(file=path.open("rb"), purpose="batch")
+    assert f.purpose == "batch" and f.bytes == path.stat().st_size and f.filename == "in.jsonl"
+    assert oa.files.content(f.id).text == path.read_text()
+    assert [x.id for x in oa.files.list().data] == [f.id]
+
+    batch = oa.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                              completion_window="24h", metadata={"job": "nightly"})
+    assert batch.status in ("in_progress", "completed") and batch.request_counts.total == 4
+    deadline = time.monotonic() + 10
+    while batch.status != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+        batch = oa.batches.retrieve(batch.id)
+    assert batch.request_counts.completed == 3 and batch.request_counts.failed == 1
+    assert batch.metadata == {"job": "nightly"} and batch.completed_at is not None
+    out = [json.loads(x) for x in oa.files.content(batch.output_file_id).text.splitlines()]
+    assert sorted(o["custom_id"] for o in out) == ["req-0", "req-1", "req-2"]
+    assert all(o["response"]["status_code"] == 200 and o["error"] is None for o in out)
+    assert out[0]["response"]["body"]["choices"][0]["message"]["content"] == "Hi "
+    assert out[0]["response"]["body"]["object"] == "chat.completion"
+    (err,) = [json.loads(x) for x in oa.files.content(batch.error_file_id).text.splitlines()]
+    assert err["custom_id"] == "bad" and err["response"]["status_code"] == 404
+    assert err["response"]["body"]["error"]["code"] == "model_not_found"
+    assert [b.id for b in oa.batches.list().data] == [batch.id]
+    assert oa.files.retrieve(batch.output_file_id).purpose == "batch_output"
+    assert oa.files.delete(f.id).deleted is True
+    with pytest.raises(openai.NotFoundError):
+        oa.files.retrieve(f.id)
+    with pytest.raises(openai.NotFoundError):
+        oa.batches.retrieve("batch_nope")
+
+
+def test_openai_batch_cancel_and_validation(app_client, tmp_path, room):
+    client, backend = app_client
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client,
+                       max_retries=0)
+    room["free"] = False   # nothing runs: the cancel finds every job queued
+    line = {"custom_id": "a", "method": "POST", "url": "/v1/completions",
+            "body": {"model": "fake-model", "prompt": "x"}}
+    f = oa.files.create(file=("in.jsonl", json.dumps(line).encode()), purpose="batch")
+    with pytest.raises(openai.BadRequestError):
+        oa.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions",
+                          completion_window="24h")   # the line's url differs
+    batch = oa.batches.create(input_file_id=f.id, endpoint="/v1/completions",
+                              completion_window="24h")
+    cancelled = oa.batches.cancel(batch.id)
+    assert cancelled.status == "cancelled" and cancelled.output_file_id is None
+    assert backend.seen == []
