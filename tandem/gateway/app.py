@@ -28,6 +28,7 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
+from tandem.gateway.queue_headroom import gateway_headroom
 from tandem.gateway.registry import Registry
 from tandem.router.router import Router, pools_policies
 from tandem.gateway.worker_client import WorkerHTTP
@@ -38,6 +39,7 @@ from tandem.router.prefix_index import PrefixIndex
 from tandem.server.app import build_app
 from tandem.server.config import ServerConfig
 from tandem.server.errors import openai_error_response
+from tandem.server.queue_service import QueueSetup
 from tandem.server.request_body import read_json_object
 from tandem.server.responses import json_response
 
@@ -177,8 +179,10 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                  api_keys=config.api_keys, allowed_origins=config.allowed_origins,
                                  host=config.host, port=config.port,
                                  sampling_defaults=config.sampling_defaults)
+    queue = None if config.queue is None else QueueSetup(
+        config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
-                    extra_routes=_management_routes(registry, monitor))
+                    extra_routes=_management_routes(registry, monitor), queue=queue)
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
     parts.metrics = metrics
     router.on_decision = metrics.on_decision

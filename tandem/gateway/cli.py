@@ -2,6 +2,7 @@
 
   tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
                  [--decode URL ...] [--policy NAME] [--model PATH]
+                 [--queue-db [FILE] | --queue-url redis://...|postgresql://...]
       the gateway; workers may also register at runtime (tandem serve --gateway URL).
 """
 
@@ -12,6 +13,7 @@ import logging
 
 from tandem.router.policies import POLICY_NAMES
 from tandem.server.cli import origins
+from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 
@@ -47,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "uncached on its decode worker is prefilled there (default 0: never)")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
+    add_queue_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -65,7 +68,8 @@ def gateway_config_from_args(args: argparse.Namespace):
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
-        local_prefill_tokens=args.local_prefill_tokens)
+        local_prefill_tokens=args.local_prefill_tokens,
+        queue=queue_config_from_args(args, args.port))
 
 
 def gateway(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.router.admission import AdmissionLimits
+from tandem.server.queue_service import QueueConfig
 from tandem.server.sampling_defaults import SamplingDefaults
 
 
@@ -42,3 +43,4 @@ class GatewayConfig:
     max_migrations: int = 3           # a stream moves at most this many times
     retry_after_s: int = 1            # Retry-After on 503 and 429
     connect_timeout_s: float = 2.0
+    queue: QueueConfig | None = None  # --queue-db / --queue-url: the asynchronous batch API

@@ -1,7 +1,8 @@
 """`tandem serve`: one worker (engine + HTTP API) on one port.
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
-               [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...] ...
+               [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
+               [--queue-db [FILE] | --queue-url URL] ...
 
 Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 """
@@ -21,6 +22,7 @@ from tandem.config import (
     TransferConfig,
 )
 from tandem.server.config import ServerConfig
+from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
@@ -113,6 +115,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true")
+    add_queue_arguments(p)
     p.set_defaults(func=serve)
 
 
@@ -194,13 +197,17 @@ def serve(args: argparse.Namespace) -> int:
 
     from tandem.engine.async_engine import AsyncEngine
     from tandem.server.app import build_app
+    from tandem.server.queue_service import QueueSetup, engine_headroom
 
     engine_config, server_config = configs_from_args(args)
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine(engine_config)
     startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
-    app = build_app(engine, server_config, startup=startup, shutdown=shutdown)
+    queue_config = queue_config_from_args(args, server_config.port)
+    queue = None if queue_config is None else QueueSetup(queue_config,
+                                                         engine_headroom(engine, queue_config))
+    app = build_app(engine, server_config, startup=startup, shutdown=shutdown, queue=queue)
     # loop="auto" takes uvloop and http="auto" httptools when they are installed.
     uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
                 log_level=server_config.log_level, access_log=server_config.access_log,

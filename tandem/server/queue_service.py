@@ -24,6 +24,7 @@ from tandem.asyncq.notifier import Notifier, NotifierConfig
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.queue import JobQueue
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
+from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
 
 JobRunner = Callable[[ServerContext, Job], Awaitable[JSON]]
@@ -40,6 +41,10 @@ class QueueConfig:
     max_payload_bytes: int = 10 * 2**20  # a queued request body above this: 413 (Workers AI's limit)
     max_file_bytes: int = 100 * 2**20    # an uploaded batch input file above this: 413
     poll_s: float = 0.5                  # dispatcher's look at the queue when idle
+    # headroom: queued work is taken only while some worker has at most this many prompt tokens
+    # waiting to be computed (and, on a worker, its KV cache below headroom_kv_usage)
+    headroom_prefill_tokens: int = 2048
+    headroom_kv_usage: float = 0.8
     notifier: NotifierConfig = field(default_factory=NotifierConfig)
 
 
@@ -49,6 +54,16 @@ class QueueSetup:
     while the pools can take queued work without hurting interactive traffic)."""
     config: QueueConfig
     headroom: Callable[[], bool]
+
+
+def engine_headroom(backend: Backend, cfg: QueueConfig) -> Callable[[], bool]:
+    """A single server's headroom (`tandem serve`): nothing waits to be admitted, few prompt
+    tokens wait to be computed, and the KV cache has room."""
+    def headroom() -> bool:
+        s = backend.stats()
+        return (s.num_waiting == 0 and s.waiting_prefill_tokens <= cfg.headroom_prefill_tokens
+                and s.kv_cache_usage < cfg.headroom_kv_usage)
+    return headroom
 
 
 def default_owner() -> str:
