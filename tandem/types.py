@@ -237,3 +237,8 @@ class EngineStats:
     num_preemptions: int          # cumulative
     waiting_prefill_tokens: int   # prompt tokens not yet computed, over all requests
     running_context_tokens: int   # tokens in the contexts of running requests past their prefill
+    # speculative decoding, cumulative (vLLM's spec_decode counters)
+    spec_num_drafts: int = 0              # request-steps that verified at least one draft token
+    spec_num_draft_tokens: int = 0        # draft tokens verified
+    spec_num_accepted_tokens: int = 0     # draft tokens accepted
+    spec_accepted_per_pos: tuple[int, ...] = ()   # accepted drafts by position in the draft

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
 
@@ -40,6 +41,25 @@ from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta
                           RequestTimings, TokenLogprob)
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class SpecCounters:
+    """Speculative decoding since start (vLLM's spec_decode counters)."""
+
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+    def count(self, num_proposed: int, num_accepted: int) -> None:
+        self.num_drafts += 1
+        self.num_draft_tokens += num_proposed
+        self.num_accepted_tokens += num_accepted
+        if len(self.accepted_per_pos) < num_proposed:
+            self.accepted_per_pos.extend([0] * (num_proposed - len(self.accepted_per_pos)))
+        for pos in range(num_accepted):
+            self.accepted_per_pos[pos] += 1
 
 
 def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
@@ -83,6 +103,7 @@ class Engine:
         self._mask_thread: ThreadPoolExecutor | None = None   # fills grammar masks during the forward
         self.num_prompt_tokens = 0      # cumulative, counted when a request's first token is sampled
         self.num_generation_tokens = 0  # cumulative
+        self.spec = SpecCounters()
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "Engine":
@@ -91,9 +112,14 @@ class Engine:
             torch.set_num_threads(config.num_threads)
         loaded = load_model(config.model)
         tokenizer = Tokenizer.from_dir(config.model.path)
+        proposer = None
+        if config.speculative is not None:
+            from tandem.spec.factory import make_proposer
+
+            proposer = make_proposer(config.speculative)
         kind = config.resolved_transport
         if kind is None:
-            return cls(config, loaded, tokenizer)
+            return cls(config, loaded, tokenizer, proposer=proposer)
         from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
         from tandem.transfer.handoff import handoff_connector
 
@@ -103,7 +129,7 @@ class Engine:
         transport = make_transport(kind, kv_cache, layout, config.transfer)
         transport.source.start()
         connectors = [handoff_connector(transport, layout)]
-        return cls(config, loaded, tokenizer, kv_cache, connector_set(connectors),
+        return cls(config, loaded, tokenizer, kv_cache, connector_set(connectors), proposer,
                    transport_address=transport.source.address)
 
     # --- requests -----------------------------------------------------------------------
@@ -246,6 +272,9 @@ class Engine:
             done = sampled.get(seq.request.request_id)
             num_accepted = accepted_length(done.proposed, done.token_ids) if done else 0
             self.scheduler.computed(seq, num_accepted)
+            if seq.proposed:
+                self.spec.count(len(seq.proposed), num_accepted)
+                self.proposer.observe(seq.request, len(seq.proposed), num_accepted)
         for req, scored in result.prompt_logprobs:
             req.prompt_logprobs += scored
         for seq in out.seqs:
@@ -398,7 +427,10 @@ class Engine:
             # a request still computing its prompt counts in waiting_prefill_tokens only, as the
             # gateway tracks it (its context starts with the first token)
             running_context_tokens=sum(r.num_tokens for r in running
-                                       if r.num_computed_tokens >= r.num_tokens - 1))
+                                       if r.num_computed_tokens >= r.num_tokens - 1),
+            spec_num_drafts=self.spec.num_drafts, spec_num_draft_tokens=self.spec.num_draft_tokens,
+            spec_num_accepted_tokens=self.spec.num_accepted_tokens,
+            spec_accepted_per_pos=tuple(self.spec.accepted_per_pos))
 
     def shutdown(self) -> None:
         if self._mask_thread is not None:

@@ -18,5 +18,10 @@ from tandem.engine.request import Request
 class Proposer(Protocol):
     def propose(self, requests: Sequence[Request]) -> list[list[int]]:
         """Draft tokens for each request (an empty list: none), in order. The engine trims them to
-        what max_tokens and the context leave."""
+        what max_tokens, the context and the request's grammar leave."""
+        ...
+
+    def observe(self, request: Request, num_proposed: int, num_accepted: int) -> None:
+        """After a step verified `num_proposed` of the request's draft tokens: the first
+        `num_accepted` agreed with the target."""
         ...

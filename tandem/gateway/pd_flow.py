@@ -97,13 +97,21 @@ class GatewayBackend:
     def stats(self) -> EngineStats:
         """Sums over the healthy workers' last reports."""
         keys = EngineStats.__dataclass_fields__
-        total = dict.fromkeys(keys, 0)
+        total: dict = dict.fromkeys(keys, 0)
         live = [w for w in self.parts.registry.all() if w.healthy]
         for w in live:
             for k in keys:
                 v = w.stats.get(k, 0)
-                total[k] += v if isinstance(v, (int, float)) else 0
+                if isinstance(v, list):   # counts by position: summed position by position
+                    acc = list(total[k] or ())
+                    acc += [0] * (len(v) - len(acc))
+                    for i, n in enumerate(v):
+                        acc[i] += n
+                    total[k] = tuple(acc)
+                elif isinstance(v, (int, float)):
+                    total[k] += v
         total["kv_cache_usage"] = total["kv_cache_usage"] / len(live) if live else 0.0
+        total["spec_accepted_per_pos"] = total["spec_accepted_per_pos"] or ()
         return EngineStats(**total)
 
 

@@ -57,6 +57,24 @@ class _StatsCollector(Collector):
                       s.prefix_cache_hits)
         yield counter("num_preemptions", "Requests preempted to free KV blocks.",
                       s.num_preemptions)
+        yield counter("spec_decode_num_drafts", "Request-steps that verified draft tokens.",
+                      s.spec_num_drafts)
+        yield counter("spec_decode_num_draft_tokens", "Draft tokens verified by the target.",
+                      s.spec_num_draft_tokens)
+        yield counter("spec_decode_num_accepted_tokens", "Draft tokens the target accepted.",
+                      s.spec_num_accepted_tokens)
+        per_pos = CounterMetricFamily("tandem:spec_decode_num_accepted_tokens_per_pos",
+                                      "Accepted draft tokens by their position in the draft.",
+                                      labels=(*_LABELS, "position"))
+        for pos, n in enumerate(s.spec_accepted_per_pos):
+            per_pos.add_metric([*labels, str(pos)], n)
+        yield per_pos
+        drafted = s.spec_num_draft_tokens
+        yield gauge("spec_decode_acceptance_rate", "Accepted over verified draft tokens, since start.",
+                    s.spec_num_accepted_tokens / drafted if drafted else 0.0)
+        yield gauge("spec_decode_mean_accepted_length",
+                    "Tokens per step of a request that verified drafts: accepted drafts plus one.",
+                    1.0 + s.spec_num_accepted_tokens / s.spec_num_drafts if s.spec_num_drafts else 0.0)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # dynamic: described at scrape time only

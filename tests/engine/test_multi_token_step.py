@@ -37,6 +37,9 @@ class ScriptedProposer:
             out.append(draft)
         return out
 
+    def observe(self, request, num_proposed, num_accepted):
+        pass
+
 
 def _run_holding_no_extra_block(engine, reqs):
     """Step to completion; after every step no request holds a block past those its own tokens

@@ -36,3 +36,21 @@ def test_metrics_after_requests():
         for gauge in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
             assert sample(text, f"tandem:{gauge}") == 0
         assert "tandem:time_to_first_token_seconds_count{" not in c2.get("/metrics").text
+
+
+def test_speculative_decoding_metrics():
+    import dataclasses
+
+    backend = FakeBackend()
+    spec = dataclasses.replace(backend.stats(), spec_num_drafts=4, spec_num_draft_tokens=12,
+                               spec_num_accepted_tokens=6, spec_accepted_per_pos=(3, 2, 1))
+    backend.stats = lambda: spec
+    with TestClient(build_app(backend, ServerConfig())) as c:
+        text = c.get("/metrics").text
+    assert sample(text, "tandem:spec_decode_num_drafts_total") == 4
+    assert sample(text, "tandem:spec_decode_num_draft_tokens_total") == 12
+    assert sample(text, "tandem:spec_decode_num_accepted_tokens_total") == 6
+    assert [sample(text, "tandem:spec_decode_num_accepted_tokens_per_pos_total", position=str(p))
+            for p in range(3)] == [3, 2, 1]
+    assert sample(text, "tandem:spec_decode_acceptance_rate") == 0.5
+    assert sample(text, "tandem:spec_decode_mean_accepted_length") == 2.5
