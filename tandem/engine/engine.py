@@ -371,6 +371,8 @@ class Engine:
         connector keeps its blocks and returns the handle for the client)."""
         req.finish_reason = reason
         kept = self.scheduler.finish(req)
+        if self.proposer is not None:
+            self.proposer.finished(req)
         self._start_connector_io(kept)
         req.status = RequestStatus.FINISHED
         req.finished_time = time.monotonic()

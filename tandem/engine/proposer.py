@@ -25,3 +25,7 @@ class Proposer(Protocol):
         """After a step verified `num_proposed` of the request's draft tokens: the first
         `num_accepted` agreed with the target."""
         ...
+
+    def finished(self, request: Request) -> None:
+        """The request left the engine (finished, aborted, handed over): drop its state."""
+        ...

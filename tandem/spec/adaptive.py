@@ -66,6 +66,9 @@ class AdaptiveDraftLength:
             excess -= 1
         return out
 
+    def finished(self, req) -> None:
+        self._records.pop(req, None)
+
     def observe(self, req, num_proposed: int, num_accepted: int) -> None:
         """A step verified `num_proposed` draft tokens of `req`, the first `num_accepted` agreed."""
         if num_proposed == 0:

@@ -73,3 +73,6 @@ class NgramProposer:
 
     def observe(self, request, num_proposed: int, num_accepted: int) -> None:
         pass
+
+    def finished(self, request) -> None:
+        self._tokens.pop(request, None)

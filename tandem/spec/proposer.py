@@ -26,3 +26,8 @@ class AdaptiveProposer:
         if self.lengths is not None:
             self.lengths.observe(request, num_proposed, num_accepted)
         self.method.observe(request, num_proposed, num_accepted)
+
+    def finished(self, request) -> None:
+        if self.lengths is not None:
+            self.lengths.finished(request)
+        self.method.finished(request)

@@ -40,6 +40,9 @@ class ScriptedProposer:
     def observe(self, request, num_proposed, num_accepted):
         pass
 
+    def finished(self, request):
+        pass
+
 
 def _run_holding_no_extra_block(engine, reqs):
     """Step to completion; after every step no request holds a block past those its own tokens

@@ -82,6 +82,9 @@ def test_unseeded_sampling_keeps_the_target_distribution(llama_dir, make_engine)
         def observe(self, *a):
             pass
 
+        def finished(self, request):
+            pass
+
     greedy = tokens(run(make_engine(llama_dir), [g := request(prompt, max_tokens=2)])[g.request_id])
     plain = sample(make_engine(llama_dir, max_num_seqs=256, num_blocks=4096), 1500)
     spec_engine = make_engine(llama_dir, max_num_seqs=256, num_blocks=4096)
