@@ -2,10 +2,12 @@
 `--queue-db`; the gateway is killed with SIGKILL in the middle of a Workers AI batch and started
 again on the same queue file. Every request completes exactly once (one result each, the ones
 the dead gateway was running taken up again after their lease), greedy results equal the same
-request sent interactively, and a webhook subscriber gets the batch's events."""
+request sent interactively, and a webhook subscriber gets the batch's events. Two gateways on
+one Redis or PostgreSQL queue never run a request twice."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -18,9 +20,11 @@ import httpx
 import orjson
 import pytest
 
+from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.signature import HEADER, verify
 from tandem.testing.server_process import stop, wait_healthy
 from tandem.testing.tiny_model import write_test_model
+from tests.asyncq import servers
 from tests.asyncq.receiver import Receiver
 from tests.asyncq.servers import free_port
 
@@ -128,3 +132,55 @@ def test_gateway_killed_mid_batch_every_request_completes_once(tmp_path):
         receiver.stop()
         for p in reversed(procs):
             stop(p)
+
+
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_two_gateways_on_one_shared_queue_run_each_request_once(tmp_path, backend):
+    server = servers.start_redis() if backend == "redis" else servers.start_postgres()
+    if server is None:
+        pytest.skip(f"{backend} server binary not found (Debian package "
+                    f"{'redis-server' if backend == 'redis' else 'postgresql'})")
+    model = write_test_model(tmp_path / "tiny")
+    log = tmp_path / "procs.log"
+    wport = free_port()
+    wurl = f"http://127.0.0.1:{wport}"
+    procs = [start(["serve", "--model", str(model), "--port", str(wport), "--threads", "1",
+                    "--device", "cpu", "--num-kv-blocks", "128", "--block-size", "16",
+                    "--max-model-len", "256", "--served-model-name", "m",
+                    "--log-level", "warning"], log)]
+    try:
+        wait_healthy(wurl, procs[0], 120, describe=lambda: log.read_text()[-3000:])
+        gurls = []
+        for _ in range(2):
+            port = free_port()
+            procs.append(start(["gateway", "--model", str(model), "--worker", wurl,
+                                "--port", str(port), "--served-model-name", "m",
+                                "--poll-interval", "0.2", "--queue-url", server.url,
+                                "--queue-concurrency", "2", "--log-level", "warning"], log))
+            gurls.append(f"http://127.0.0.1:{port}")
+        for url, proc in zip(gurls, procs[1:]):
+            wait_healthy(url, proc, 60, describe=lambda: log.read_text()[-3000:])
+        r = httpx.post(gurls[0] + RUN + "?queueRequest=true",
+                       json={"requests": [dict(body(i), max_tokens=16) for i in range(N)]})
+        rid = r.json()["result"]["request_id"]
+        deadline = time.monotonic() + 120
+        while True:   # polled on the other gateway: the queue is shared
+            result = httpx.post(gurls[1] + RUN + "?queueRequest=true", json={"request_id": rid},
+                                timeout=30).json()["result"]
+            if "responses" in result:
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert [x["success"] for x in result["responses"]] == [True] * N
+
+        async def attempts():
+            q = open_queue(server.url)
+            jobs = await q.list_batch(rid)
+            await q.close()
+            return [j.attempts for j in jobs]
+
+        assert asyncio.run(attempts()) == [1] * N   # no request ran twice
+    finally:
+        for p in reversed(procs):
+            stop(p)
+        server.stop()
