@@ -178,7 +178,10 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     server_config = ServerConfig(served_model_name=config.served_model_name,
                                  api_keys=config.api_keys, allowed_origins=config.allowed_origins,
                                  host=config.host, port=config.port,
-                                 sampling_defaults=config.sampling_defaults)
+                                 sampling_defaults=config.sampling_defaults,
+                                 tool_call_parser=config.tool_call_parser,
+                                 reasoning_parser=config.reasoning_parser,
+                                 constrain_auto_tool_calls=config.constrain_auto_tool_calls)
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,

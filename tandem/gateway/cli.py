@@ -14,6 +14,7 @@ import logging
 from tandem.router.policies import POLICY_NAMES
 from tandem.server.cli import origins
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
+from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 
@@ -35,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM "
                         "and tandem serve); vllm: the API's own defaults")
+    add_parser_flags(g)   # the gateway's routes parse the output (tool calls, reasoning)
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
     g.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
@@ -62,7 +64,7 @@ def gateway_config_from_args(args: argparse.Namespace):
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
         model_path=args.model, served_model_name=args.served_model_name,
         sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config)
-        if args.model else SamplingDefaults(), host=args.host,
+        if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
         allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval,

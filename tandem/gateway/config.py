@@ -29,6 +29,9 @@ class GatewayConfig:
     model_path: str | None = None     # tokenizer and chat template (needed to hash prefixes)
     served_model_name: str | None = None
     sampling_defaults: SamplingDefaults = SamplingDefaults()  # the model's generation_config.json
+    tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/server/parser_setup.py)
+    reasoning_parser: str | None = None
+    constrain_auto_tool_calls: bool = True
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: tuple[str, ...] = ()

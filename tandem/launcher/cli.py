@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from tandem.router.policies import POLICY_NAMES
+from tandem.server.parser_setup import parser_flag_args, reasoning_parser_arg, tool_parser_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="extra argument for every `tandem serve` (repeatable), e.g. --worker-arg=--dtype=float32")
     u.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `tandem gateway` (repeatable), e.g. --gateway-arg=--local-prefill-tokens=256")
+    u.add_argument("--tool-call-parser", type=tool_parser_arg, default=None, metavar="NAME",
+                   help="for the gateway and every worker (default: recognized from the chat template)")
+    u.add_argument("--reasoning-parser", type=reasoning_parser_arg, default=None, metavar="NAME",
+                   help="for the gateway and every worker (default: none)")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -43,9 +48,10 @@ def up(args: argparse.Namespace) -> int:
     if args.colocated is None and not (args.prefill and args.decode):
         print("tandem up: --prefill and --decode both need at least 1", file=sys.stderr)
         return 2
+    parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser)
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
-                       policy=args.policy, worker_args=tuple(args.worker_arg),
-                       gateway_args=tuple(args.gateway_arg),
+                       policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
+                       gateway_args=tuple(args.gateway_arg) + parsers,
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level)
     return run_cluster(spec)

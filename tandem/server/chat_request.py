@@ -12,6 +12,7 @@ import orjson
 
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
+from tandem.server.tool_request import read_tools
 from tandem.tokenization.chat_prompt import ChatRender
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -37,7 +38,8 @@ def normalize_messages(raw: Any, param: str = "messages") -> list[dict]:
 
     Content given as parts stays a list of text parts (render_chat joins them unless the
     template reads parts); "developer" becomes "system"; tool call arguments given as a JSON
-    string become an object (templates render them with tojson).
+    string become the value it holds, and missing or empty ones `{}` (as vLLM does: templates
+    render them with tojson); arguments that are not JSON are a 400.
     As transformers does: fields sent as null are left out (clients echo assistant messages
     back with "tool_calls": null, which templates testing `is defined` would take for calls),
     and an assistant's reasoning is given under each name templates read it by.
@@ -98,36 +100,20 @@ def _tool_calls(calls: Any, param: str) -> list[dict]:
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad(f"{param}[{k}].function", "must be an object with a 'name'")
         args = fn.get("arguments")
-        if isinstance(args, str):
+        if not args:
+            args = {}
+        elif isinstance(args, str):
             try:
-                parsed = orjson.loads(args) if args.strip() else {}
+                args = orjson.loads(args)
             except orjson.JSONDecodeError:
-                parsed = None  # keep the string: the template gets what the client sent
-            if isinstance(parsed, dict):
-                fn = {**fn, "arguments": parsed}
-        out.append({**call, "function": fn})
+                raise bad(f"{param}[{k}].function.arguments", "must be a JSON text") from None
+        out.append({**call, "function": {**fn, "arguments": args}})
     return out
 
 
-def validate_tools(raw: Any, tool_choice: Any, param: str = "tools") -> list[dict] | None:
-    """The tools list for the chat template, or None. Only tool_choice auto/none for now."""
-    if tool_choice is not None and tool_choice not in ("auto", "none"):
-        what = f"value {tool_choice!r}" if isinstance(tool_choice, str) else "naming a function"
-        raise NotSupportedYet("tool_choice", what)
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise bad(param, "must be an array of tools")
-    for k, tool in enumerate(raw):
-        p = f"{param}[{k}]"
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-            raise bad(p, "must be an object of type 'function'")
-        fn = tool.get("function")
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise bad(f"{p}.function", "must be an object with a non-empty 'name'")
-        if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
-            raise bad(f"{p}.function.parameters", "must be a JSON schema object")
-    return raw or None
+def validate_tools(raw: Any, tool_choice: Any) -> list[dict] | None:
+    """The tools list for the chat template, or None (tool_request.py checks them)."""
+    return read_tools(Fields({"tools": raw, "tool_choice": tool_choice})).tools
 
 
 def template_kwargs(raw: Any) -> dict:

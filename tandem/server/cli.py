@@ -23,6 +23,7 @@ from tandem.config import (
 )
 from tandem.server.config import ServerConfig
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
+from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
@@ -101,6 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
                         "vllm: the API's own defaults")
+    add_parser_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--allowed-origins", type=origins, default="*",
@@ -143,6 +145,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                 port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout))
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
+                          **parser_settings(args),
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
                           allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,

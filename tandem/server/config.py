@@ -16,6 +16,10 @@ class ServerConfig:
     max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)
     max_prompts: int = 64                 # largest list of prompts in one completions request
     sampling_defaults: SamplingDefaults = SamplingDefaults()  # for what requests leave out
+    # output parsers (tandem/server/parser_setup.py): "auto" = the chat template's format, "none", or a name
+    tool_call_parser: str = "auto"
+    reasoning_parser: str | None = None   # None: no reasoning split
+    constrain_auto_tool_calls: bool = True  # tool_choice auto: calls held to the tools once opened
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with

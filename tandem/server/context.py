@@ -16,6 +16,7 @@ from tandem.server.openai.logprobs_format import TokenTexts
 from tandem.server.metrics import ServerMetrics
 from tandem.server.openai.openai_format import system_fingerprint
 from tandem.server.openai.openai_protocol import ParseContext
+from tandem.server.parser_setup import ParserSetup
 from tandem.server.run import GenerationRun
 from tandem.types import EngineRequest
 
@@ -36,6 +37,7 @@ class ServerContext:
     queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
+    _parsers: ParserSetup | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, backend: Backend, config: ServerConfig) -> "ServerContext":
@@ -68,10 +70,19 @@ class ServerContext:
             self._texts = TokenTexts(self.backend.tokenizer)
         return self._texts
 
+    @property
+    def parsers(self) -> ParserSetup:
+        """The output parsers, resolved against the model's chat template on first use."""
+        if self._parsers is None:
+            c = self.config
+            self._parsers = ParserSetup.resolve(c.tool_call_parser, c.reasoning_parser,
+                                                self.backend.tokenizer, c.constrain_auto_tool_calls)
+        return self._parsers
+
     def parse_context(self) -> ParseContext:
         return ParseContext(served_name=self.served_name, tokenizer=self.backend.tokenizer,
                             max_model_len=self.backend.max_model_len, max_n=self.config.max_n,
-                            max_prompts=self.config.max_prompts,
+                            max_prompts=self.config.max_prompts, parsers=self.parsers,
                             defaults=self.config.sampling_defaults)
 
     def run(self, requests: list[EngineRequest]) -> GenerationRun:

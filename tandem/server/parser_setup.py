@@ -40,6 +40,28 @@ def reasoning_parser_arg(text: str) -> str | None:
         f"unknown reasoning parser {text!r}; known: {NONE}, {', '.join(REASONING_PARSER_NAMES)}")
 
 
+def add_parser_flags(p: argparse.ArgumentParser) -> None:
+    """--tool-call-parser, --reasoning-parser and their companions (tandem serve and gateway)."""
+    p.add_argument("--tool-call-parser", type=tool_parser_arg, default=AUTO, metavar="NAME",
+                   help=f"tool-call format of the model's output (vLLM's names: "
+                        f"{', '.join(TOOL_PARSER_NAMES)}); {AUTO} (default): recognized from the chat "
+                        f"template; {NONE}: calls stay text")
+    p.add_argument("--reasoning-parser", type=reasoning_parser_arg, default=None, metavar="NAME",
+                   help=f"split think blocks into reasoning_content ({', '.join(REASONING_PARSER_NAMES)}); "
+                        "default: none")
+    p.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help="accepted for vLLM compatibility: tool_choice auto is always on")
+    p.add_argument("--no-auto-tool-grammar", dest="auto_tool_grammar", action="store_false",
+                   help="tool_choice auto: do not constrain a call's name and arguments once the model "
+                        "opens one (free text stays free either way)")
+
+
+def parser_settings(args: argparse.Namespace) -> dict:
+    """The ServerConfig / GatewayConfig fields of the flags above."""
+    return {"tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
+            "constrain_auto_tool_calls": args.auto_tool_grammar}
+
+
 def parser_flag_args(tool_call_parser: str | None, reasoning_parser: str | None) -> tuple[str, ...]:
     """The `tandem serve` / `tandem gateway` arguments that pass these settings on (tandem up)."""
     out = ()

@@ -22,11 +22,12 @@ import json
 from dataclasses import dataclass
 
 from tandem.parsers import ReasoningParser
+from tandem.parsers.schema_values import param_kind
 from tandem.server.fields import bad
 from tandem.types import GrammarSpec
 
-# consecutive whitespace inside arguments; bounded so that a sampled model cannot pad forever
-MAX_WHITESPACE = 8
+# consecutive whitespace inside arguments (`{"a": 1}` needs 1); bounded so a sampled model cannot pad forever
+MAX_WHITESPACE = 2
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,12 @@ class CallFormat:
     section: tuple[str, str] | None = None   # around all the calls of a response
     json_name: bool = False               # the name is written as a JSON string
     index: bool = False                   # kimi: `:N` after the name (a regex)
-    style: str = "json"                   # the arguments' encoding (xgrammar's JSON styles)
+    xml: bool = False                     # qwen3_coder's <parameter=NAME> arguments (xml_arguments)
 
     def call_tag(self, name: str, schema: dict) -> dict:
         written = json.dumps(name, ensure_ascii=False) if self.json_name else name
-        args = {"type": "json_schema", "json_schema": schema, "style": self.style,
-                "max_whitespace_cnt": MAX_WHITESPACE}
+        args = xml_arguments(schema) if self.xml else \
+            {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": MAX_WHITESPACE}
         if self.index:
             content = {"type": "sequence", "elements": [
                 {"type": "regex", "pattern": r"[0-9]{1,3}"},
@@ -58,7 +59,7 @@ class CallFormat:
 _HERMES = CallFormat(trigger="<tool_call>", prefix='<tool_call>\n{"name": ', infix=', "arguments": ',
                      suffix="}\n</tool_call>", separator="\n", json_name=True)
 _QWEN3_CODER = CallFormat(trigger="<tool_call>", prefix="<tool_call>\n<function=", infix=">\n",
-                          suffix="\n</function>\n</tool_call>", separator="\n", style="qwen_xml")
+                          suffix="</function>\n</tool_call>", separator="\n", xml=True)
 _LLAMA3_JSON = CallFormat(trigger='{"name"', prefix='{"name": ', infix=', "parameters": ', suffix="}",
                           separator="; ", json_name=True)
 _MISTRAL_LIST = CallFormat(trigger="[TOOL_CALLS]", prefix='{"name": ', infix=', "arguments": ',
@@ -74,6 +75,45 @@ _DEEPSEEK_V31 = CallFormat(trigger="<｜tool▁calls▁begin｜>", prefix="<｜t
 _KIMI_K2 = CallFormat(trigger="<|tool_calls_section_begin|>", prefix="<|tool_call_begin|>functions.",
                       infix="<|tool_call_argument_begin|>", suffix="<|tool_call_end|>", index=True,
                       section=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"))
+
+
+def xml_arguments(schema: dict) -> dict:
+    """qwen3_coder arguments, written as its parser reads them (tandem/parsers/qwen3_coder.py): one
+    `<parameter=NAME>\\nVALUE\\n</parameter>\\n` per property in the schema's order, optional
+    ones optional; a value the parser keeps as text (a string) is raw text (an enum: one of its
+    strings; a pattern: that regex; maxLength: at most that many characters), any other value is
+    JSON of its schema. (xgrammar's own qwen_xml style lets values be padded with spaces, which the
+    parser keeps in strings.) A schema without properties falls back to xgrammar's style."""
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not props:
+        return {"type": "sequence", "elements": [
+            {"type": "json_schema", "json_schema": schema, "style": "qwen_xml",
+             "max_whitespace_cnt": MAX_WHITESPACE}, {"type": "const_string", "value": "\n"}]}
+    required = set(schema.get("required") or ())
+    elements = []
+    for name, sub in props.items():
+        tag = {"type": "tag", "begin": f"<parameter={name}>\n", "content": _xml_value(name, sub),
+               "end": "\n</parameter>\n"}
+        elements.append(tag if name in required else {"type": "optional", "content": tag})
+    return {"type": "sequence", "elements": elements}
+
+
+def _xml_value(name: str, schema) -> dict:
+    tool = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {name: schema}}}}]
+    if param_kind(tool, "f", name) != "string" or not isinstance(schema, dict):
+        return {"type": "json_schema", "json_schema": schema if isinstance(schema, (dict, bool)) else True,
+                "max_whitespace_cnt": MAX_WHITESPACE}
+    if isinstance(schema.get("enum"), list):
+        return {"type": "or", "elements": [{"type": "const_string", "value": v}
+                                           for v in schema["enum"] if isinstance(v, str)]}
+    if isinstance(schema.get("const"), str):
+        return {"type": "const_string", "value": schema["const"]}
+    if isinstance(schema.get("pattern"), str):
+        return {"type": "regex", "pattern": schema["pattern"]}
+    text = {"type": "any_text"}
+    if isinstance(schema.get("maxLength"), int):
+        text["max_chars"] = schema["maxLength"]
+    return text
 
 
 def call_format(parser: str, chat_template: str | None) -> CallFormat:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.errors import ModelNotFound
+from tandem.errors import ModelNotFound, TandemError
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import as_tandem_error, openai_error_body, openai_error_response
@@ -31,14 +32,26 @@ from tandem.server.run import GenerationRun, check_delta
 async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:
     """Run a parsed OpenAI request and answer it (streaming or not)."""
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
-    context = http_context(request, cache_salt=parsed.cache_salt, priority=parsed.priority)
+    context = replace(http_context(request, cache_salt=parsed.cache_salt, priority=parsed.priority),
+                      parser=parsed.parser_options)
     run = ctx.run(parsed.engine_requests(rid, context))
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
-    if not parsed.stream:
-        body = await in_own_task(_collect(run, fmt))
-        return json_response(body, headers=run.info.headers)
-    await run.start()
+    try:
+        if not parsed.stream:
+            body = await in_own_task(_collect(run, fmt))
+            return json_response(body, headers=run.info.headers)
+        await run.start()
+    except TandemError as exc:   # the gateway re-raises a worker's 400 as a TandemError
+        raise name_grammar_param(exc, parsed.grammar_param)
     return sse_response(_stream(run, fmt), headers=run.info.headers)
+
+
+def name_grammar_param(exc: TandemError, param: str | None) -> TandemError:
+    """The engine names every constraint that does not compile `structured_outputs`; the client
+    gets the field it actually used (response_format, tools, guided_json...)."""
+    if param is not None and exc.param == "structured_outputs":
+        exc.param = param
+    return exc
 
 
 async def _collect(run: GenerationRun, fmt: OpenAIFormatter) -> dict:

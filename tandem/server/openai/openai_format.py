@@ -14,6 +14,8 @@ import uuid
 import zlib
 from dataclasses import dataclass, field
 
+from tandem.parsers import ContentDelta, Event, ReasoningDelta, ToolCall, ToolCallStart
+from tandem.server.chat_output import ChoiceOutput
 from tandem.server.openai.logprobs_format import (TokenTexts, chat_logprobs, completion_logprobs,
                                             echoed_logprobs, joined_logprobs, vllm_prompt_logprobs)
 from tandem.server.openai.openai_protocol import ParsedRequest
@@ -27,6 +29,37 @@ def make_id(prefix: str) -> str:
 
 def system_fingerprint(model_name: str) -> str:
     return f"fp_{zlib.crc32(f'tandem/{model_name}'.encode()):08x}"
+
+
+def tool_calls_json(calls: list[ToolCall]) -> list[dict]:
+    """OpenAI's message.tool_calls (arguments: a JSON text)."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in calls]
+
+
+def chat_deltas(events: list[Event]) -> list[dict]:
+    """Parser events -> OpenAI chat deltas, runs of one kind merged: {"content"},
+    {"reasoning_content"}, a call's start {"tool_calls": [{index, id, type, function: {name,
+    arguments: ""}}]}, then its argument fragments {"tool_calls": [{index, function: {arguments}}]}."""
+    out: list[dict] = []
+    for ev in events:
+        if isinstance(ev, ToolCallStart):
+            out.append({"tool_calls": [{"index": ev.index, "id": ev.id, "type": "function",
+                                        "function": {"name": ev.name, "arguments": ""}}]})
+            continue
+        if isinstance(ev, (ContentDelta, ReasoningDelta)):
+            key = "content" if isinstance(ev, ContentDelta) else "reasoning_content"
+            if out and set(out[-1]) == {key}:
+                out[-1][key] += ev.text
+            else:
+                out.append({key: ev.text})
+            continue
+        last = out[-1]["tool_calls"][0] if out and set(out[-1]) == {"tool_calls"} else None
+        if last is not None and last["index"] == ev.index and "id" not in last:
+            last["function"]["arguments"] += ev.fragment
+        else:
+            out.append({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.fragment}}]})
+    return out
 
 
 def usage_dict(prompt: int, completion: int, cached: int) -> dict:
@@ -46,6 +79,7 @@ class _Choice:
     final_output_tokens: int = 0  # as the final delta reports it
     text_offset: int = 0        # completions logprobs, streaming
     prompt_logprobs: list[TokenLogprob] | None = None  # prompt tokens 1.. scored
+    output: ChoiceOutput | None = None  # chat with parsers: the choice's parser
 
 
 class OpenAIFormatter:
@@ -60,6 +94,9 @@ class OpenAIFormatter:
         self.fingerprint = fingerprint
         self.texts = texts
         self.choices = [_Choice() for _ in range(len(parsed.prompts) * parsed.n)]
+        if self.chat and parsed.output is not None:
+            for i, c in enumerate(self.choices):
+                c.output = parsed.output.stream(request_id, i)
 
     # -- shared bookkeeping -------------------------------------------------
     def _record(self, i: int, d: RequestDelta) -> _Choice:
@@ -74,6 +111,13 @@ class OpenAIFormatter:
             c.finish_reason = d.finish_reason.value if d.finish_reason else "stop"
             c.final_output_tokens = d.num_output_tokens
         return c
+
+    @staticmethod
+    def _finish_reason(c: _Choice) -> str | None:
+        """A response that ended normally after calling tools ends with "tool_calls"."""
+        if c.finish_reason == "stop" and c.output is not None and c.output.num_tool_calls:
+            return "tool_calls"
+        return c.finish_reason
 
     def usage(self) -> dict:
         """Prompt tokens count once per prompt (choice j = 0), completions for every choice."""
@@ -126,16 +170,23 @@ class OpenAIFormatter:
         events = []
         prompt_lp = self._vllm_prompt_logprobs(i) if d.prompt_logprobs is not None else None
         if self.chat:
-            if d.new_text or has_lp or prompt_lp is not None:
-                lp = {"content": chat_logprobs(d.logprobs, self.texts)} if has_lp else None
-                chunk = self._chunk([{"index": i, "delta": {"content": d.new_text},
-                                      "logprobs": lp, "finish_reason": None}])
-                if prompt_lp is not None:
+            if c.output is None:
+                deltas = [{"content": d.new_text}] if d.new_text else []
+            else:
+                deltas = chat_deltas(c.output.feed(d.new_text)
+                                     + (c.output.finish() if d.finished else []))
+            if (has_lp or prompt_lp is not None) and not deltas:
+                deltas = [{}]   # the logprobs of tokens whose text the parser holds back
+            for k, delta in enumerate(deltas):
+                lp = {"content": chat_logprobs(d.logprobs, self.texts)} if has_lp and k == 0 else None
+                chunk = self._chunk([{"index": i, "delta": delta, "logprobs": lp,
+                                      "finish_reason": None}])
+                if prompt_lp is not None and k == 0:
                     chunk["prompt_logprobs"] = prompt_lp
                 events.append(sse_event(chunk))
             if d.finished:
                 events.append(sse_event(self._chunk([{"index": i, "delta": {}, "logprobs": None,
-                                                      "finish_reason": c.finish_reason}])))
+                                                      "finish_reason": self._finish_reason(c)}])))
         else:
             if self.p.echo_logprobs and d.prompt_logprobs is not None:
                 echo_lp, c.text_offset = self._echoed_logprobs(i)
@@ -167,15 +218,31 @@ class OpenAIFormatter:
         if self.p.logprobs and d.logprobs:
             c.logprobs.extend(d.logprobs)
 
+    def _message(self, c: _Choice, text: str) -> dict:
+        """The assistant message: content (null when only calls came, as OpenAI), the calls, and
+        with a reasoning parser reasoning_content."""
+        if c.output is None:
+            return {"role": "assistant", "content": text, "refusal": None}
+        c.output.feed(text)
+        c.output.finish()
+        out = c.output.result()
+        msg: dict = {"role": "assistant", "content": out.content if out.tool_calls else out.content or "",
+                     "refusal": None}
+        if out.tool_calls:
+            msg["tool_calls"] = tool_calls_json(out.tool_calls)
+        if self.p.output is not None and self.p.output.parses_reasoning:
+            msg["reasoning_content"] = out.reasoning
+        return msg
+
     def response(self) -> dict:
         choices = []
         for i, c in enumerate(self.choices):
             text = "".join(c.texts)
             if self.chat:
                 lp = {"content": chat_logprobs(c.logprobs, self.texts)} if self.p.logprobs else None
-                choices.append({"index": i, "message": {"role": "assistant", "content": text,
-                                                        "refusal": None},
-                                "logprobs": lp, "finish_reason": c.finish_reason})
+                message = self._message(c, text)   # parses: the finish reason depends on the calls
+                choices.append({"index": i, "message": message, "logprobs": lp,
+                                "finish_reason": self._finish_reason(c)})
                 continue
             lp = None
             if self.p.echo_logprobs:

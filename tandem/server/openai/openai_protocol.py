@@ -11,12 +11,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tandem.errors import ModelNotFound, PromptTooLong
-from tandem.server.chat_request import chat_render, normalize_messages, validate_tools
-from tandem.tokenization.chat_prompt import render_chat
+from tandem.server.chat_output import ChatOutputSpec
+from tandem.server.chat_plan import ChatPlan, plan_chat
+from tandem.server.chat_request import chat_render, normalize_messages
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
+from tandem.server.parser_setup import ParserSetup
 from tandem.server.sampling_defaults import SamplingDefaults
-from tandem.types import EngineRequest, RequestContext, SamplingParams
+from tandem.server.structured_output import read_structured_output
+from tandem.server.tool_request import read_tools
+from tandem.tokenization.chat_prompt import render_chat
+from tandem.types import EngineRequest, GrammarSpec, ParserOptions, RequestContext, SamplingParams
 
 _SEED_MIN, _SEED_MAX = -(2**63), 2**63 - 1
 MAX_LOGPROBS = 20
@@ -32,6 +37,7 @@ class ParseContext:
     max_n: int = 128
     max_prompts: int = 64
     defaults: SamplingDefaults = SamplingDefaults()  # what a request leaves out (the model's advice)
+    parsers: ParserSetup = ParserSetup()   # output parsers (tool calls, reasoning); none by default
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,9 @@ class ParsedRequest:
     user: str | None = None
     echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
     prompt_logprobs: int | None = None  # vLLM's prompt_logprobs: the scored prompt in its own field
+    output: ChatOutputSpec | None = None  # chat: how each choice's text is parsed (None: as it is)
+    grammar_param: str | None = None   # the field sampling.grammar came from (names its 400)
+    parser_options: ParserOptions = ParserOptions()  # the parsers that run, for the RequestContext
 
     @property
     def logprobs(self) -> bool:
@@ -99,13 +108,12 @@ def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
     _refuse_unsupported(f)
     if f.bool("echo", False):
         raise NotSupportedYet("echo", "in chat requests")
-    if f.has("response_format"):
-        _check_response_format(f.raw("response_format"))
-    tools = validate_tools(f.raw("tools"), f.raw("tool_choice"))
-    f.bool("parallel_tool_calls", True)
+    tools = read_tools(f)
+    structured, structured_param = read_structured_output(f)
     messages = normalize_messages(f.raw("messages"))
-    ids = render_chat(ctx.tokenizer, messages, tools, chat_render(f))
+    ids = render_chat(ctx.tokenizer, messages, tools.tools, chat_render(f))
     check_prompt_fits(ids, ctx, "messages")
+    plan = plan_chat(ctx.parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
 
     top = f.int("top_logprobs", None, 0, MAX_LOGPROBS)
     want = f.bool("logprobs", False)
@@ -120,7 +128,20 @@ def parse_chat(body: dict, ctx: ParseContext) -> ParsedRequest:
         max_tokens = ctx.max_model_len - len(ids)
         if ctx.defaults.max_tokens is not None:
             max_tokens = min(max_tokens, ctx.defaults.max_tokens)
-    return _finish(f, "chat", model, (tuple(ids),), ctx, max_tokens, logprobs)
+    return with_plan(_finish(f, "chat", model, (tuple(ids),), ctx, max_tokens, logprobs), plan)
+
+
+def prompt_tail(ctx: ParseContext, ids: list[int], tokens: int = 32) -> str:
+    """The end of a rendered prompt as text, special tokens included (an open think block shows)."""
+    return ctx.tokenizer.decode(ids[-tokens:], skip_special_tokens=False)
+
+
+def with_plan(parsed: ParsedRequest, plan: ChatPlan) -> ParsedRequest:
+    """A parsed chat request with its tool and structured-output plan applied."""
+    sampling = replace(parsed.sampling, grammar=plan.grammar,
+                       skip_special_tokens=parsed.sampling.skip_special_tokens and not plan.keep_special_tokens)
+    return replace(parsed, sampling=sampling, output=plan.output, grammar_param=plan.grammar_param,
+                   parser_options=plan.parser_options)
 
 
 def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
@@ -137,8 +158,10 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
     logprobs = f.int("logprobs", None, 0, MAX_LOGPROBS)
     echo = f.bool("echo", False)
     max_tokens = f.int("max_tokens", 16, 1)  # OpenAI's completions default
+    grammar, grammar_param = read_structured_output(f)
     parsed = _finish(f, "completion", model, tuple(tuple(p) for p in prompts), ctx,
-                     max_tokens, logprobs, echo_logprobs=echo)
+                     max_tokens, logprobs, echo_logprobs=echo, grammar=grammar)
+    parsed = replace(parsed, grammar_param=grammar_param)
     if not echo:
         return parsed
     return replace(parsed, echo=tuple(_prompt_texts(f.raw("prompt"), prompts, ctx)))
@@ -146,9 +169,7 @@ def parse_completion(body: dict, ctx: ParseContext) -> ParsedRequest:
 
 # vLLM request fields that would change the output and that tandem does not implement:
 # refused, never silently ignored.
-_UNSUPPORTED_VLLM_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                            "structured_outputs", "bad_words", "allowed_token_ids",
-                            "truncate_prompt_tokens")
+_UNSUPPORTED_VLLM_FIELDS = ("bad_words", "allowed_token_ids", "truncate_prompt_tokens")
 
 
 def _refuse_unsupported(f: Fields) -> None:
@@ -160,13 +181,6 @@ def _refuse_unsupported(f: Fields) -> None:
             raise NotSupportedYet(key)
     if f.bool("return_tokens_as_token_ids", False):
         raise NotSupportedYet("return_tokens_as_token_ids")
-
-
-def _check_response_format(raw: Any) -> None:
-    if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-        raise bad("response_format", "must be an object with a 'type'")
-    if raw["type"] != "text":
-        raise NotSupportedYet("response_format", f"of type {raw['type']!r}")
 
 
 def _completion_prompts(raw: Any, ctx: ParseContext) -> list[list[int]]:
@@ -224,7 +238,7 @@ def check_prompt_fits(ids: list[int], ctx: ParseContext, param: str) -> None:
 
 def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ...],
             ctx: ParseContext, max_tokens: int, logprobs: int | None,
-            echo_logprobs: bool = False) -> ParsedRequest:
+            echo_logprobs: bool = False, grammar: GrammarSpec | None = None) -> ParsedRequest:
     """The fields chat and completions share. `echo_logprobs`: the prompt is echoed, with
     logprobs if `logprobs` is set, which then needs its tokens scored as well."""
     n = f.int("n", 1, 1, ctx.max_n)
@@ -260,6 +274,7 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
         skip_special_tokens=f.bool("skip_special_tokens", True),
         logit_bias=f.token_biases("logit_bias", vocab),
         prompt_logprobs=max(scored) if scored else None,
+        grammar=grammar,
     )
     if sampling.min_tokens > sampling.max_tokens:
         raise bad("min_tokens", f"must not exceed max_tokens ({sampling.max_tokens})")
