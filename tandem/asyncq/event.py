@@ -81,7 +81,7 @@ def event_payload(event_type: EventType, batch_id: str, counts: dict[str, int] |
     return payload
 
 
-def render(event: Event, subscription_id: str) -> JSON:
+def render(event: Event, subscription_id: str | None) -> JSON:
     """The body posted to a subscriber: Cloudflare's `type`, `source`, `payload`, `metadata`.
     Stable across retries (the timestamp is the event's, not the attempt's)."""
     stamp = dt.datetime.fromtimestamp(event.created_at, dt.timezone.utc)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from tandem.asyncq.event import Delivery, Subscription, SubscriptionSpec
+from tandem.asyncq.event import Delivery, Event, Subscription, SubscriptionSpec
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 
 
@@ -75,6 +75,9 @@ class JobQueue(Protocol):
         when retry_in_s is None. Acts only if no later attempt has started (-> False)."""
 
     async def dead_letters(self, account: str) -> list[Delivery]: ...
+
+    async def batch_events(self, batch_id: str) -> list[Event]:
+        """The batch's recorded events, oldest first."""
 
     # --- uploaded files ---------------------------------------------------------------------
     async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile: ...

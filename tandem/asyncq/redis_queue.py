@@ -60,11 +60,14 @@ def _subscription(h: dict) -> Subscription:
                         secret=h["secret"], created_at=float(h["created_at"]))
 
 
+def _event(e: dict) -> Event:
+    return Event(id=e["id"], type=EventType(e["type"]), batch_id=e["batch_id"],
+                 account=e["account"], model=e["model"], payload=orjson.loads(e["payload"]),
+                 created_at=float(e["created_at"]))
+
+
 def _delivery(d: dict, e: dict) -> Delivery:
-    event = Event(id=e["id"], type=EventType(e["type"]), batch_id=e["batch_id"],
-                  account=e["account"], model=e["model"], payload=orjson.loads(e["payload"]),
-                  created_at=float(e["created_at"]))
-    return Delivery(id=d["id"], event=event, subscription_id=d["subscription_id"], url=d["url"],
+    return Delivery(id=d["id"], event=_event(e), subscription_id=d["subscription_id"], url=d["url"],
                     secret=d["secret"], status=DeliveryStatus(d["status"]),
                     attempts=int(d["attempts"]), next_at=float(d["next_at"]),
                     last_error=d.get("last_error"))
@@ -182,6 +185,14 @@ class RedisQueue:
                   DeliveryStatus.DEAD if retry_in_s is None else DeliveryStatus.PENDING)
         return bool(await self._call("FINISH_DELIVERY", delivery.id, delivery.attempts,
                                      status.value, error or "", retry_in_s or 0))
+
+    async def batch_events(self, batch_id: str) -> list[Event]:
+        events = []
+        for t in EventType:   # event ids are <batch id>.<type> (redis_scripts.record_event)
+            h = await self._r.hgetall(self._p + "event:" + batch_id + "." + t.value)
+            if h:
+                events.append(_event(h))
+        return sorted(events, key=lambda e: (e.created_at, e.id))
 
     async def dead_letters(self, account: str) -> list[Delivery]:
         out = []

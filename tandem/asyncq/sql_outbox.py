@@ -7,11 +7,12 @@ import secrets
 import uuid
 
 from tandem.asyncq.event import (
-    Delivery, DeliveryStatus, EventType, Subscription, SubscriptionSpec, event_payload,
+    Delivery, DeliveryStatus, Event, EventType, Subscription, SubscriptionSpec, event_payload,
 )
 from tandem.asyncq.sql_db import Tx
 from tandem.asyncq.sql_schema import (
-    DELIVERY_COLUMNS, delivery_from_row, dumps, subscription_from_row,
+    DELIVERY_COLUMNS, EVENT_COLUMNS, delivery_from_row, dumps, event_from_row,
+    subscription_from_row,
 )
 
 
@@ -94,3 +95,9 @@ def dead_letters(tx: Tx, account: str) -> list[Delivery]:
     rows = tx.rows(_SELECT_DELIVERIES + "WHERE d.account = ? AND d.status = 'dead' "
                    "ORDER BY e.created_at, d.id", (account,))
     return [delivery_from_row(r) for r in rows]
+
+
+def batch_events(tx: Tx, batch_id: str) -> list[Event]:
+    rows = tx.rows(f"SELECT {EVENT_COLUMNS} FROM asyncq_events e WHERE e.batch_id = ? "
+                   "ORDER BY e.created_at, e.id", (batch_id,))
+    return [event_from_row(r) for r in rows]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import uuid
 
 from tandem.asyncq import sql_outbox
-from tandem.asyncq.event import Delivery, EventType, Subscription, SubscriptionSpec, batch_end_event
+from tandem.asyncq.event import (
+    Delivery, Event, EventType, Subscription, SubscriptionSpec, batch_end_event,
+)
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 from tandem.asyncq.sql_db import SqlDb, Tx
 from tandem.asyncq.sql_schema import (
@@ -85,6 +87,9 @@ class SqlQueue:
 
     async def dead_letters(self, account: str) -> list[Delivery]:
         return await self._db.transact(sql_outbox.dead_letters, account)
+
+    async def batch_events(self, batch_id: str) -> list[Event]:
+        return await self._db.transact(sql_outbox.batch_events, batch_id)
 
     # --- files ------------------------------------------------------------------------------
     async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile:

@@ -90,9 +90,11 @@ class QueueService:
     def routes(self) -> list[BaseRoute]:
         from tandem.server.openai.batch_api import batch_routes
         from tandem.server.openai.files_api import file_routes
+        from tandem.server.workers_ai.batch_events_api import batch_event_routes
         from tandem.server.workers_ai.subscriptions_api import subscription_routes
 
-        return [*file_routes(self), *batch_routes(self), *subscription_routes(self)]
+        return [*file_routes(self), *batch_routes(self), *subscription_routes(self),
+                *batch_event_routes(self)]
 
     async def start(self) -> None:
         self.dispatcher.start()

@@ -208,6 +208,9 @@ def test_batch_events_recorded_once_with_a_delivery_per_subscription(queue_targe
         assert end.event.payload == {"requestId": batch.id, "total": 2, "succeeded": 2,
                                      "failed": 0, "cancelled": 0}
         assert await q.take_deliveries(10, 30) == []   # leased, not due again yet
+        events = await q.batch_events(batch.id)
+        assert [e.type for e in events] == [EventType.QUEUED, EventType.SUCCEEDED]
+        assert events[1].payload["succeeded"] == 2 and events[0].created_at <= events[1].created_at
         assert await q.unsubscribe(only_done.id) and not await q.unsubscribe(only_done.id)
     run(body, queue_target)
 

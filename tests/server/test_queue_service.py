@@ -187,3 +187,23 @@ def test_openai_batch_cancel_and_validation(app_client, tmp_path, room):
     cancelled = oa.batches.cancel(batch.id)
     assert cancelled.status == "cancelled" and cancelled.output_file_id is None
     assert backend.seen == []
+
+
+def test_batch_events_stream(app_client):
+    client, _ = app_client
+    rid = client.post(QUEUED, json={"requests": [{"prompt": "a"}, {"prompt": "b"}]}
+                      ).json()["result"]["request_id"]
+    path = f"/client/v4/accounts/acc1/ai/batches/{rid}/events"
+    with client.stream("GET", path) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        text = "".join(r.iter_text())
+    blocks = [b for b in text.split("\n\n") if b]
+    assert blocks[-1] == "data: [DONE]"
+    types = [b.split("\n")[0].removeprefix("event: ") for b in blocks[:-1]]
+    assert types[0] == EventType.QUEUED.value and types[-1] == EventType.SUCCEEDED.value
+    assert set(types[1:-1]) <= {"tandem.batch.progress"}
+    final = json.loads(blocks[-2].split("\n")[1].removeprefix("data: "))
+    assert final["payload"] == {"requestId": rid, "total": 2, "succeeded": 2, "failed": 0,
+                                "cancelled": 0}
+    assert final["metadata"]["accountId"] == "acc1"
+    assert client.get(path.replace("acc1", "acc2")).status_code == 404
