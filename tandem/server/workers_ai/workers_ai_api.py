@@ -1,22 +1,27 @@
 """Cloudflare Workers AI routes: POST /client/v4/accounts/{account_id}/ai/run/{model}.
 
 Body {messages | prompt, max_tokens, stream, temperature, top_p, top_k, seed,
-repetition_penalty, frequency_penalty, presence_penalty, raw, lora}. A `prompt` goes through
-the chat template as one user message unless `raw` is true. Replies use Workers AI's
+repetition_penalty, frequency_penalty, presence_penalty, raw, lora, tools, response_format}.
+A `prompt` goes through the chat template as one user message unless `raw` is true. `tools` are
+Workers AI's (`{name, description, parameters}`) or OpenAI's; the calls come back parsed in
+`result.tool_calls` (workers_ai_output.py). `response_format` {"type": "json_object"} or
+{"type": "json_schema", "json_schema": SCHEMA} constrains the response. Replies use Workers AI's
 envelope; a stream is SSE `data: {"response": "..."}` events, then one event with an empty
-response and the usage, then `data: [DONE]`.
+response and the usage (and the tool calls), then `data: [DONE]`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.errors import ModelNotFound
-from tandem.server.chat_request import normalize_messages, validate_tools
+from tandem.errors import ModelNotFound, TandemError
+from tandem.server.chat_plan import plan_chat
+from tandem.server.chat_request import normalize_messages
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
@@ -27,12 +32,17 @@ from tandem.server.errors import (
     workers_ai_error_response,
 )
 from tandem.server.fields import Fields, bad
+from tandem.server.openai.openai_api import name_grammar_param
 from tandem.server.openai.openai_format import make_id, usage_dict
-from tandem.server.openai.openai_protocol import ParseContext, ParsedRequest, check_prompt_fits
+from tandem.server.openai.openai_protocol import (ParseContext, ParsedRequest, check_prompt_fits,
+                                                  prompt_tail, with_plan)
 from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.request_context import http_context
 from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.server.run import GenerationRun, check_delta
+from tandem.server.structured_output import read_structured_output
+from tandem.server.tool_request import ToolRequest, read_tools
+from tandem.server.workers_ai.workers_ai_output import WorkersAIOutput
 from tandem.types import RequestDelta, SamplingParams
 
 WORKERS_AI_PATH = "/client/v4/accounts/{account_id}/ai/run/{model:path}"
@@ -56,9 +66,8 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
     f = Fields(body)
     if f.has("lora"):
         raise NotSupportedYet("lora")
-    fmt = f.raw("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise NotSupportedYet("response_format")
+    structured, structured_param = read_structured_output(f, lenient_schema=True)
+    tools = ToolRequest()
     has_messages, has_prompt = f.has("messages"), f.has("prompt")
     if has_messages == has_prompt:
         raise bad("messages" if has_messages else "prompt",
@@ -70,8 +79,8 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
         param = "messages" if has_messages else "prompt"
         messages = normalize_messages(f.raw("messages")) if has_messages else \
             [{"role": "user", "content": f.str("prompt", nonempty=True)}]
-        tools = validate_tools(f.raw("tools"), None)
-        ids = render_chat(ctx.tokenizer, messages, tools, param=param)
+        tools = read_tools(f, flat=True)
+        ids = render_chat(ctx.tokenizer, messages, tools.tools, param=param)
     check_prompt_fits(ids, ctx, param)
     top_k = f.int("top_k", 0, 0)
     sampling = SamplingParams(
@@ -85,8 +94,9 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
         presence_penalty=f.float("presence_penalty", 0.0),
     )
     sampling.validate()
-    return ParsedRequest(kind="chat", model=model, prompts=(tuple(ids),), sampling=sampling,
-                         stream=f.bool("stream", False))
+    plan = plan_chat(ctx.parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
+    return with_plan(ParsedRequest(kind="chat", model=model, prompts=(tuple(ids),), sampling=sampling,
+                                   stream=f.bool("stream", False)), plan)
 
 
 class _Usage:
@@ -104,31 +114,39 @@ class _Usage:
                           d.num_output_tokens or self.counted, d.num_cached_tokens)
 
 
-async def _collect(run: GenerationRun) -> dict:
+async def collect_result(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> dict:
+    """The `result` of a finished run: {"response", "usage"} (+ "tool_calls", "reasoning_content")."""
     texts, usage = [], None
     tally = _Usage(len(run.requests[0].prompt_token_ids))
+    out = WorkersAIOutput(parsed.output, request_id)
     try:
         await run.start()
         async for _, d in run.deltas():
             check_delta(d)
-            texts.append(d.new_text)
+            texts.append(out.content(d.new_text, d.finished))
             usage = tally.add(d) or usage
     finally:
         await run.aclose()
-    return {"result": {"response": "".join(texts), "usage": usage},
+    return {"response": "".join(texts), **out.extra(), "usage": usage}
+
+
+async def _collect(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> dict:
+    return {"result": await collect_result(run, parsed, request_id),
             "success": True, "errors": [], "messages": []}
 
 
-async def _stream(run: GenerationRun) -> AsyncIterator[bytes]:
+async def _stream(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> AsyncIterator[bytes]:
     tally = _Usage(len(run.requests[0].prompt_token_ids))
+    out = WorkersAIOutput(parsed.output, request_id)
     try:
         async for _, d in run.deltas():
             check_delta(d)
             usage = tally.add(d)
-            if d.new_text:
-                yield sse_event({"response": d.new_text})
+            text = out.content(d.new_text, d.finished)
+            if text:
+                yield sse_event({"response": text})
             if usage is not None:
-                yield sse_event({"response": "", "usage": usage}) + SSE_DONE
+                yield sse_event({"response": "", **out.extra(), "usage": usage}) + SSE_DONE
     except Exception as exc:
         yield sse_event(workers_ai_error_body(as_tandem_error(exc))) + SSE_DONE
     finally:
@@ -147,12 +165,17 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             model = request.path_params["model"]
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                           ctx.parse_context(), size)
-            run = ctx.run(parsed.engine_requests(make_id("wai"), http_context(request)))
-            if not parsed.stream:
-                result = await in_own_task(_collect(run))
-                return json_response(result, headers=run.info.headers)
-            await run.start()
-            return sse_response(_stream(run), headers=run.info.headers)
+            rid = make_id("wai")
+            context = replace(http_context(request), parser=parsed.parser_options)
+            run = ctx.run(parsed.engine_requests(rid, context))
+            try:
+                if not parsed.stream:
+                    result = await in_own_task(_collect(run, parsed, rid))
+                    return json_response(result, headers=run.info.headers)
+                await run.start()
+            except TandemError as exc:
+                raise name_grammar_param(exc, parsed.grammar_param)
+            return sse_response(_stream(run, parsed, rid), headers=run.info.headers)
         except ClientDisconnect:   # left while sending the body
             return Response(status_code=499)
         except Exception as exc:

@@ -35,7 +35,9 @@ def test_parse_defaults_and_raw_prompt():
     ({"prompt": "a", "messages": [{"role": "user", "content": "a"}]}, "messages"),
     ({"prompt": "a", "temperature": "x"}, "temperature"),
     ({"prompt": "a", "lora": "my-adapter"}, "lora"),
-    ({"prompt": "a", "response_format": {"type": "json_schema"}}, "response_format"),
+    ({"prompt": "a", "response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+    ({"prompt": "a", "response_format": {"type": "xml"}}, "response_format.type"),
+    ({"prompt": "a", "tools": [{"name": "bad name"}]}, "tools[0].function.name"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
 ])
 def test_parse_errors(body, param):
@@ -92,3 +94,45 @@ def test_usage_is_counted_when_the_backend_reports_no_counts(client, backend):
                                                      "messages": [{"role": "user", "content": "hi"}]})
     assert chat.json()["usage"]["prompt_tokens"] == n_prompt
     assert chat.json()["usage"]["completion_tokens"] == 3
+
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+WAI_TOOLS = [{"name": "get_weather", "description": "weather of a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+
+
+@pytest.fixture
+def hermes_client(backend):
+    from starlette.testclient import TestClient
+
+    from tandem.server.app import build_app
+    from tandem.server.config import ServerConfig
+    backend.reply = "Checking." + CALL
+    with TestClient(build_app(backend, ServerConfig(tool_call_parser="hermes"))) as c:
+        yield c
+
+
+def test_tools_in_workers_ai_shape_come_back_as_tool_calls(hermes_client, backend):
+    body = {"messages": [{"role": "user", "content": "weather?"}], "tools": WAI_TOOLS,
+            "max_tokens": 200}
+    result = hermes_client.post(URL, json=body).json()["result"]
+    assert result["response"] == "Checking."
+    assert result["tool_calls"] == [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    seen = backend.seen[-1]
+    assert seen.sampling.grammar is not None and seen.sampling.grammar.kind == "structural_tag"
+    assert seen.context.parser.tool_call_parser == "hermes"
+    ev = events(hermes_client.post(URL, json={**body, "stream": True}).text)
+    assert "".join(e["response"] for e in ev[:-1]) == "Checking."
+    assert ev[-2]["tool_calls"] == result["tool_calls"] and "usage" in ev[-2]
+    assert all("<tool_call>" not in e["response"] for e in ev[:-1])
+
+
+def test_without_tools_the_markup_is_plain_text_and_json_mode_is_a_grammar(hermes_client, backend):
+    result = hermes_client.post(URL, json={"prompt": "hi", "max_tokens": 200}).json()["result"]
+    assert result["response"] == "Checking." + CALL and "tool_calls" not in result
+    assert backend.seen[-1].sampling.grammar is None
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    hermes_client.post(URL, json={"prompt": "hi", "response_format": {"type": "json_schema",
+                                                                      "json_schema": schema}})
+    assert backend.seen[-1].sampling.grammar.kind == "json_schema"
+    assert backend.seen[-1].sampling.grammar.text == '{"type": "object", "properties": {"a": {"type": "integer"}}}'
