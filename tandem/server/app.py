@@ -1,7 +1,7 @@
 """build_app(backend, config): the worker's HTTP app; the gateway builds its own over its Backend.
 
-Routes: OpenAI (/v1/...), Workers AI (/client/v4/...), internal (/internal/...), /health,
-/metrics. Bearer authentication, when keys are configured, guards everything but /health
+Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
+(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics. Bearer authentication, when keys are configured, guards everything but /health
 and /metrics; CORS headers answer the configured browser origins (all by default, as vLLM).
 A DisconnectGuard cancels a request whose client left (streaming or not), which closes its
 backend streams and so aborts its engine requests. Middleware is plain ASGI:
@@ -33,6 +33,7 @@ from tandem.server.context import ServerContext
 from tandem.server.errors import error_response_for_path
 from tandem.server.internal.internal_api import internal_routes
 from tandem.server.openai.openai_api import openai_routes
+from tandem.server.anthropic.messages_api import messages_routes
 from tandem.server.openai.responses_api import responses_routes
 from tandem.server.responses import json_response
 from tandem.server.openai.tokenize_api import tokenize_routes
@@ -102,8 +103,9 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             if shutdown is not None:
                 await shutdown()
 
-    routes = [*openai_routes(ctx), *responses_routes(ctx), *tokenize_routes(ctx),
-              *workers_ai_routes(ctx), *internal_routes(ctx), *_health_routes(ctx), *extra_routes]
+    routes = [*openai_routes(ctx), *responses_routes(ctx), *messages_routes(ctx),
+              *tokenize_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
+              *_health_routes(ctx), *extra_routes]
     if service is not None:
         ctx.queued = partial(queued_request, service)
         routes += service.routes()

@@ -1,7 +1,8 @@
 """Bearer authentication, and the tenant a key names.
 
 When keys are configured, every route but /health and /metrics needs
-`Authorization: Bearer <one of keys>` (401 otherwise). The key a request authenticated with
+`Authorization: Bearer <one of keys>`, or `x-api-key: <one of keys>` as Anthropic's clients send
+it (401 otherwise). The key a request authenticated with
 names its tenant, "key-<i>" for the i-th configured key (counted from 0 over every --api-key
 value, comma-separated ones included), written into the ASGI scope for the route to put into
 the request's RequestContext (tandem.server.request_context). Without keys the tenant is None.
@@ -33,11 +34,15 @@ class BearerAuth:
         self.keys = [k.encode() for k in keys]
 
     def key_index(self, scope: Scope) -> int | None:
-        """Which configured key the request carries; None for none."""
-        value = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        """Which configured key the request carries (`Authorization: Bearer KEY`, or Anthropic's
+        `x-api-key: KEY`); None for none."""
+        headers = scope["headers"]
+        value = next((v for k, v in headers if k == b"authorization"), b"")
         scheme, _, token = value.partition(b" ")
         if scheme.lower() != b"bearer":
-            return None
+            token = next((v for k, v in headers if k == b"x-api-key"), b"")
+            if not token:
+                return None
         token = token.strip()
         # Compare with every key (no early exit) so timing reveals nothing.
         hits = [hmac.compare_digest(token, k) for k in self.keys]
@@ -49,7 +54,8 @@ class BearerAuth:
             return
         index = self.key_index(scope)
         if index is None:
-            err = Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+            err = Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>' "
+                               "(or 'x-api-key: <key>')")
             await error_response_for_path(scope["path"], err)(scope, receive, send)
             return
         scope[TENANT_SCOPE_KEY] = f"key-{index}"

@@ -1,33 +1,24 @@
 """One conversational turn as the Responses and Messages routes read it, and the chat request it
-becomes: the same chat template, prompt ids, sampling defaults and engine path as
-/v1/chat/completions (a `ParsedRequest` of kind "chat").
+becomes: the same chat template, prompt ids, sampling defaults, tool and structured-output plan
+(server/chat_plan.py: tool-call grammar, output parsers) and engine path as /v1/chat/completions
+(a `ParsedRequest` of kind "chat").
 
-Each API converts its body into a `ChatTurn` (OpenAI chat messages and tools, a tool choice,
-the few sampling knobs it has); `chat_request` renders and checks it. Errors name the client's
-own parameter (`TurnParams`: "input" for Responses, "messages" for Messages).
+Each API converts its body into a `ChatTurn` (OpenAI chat messages, a `ToolRequest`, the few
+sampling knobs it has); `chat_request` renders and checks it. Errors name the client's own
+parameter (`TurnParams`: "input" for Responses, "messages" for Messages).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.server.chat_plan import plan_chat
 from tandem.server.chat_request import normalize_messages
-from tandem.server.openai.openai_protocol import ParsedRequest, ParseContext, check_prompt_fits
-from tandem.server.tool_grammar import tool_call_grammar
-from tandem.server.turn_parsing import TurnParsing
+from tandem.server.openai.openai_protocol import (ParseContext, ParsedRequest, check_prompt_fits,
+                                                  prompt_tail, with_plan)
+from tandem.server.tool_request import ToolRequest
 from tandem.tokenization.chat_prompt import ChatRender, render_chat
-from tandem.types import SamplingParams
-
-TOOL_CHOICE_MODES = ("auto", "none", "required", "function")
-
-
-@dataclass(frozen=True)
-class ToolChoice:
-    """auto: the model decides; none: no tools (left out of the prompt, output not parsed for
-    calls); required: at least one call of an offered tool; function: one call of `name`."""
-
-    mode: str = "auto"
-    name: str | None = None
+from tandem.types import GrammarSpec, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -36,16 +27,15 @@ class TurnParams:
 
     messages: str = "messages"
     max_tokens: str = "max_tokens"
-    tools: str = "tools"
+    structured: str = "response_format"
 
 
 @dataclass(frozen=True)
 class ChatTurn:
     model: str                          # as the client named it (echoed)
     messages: list[dict]                # OpenAI chat messages, system first if any
-    tools: list[dict] | None = None     # OpenAI chat tools: {"type": "function", "function": {...}}
-    tool_choice: ToolChoice = ToolChoice()
-    parallel_tool_calls: bool = True
+    tools: ToolRequest = ToolRequest()  # OpenAI-shaped tools, tool_choice, parallel_tool_calls
+    structured: GrammarSpec | None = None  # a structured-output constraint on the text
     max_tokens: int | None = None       # None: the room the context leaves (capped by the model's default)
     temperature: float | None = None    # None: the model's default (generation_config.json)
     top_p: float | None = None
@@ -57,31 +47,23 @@ class ChatTurn:
     priority: int = 0
     params: TurnParams = field(default_factory=TurnParams)
 
-    @property
-    def offered_tools(self) -> list[dict] | None:
-        """The tools the prompt offers and the output is parsed for (none: no tools)."""
-        return None if self.tool_choice.mode == "none" else self.tools
 
-
-def chat_request(turn: ChatTurn, pctx: ParseContext, parsing: TurnParsing) -> ParsedRequest:
+def chat_request(turn: ChatTurn, pctx: ParseContext) -> ParsedRequest:
     """The chat request of `turn`: prompt ids through the chat template, sampling with the
-    model's defaults for what the turn leaves out, and, for tool_choice required or a named
-    function, a grammar that makes the output a valid call in the model's tool-call format."""
+    model's defaults for what the turn leaves out, and the chat route's plan for its tools
+    (grammar for forced or auto calls, output parsers)."""
     p = turn.params
-    tools = turn.offered_tools
     messages = normalize_messages(turn.messages, p.messages)
-    ids = render_chat(pctx.tokenizer, messages, tools, ChatRender(), param=p.messages)
+    ids = render_chat(pctx.tokenizer, messages, turn.tools.tools, ChatRender(), param=p.messages)
     check_prompt_fits(ids, pctx, p.messages)
+    plan = plan_chat(pctx.parsers, turn.tools, turn.structured,
+                     p.structured if turn.structured else None, prompt_tail(pctx, ids))
     d = pctx.defaults
     max_tokens = turn.max_tokens
     if max_tokens is None:  # as the chat route: whatever room the context leaves
         max_tokens = pctx.max_model_len - len(ids)
         if d.max_tokens is not None:
             max_tokens = min(max_tokens, d.max_tokens)
-    grammar = None
-    if tools and turn.tool_choice.mode in ("required", "function"):
-        grammar = tool_call_grammar(parsing.tool_format, tools, turn.tool_choice.mode,
-                                    turn.tool_choice.name, turn.parallel_tool_calls, p.tools)
     sampling = SamplingParams(
         max_tokens=max_tokens,
         temperature=d.temperature if turn.temperature is None else turn.temperature,
@@ -91,9 +73,8 @@ def chat_request(turn: ChatTurn, pctx: ParseContext, parsing: TurnParsing) -> Pa
         repetition_penalty=d.repetition_penalty,
         seed=turn.seed,
         stop=turn.stop,
-        skip_special_tokens=not parsing.keeps_special_tokens,
-        grammar=grammar,
     )
     sampling.validate()
-    return ParsedRequest(kind="chat", model=turn.model, prompts=(tuple(ids),), sampling=sampling,
-                         stream=turn.stream, cache_salt=turn.cache_salt, priority=turn.priority)
+    parsed = ParsedRequest(kind="chat", model=turn.model, prompts=(tuple(ids),), sampling=sampling,
+                           stream=turn.stream, cache_salt=turn.cache_salt, priority=turn.priority)
+    return with_plan(parsed, plan)

@@ -2,6 +2,7 @@
 
 OpenAI routes (and the internal API): {"error": {"message", "type", "param", "code"}}.
 Workers AI routes: {"result": null, "success": false, "errors": [{"code", "message"}], "messages": []}.
+Anthropic's Messages routes: {"type": "error", "error": {"type", "message"}}.
 """
 
 from __future__ import annotations
@@ -91,8 +92,40 @@ def workers_ai_error_response(exc: BaseException) -> Response:
     return json_response(workers_ai_error_body(err), status=err.status)
 
 
+# Anthropic's error types by status (its API answers an overloaded service with 529).
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                    404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                    500: "api_error", 503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error(exc: BaseException) -> tuple[TandemError, int]:
+    """The error and the status Anthropic would answer it with: a prompt that does not fit is a
+    400 "prompt is too long" there (harnesses read that text to compact their history)."""
+    err = as_tandem_error(exc)
+    if isinstance(err, PromptTooLong):
+        return PromptTooLong(f"prompt is too long: {err.message}", param=err.param), 400
+    return err, err.status
+
+
+def anthropic_error_body(err: TandemError, status: int | None = None) -> dict:
+    """{"type": "error", "error": {"type", "message"}} (the param named in the message)."""
+    status = err.status if status is None else status
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = err.message if err.param is None or err.param in err.message \
+        else f"{err.param}: {err.message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def anthropic_error_response(exc: BaseException) -> Response:
+    err, status = anthropic_error(exc)
+    return json_response(anthropic_error_body(err, status), status=status)
+
+
 def error_response_for_path(path: str, exc: BaseException) -> Response:
-    """The envelope of the API `path` belongs to: Workers AI under /client/, OpenAI elsewhere."""
+    """The envelope of the API `path` belongs to: Workers AI under /client/, Anthropic's under
+    /v1/messages, OpenAI elsewhere."""
     if path.startswith("/client/"):
         return workers_ai_error_response(exc)
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return anthropic_error_response(exc)
     return openai_error_response(exc)

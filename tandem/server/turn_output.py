@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.parsers import ContentDelta, Event, OutputStream, ReasoningDelta, ToolCallStart
+from tandem.parsers import ContentDelta, Event, ReasoningDelta, ToolCallStart
+from tandem.server.chat_output import ChoiceOutput
 from tandem.types import FinishReason, RequestDelta
 
 
 class TurnOutput:
     """Feed every delta of one engine request, in order; read the counts once it finished."""
 
-    def __init__(self, stream: OutputStream | None, prompt_len: int) -> None:
-        self._stream = stream
+    def __init__(self, parser: ChoiceOutput | None, prompt_len: int) -> None:
+        """`parser`: the chat route's per-choice parser (None: the text is all content)."""
+        self._parser = parser
         self.prompt_tokens = prompt_len       # replaced by the engine's count when it reports one
         self.cached_tokens = 0
         self.output_tokens = 0
@@ -38,12 +40,12 @@ class TurnOutput:
         self.output_tokens = max(self.output_tokens + len(d.new_token_ids), d.num_output_tokens)
         if d.new_text:
             self.raw_text.append(d.new_text)
-        if self._stream is None:
+        if self._parser is None:
             events: list[Event] = [ContentDelta(d.new_text)] if d.new_text else []
         else:
-            events = self._stream.feed(d.new_text) if d.new_text else []
+            events = self._parser.feed(d.new_text)
             if d.finished:
-                events += self._stream.finish()
+                events += self._parser.finish()
         if any(isinstance(e, ReasoningDelta) for e in events):
             self.reasoning_tokens += len(d.new_token_ids)
         self.num_tool_calls += sum(isinstance(e, ToolCallStart) for e in events)
@@ -53,13 +55,16 @@ class TurnOutput:
 
     def stop_sequence(self, stops: tuple[str, ...], tokenizer: Any, skip_special_tokens: bool) -> str | None:
         """Which of `stops` ended the output, or None (an end-of-turn token, the length, or none
-        of them). The engine cuts the text at the first stop string, so the output's full decode
-        continues the emitted text with the string that matched."""
+        of them). The engine ends the output at the token that completes the first stop string
+        and leaves that string out of the text, so in the full decode of the output's tokens the
+        matched string reaches past the emitted text; the earliest such string is the one."""
         if self.finish_reason is not FinishReason.STOP or not stops:
             return None
-        emitted = "".join(self.raw_text)
+        emitted = sum(len(t) for t in self.raw_text)
         full = tokenizer.decode(self.output_ids, skip_special_tokens=skip_special_tokens)
-        if not full.startswith(emitted):
-            return None
-        rest = full[len(emitted):]
-        return next((s for s in stops if rest.startswith(s)), None)
+        best: tuple[int, str] | None = None
+        for s in stops:
+            at = full.find(s, max(0, emitted - len(s) + 1))
+            if at != -1 and (best is None or at < best[0]):
+                best = (at, s)
+        return best[1] if best else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
@@ -25,6 +25,7 @@ from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import as_tandem_error, openai_error_response
 from tandem.server.openai.openai_protocol import ParsedRequest
+from tandem.server.openai.openai_api import name_grammar_param
 from tandem.server.openai.responses_format import ResponseBuilder, new_id
 from tandem.server.openai.responses_items import items_to_messages
 from tandem.server.openai.responses_protocol import ResponsesRequest, parse_responses
@@ -34,8 +35,6 @@ from tandem.server.request_context import http_context
 from tandem.server.responses import json_response, sse_response
 from tandem.server.run import GenerationRun, check_delta
 from tandem.server.turn_output import TurnOutput
-from tandem.server.turn_parsing import ParserChoice, TurnParsing
-from tandem.types import ParserOptions
 
 T = TypeVar("T")
 
@@ -50,30 +49,12 @@ async def off_loop(fn: Callable[[], T], big: bool) -> T:
     return await asyncio.to_thread(fn) if big else fn()
 
 
-def rename_grammar_param(exc: BaseException, parsed: ParsedRequest, tools_param: str) -> BaseException:
-    """A tool-choice grammar the worker could not compile is the tools' fault: name them."""
-    if isinstance(exc, TandemError) and exc.param == "structured_outputs" \
-            and parsed.sampling.grammar is not None:
-        exc.param = tools_param
-    return exc
-
-
-def prompt_tail(tokenizer, parsing: TurnParsing, ids: tuple[int, ...]) -> str:
-    """The rendered prompt's last tokens as text, for a reasoning parser (does it end in <think>)."""
-    if parsing.parser is None or parsing.parser.reasoning is None:
-        return ""
-    return tokenizer.decode(list(ids[-8:]), skip_special_tokens=False)
-
-
-def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConfig(),
-                     parser_options: ParserOptions = ParserOptions()) -> list[Route]:
+def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConfig()) -> list[Route]:
     store = ResponseStore(config.max_stored)
-    parsers = ParserChoice(parser_options, lambda: ctx.backend.tokenizer)
 
-    def prepare(req: ResponsesRequest, history: list[dict]) -> tuple[ChatTurn, TurnParsing, ParsedRequest]:
+    def prepare(req: ResponsesRequest, history: list[dict]) -> tuple[ChatTurn, ParsedRequest]:
         turn = req.with_history(history)
-        parsing = parsers.for_tools(turn.offered_tools)
-        return turn, parsing, chat_request(turn, ctx.parse_context(), parsing)
+        return turn, chat_request(turn, ctx.parse_context())
 
     async def create(request: Request) -> Response:
         try:
@@ -82,22 +63,21 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
             history: list[dict] = []
             if req.previous_response_id is not None:
                 history = list(store.get(req.previous_response_id, "previous_response_id").conversation)
-            turn, parsing, parsed = await off_loop(lambda: prepare(req, history),
-                                                   size >= OFF_LOOP_BYTES or len(history) > 8)
-            return await _serve(request, req, history, turn, parsing, parsed)
+            turn, parsed = await off_loop(lambda: prepare(req, history),
+                                          size >= OFF_LOOP_BYTES or len(history) > 8)
+            return await _serve(request, req, history, turn, parsed)
         except ClientDisconnect:
             return Response(status_code=499)
         except Exception as exc:
             return openai_error_response(exc)
 
     async def _serve(request: Request, req: ResponsesRequest, history: list[dict], turn: ChatTurn,
-                     parsing: TurnParsing, parsed: ParsedRequest) -> Response:
+                     parsed: ParsedRequest) -> Response:
         rid = new_id("resp")
-        context = http_context(request, cache_salt=turn.cache_salt, priority=turn.priority)
+        context = replace(http_context(request, cache_salt=turn.cache_salt, priority=turn.priority),
+                          parser=parsed.parser_options)
         run = ctx.run(parsed.engine_requests(rid, context))
-        ids = parsed.prompts[0]
-        stream = parsing.stream(turn.offered_tools, None, prompt_tail(ctx.backend.tokenizer, parsing, ids))
-        out = TurnOutput(stream, len(ids))
+        out = TurnOutput(parsed.output.stream(rid) if parsed.output else None, len(parsed.prompts[0]))
         sp = parsed.sampling
         builder = ResponseBuilder(rid, turn.model, req.echo,
                                   {"temperature": sp.temperature, "top_p": sp.top_p}, parsed.stream)
@@ -115,8 +95,8 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
                 save()
                 return json_response(body, headers=run.info.headers)
             await run.start()
-        except Exception as exc:
-            raise rename_grammar_param(exc, parsed, turn.params.tools) from None
+        except TandemError as exc:   # the gateway re-raises a worker's 400 as a TandemError
+            raise name_grammar_param(exc, parsed.grammar_param) from None
         return sse_response(_stream(run, out, builder, save), headers=run.info.headers)
 
     async def retrieve(request: Request) -> Response:

@@ -66,9 +66,9 @@ def items_to_messages(items: list, param: str) -> list[dict]:
             if text:
                 reasoning.append(text)
         elif kind == "item_reference":
-            raise NotSupportedYet(p, "(item references)")
+            raise NotSupportedYet(f"{p}.type", "value 'item_reference'")
         elif isinstance(kind, str):
-            raise NotSupportedYet(f"{p}.type", f"{kind!r}")
+            raise NotSupportedYet(f"{p}.type", f"value {kind!r}")
         else:
             raise bad(p, "must have a 'type' or a 'role'")
     return out

@@ -5,12 +5,13 @@ Pure: reading a body needs only the served model's name; the route adds the conv
 Fields: `model`, `input` (responses_items.py), `instructions` (a system message first; not carried
 over from a previous response, as OpenAI), function `tools` `{"type": "function", "name",
 "description", "parameters", "strict"}`, `tool_choice` (auto, none, required, `{"type": "function",
-"name"}`), `parallel_tool_calls`, `max_output_tokens`, `temperature`, `top_p`, `stream`, `store`
-(default true), `previous_response_id`, `metadata`, `user`; vLLM's extras `top_k`, `seed`,
-`cache_salt`, `priority`. Accepted and not acted on: `reasoning`, `include`, `truncation:
-"disabled"`, `prompt_cache_key`, `safety_identifier`, `service_tier`, `max_tool_calls` (hosted
-tools only). Refused (400, not supported): structured `text.format`, `background`, `conversation`,
-`prompt`, `top_logprobs`, `truncation: "auto"`, hosted tools.
+"name"}`; checked as the chat route checks them: tool_request.py), `parallel_tool_calls`,
+`text.format` (text, json_object, json_schema {name, schema, strict}), `max_output_tokens`,
+`temperature`, `top_p`, `stream`, `store` (default true), `previous_response_id`, `metadata`,
+`user`; vLLM's extras `top_k`, `seed`, `cache_salt`, `priority`. Accepted and not acted on:
+`reasoning`, `include`, `truncation: "disabled"`, `prompt_cache_key`, `safety_identifier`,
+`service_tier`, `max_tool_calls` (hosted tools only). Refused (400, not supported): `background`,
+`conversation`, `prompt`, `top_logprobs`, `truncation: "auto"`, hosted tools, `allowed_tools`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem.server.chat_turn import ChatTurn, ToolChoice, TurnParams
+from tandem.errors import InvalidRequest
+from tandem.server.chat_turn import ChatTurn, TurnParams
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
 from tandem.server.openai.openai_protocol import check_model
 from tandem.server.openai.responses_items import input_messages
+from tandem.server.structured_output import read_structured_output
+from tandem.server.tool_request import ToolRequest, read_tools
+from tandem.types import GrammarSpec
 
-PARAMS = TurnParams(messages="input", max_tokens="max_output_tokens", tools="tools")
+PARAMS = TurnParams(messages="input", max_tokens="max_output_tokens", structured="text.format")
 _SEED_MIN, _SEED_MAX = -(2**63), 2**63 - 1
 
 
@@ -50,17 +55,15 @@ def parse_responses(body: dict, served_name: str) -> ResponsesRequest:
     instructions = f.str("instructions")
     new_messages = input_messages(f.raw("input"))
     raw_tools = f.raw("tools")
-    tools = _tools(raw_tools)
-    choice = _tool_choice(f.raw("tool_choice"), tools)
+    tools = tool_request(raw_tools, f.raw("tool_choice"), f.bool("parallel_tool_calls", True))
     turn = ChatTurn(
         model=model,
         messages=([{"role": "system", "content": instructions}] if instructions else []) + new_messages,
         tools=tools,
-        tool_choice=choice,
-        parallel_tool_calls=f.bool("parallel_tool_calls", True),
+        structured=structured_output(f),
         max_tokens=f.int("max_output_tokens", None, 1),
-        temperature=f.float("temperature", None, 0.0, 2.0) if f.has("temperature") else None,
-        top_p=f.float("top_p", None) if f.has("top_p") else None,
+        temperature=f.float("temperature", None, 0.0, 2.0),
+        top_p=f.float("top_p", None),
         top_k=_top_k(f),
         seed=f.int("seed", None, _SEED_MIN, _SEED_MAX),
         stream=f.bool("stream", False),
@@ -77,12 +80,12 @@ def parse_responses(body: dict, served_name: str) -> ResponsesRequest:
         "instructions": instructions,
         "max_output_tokens": turn.max_tokens,
         "metadata": metadata or {},
-        "parallel_tool_calls": turn.parallel_tool_calls,
+        "parallel_tool_calls": tools.parallel,
         "previous_response_id": f.str("previous_response_id"),
         "reasoning": f.raw("reasoning") if isinstance(f.raw("reasoning"), dict) else None,
         "store": f.bool("store", True),
-        "text": {"format": {"type": "text"}},
-        "tool_choice": _echo_choice(choice),
+        "text": {"format": _text_format(f) or {"type": "text"}},
+        "tool_choice": _echo_choice(tools),
         "tools": [_echo_tool(t) for t in raw_tools or []],
         "truncation": "disabled",
         "user": f.str("user"),
@@ -92,16 +95,17 @@ def parse_responses(body: dict, served_name: str) -> ResponsesRequest:
                             echo=echo)
 
 
+def _text_format(f: Fields) -> Any:
+    text = f.obj("text")
+    return text.raw("format") if text is not None else None
+
+
 def _top_k(f: Fields) -> int | None:
     k = f.int("top_k", None, -1)
     return None if k is None else (0 if k == -1 else k)   # vLLM spells "off" as -1
 
 
 def _refuse_unsupported(f: Fields) -> None:
-    text = f.obj("text")
-    fmt = text.obj("format") if text is not None else None
-    if fmt is not None and fmt.raw("type", "text") != "text":
-        raise NotSupportedYet("text.format", f"of type {fmt.raw('type')!r}")
     if f.bool("background", False):
         raise NotSupportedYet("background")
     for key in ("conversation", "prompt"):
@@ -111,7 +115,7 @@ def _refuse_unsupported(f: Fields) -> None:
         raise NotSupportedYet("top_logprobs")
     truncation = f.str("truncation", "disabled")
     if truncation != "disabled":
-        raise NotSupportedYet("truncation", f"{truncation!r} (only 'disabled')")
+        raise NotSupportedYet("truncation", f"value {truncation!r} (only 'disabled')")
 
 
 def _tools(raw: Any) -> list[dict] | None:
@@ -128,56 +132,61 @@ def _tools(raw: Any) -> list[dict] | None:
         kind = tool.get("type")
         if kind != "function":
             if isinstance(kind, str):
-                raise NotSupportedYet(f"{p}.type", f"{kind!r} (function tools only)")
+                raise NotSupportedYet(f"{p}.type", f"value {kind!r} (function tools only)")
             raise bad(f"{p}.type", "must be 'function'")
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise bad(f"{p}.name", "must be a non-empty string")
-        fn: dict = {"name": name}
-        if tool.get("description") is not None:
-            if not isinstance(tool["description"], str):
-                raise bad(f"{p}.description", "must be a string")
-            fn["description"] = tool["description"]
-        if tool.get("parameters") is not None:
-            if not isinstance(tool["parameters"], dict):
-                raise bad(f"{p}.parameters", "must be a JSON schema object")
-            fn["parameters"] = tool["parameters"]
-        if tool.get("strict") is not None:
-            if not isinstance(tool["strict"], bool):
-                raise bad(f"{p}.strict", "must be a boolean")
-            fn["strict"] = tool["strict"]
+        fn = {"name": tool.get("name")}
+        for key in ("description", "parameters", "strict"):
+            if tool.get(key) is not None:
+                fn[key] = tool[key]
         out.append({"type": "function", "function": fn})
-    names = [t["function"]["name"] for t in out]
-    dup = next((n for n in names if names.count(n) > 1), None)
-    if dup is not None:
-        raise bad("tools", f"offers the function {dup!r} twice")
-    return out or None
+    return out
 
 
-def _tool_choice(raw: Any, tools: list[dict] | None) -> ToolChoice:
-    if raw is None:
-        return ToolChoice("auto")
-    if raw in ("auto", "none", "required"):
-        choice = ToolChoice(raw)
-    elif isinstance(raw, dict) and raw.get("type") == "function":
-        name = raw.get("name")
-        if not isinstance(name, str) or not name:
-            raise bad("tool_choice.name", "must name one of the tools")
-        choice = ToolChoice("function", name)
-    elif isinstance(raw, dict) and raw.get("type") == "allowed_tools":
+def tool_request(raw_tools: Any, raw_choice: Any, parallel: bool) -> ToolRequest:
+    """The tools (checked as the chat route checks them, errors naming Responses' fields) and
+    tool_choice: "auto" (the default with tools), "none", "required", {"type": "function", "name"}."""
+    chat_tools = _tools(raw_tools)
+    if isinstance(raw_choice, dict) and raw_choice.get("type") == "allowed_tools":
         raise NotSupportedYet("tool_choice", "of type 'allowed_tools'")
-    else:
+    choice = raw_choice
+    if isinstance(raw_choice, dict) and raw_choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": raw_choice.get("name")}}
+    elif isinstance(raw_choice, dict):
         raise bad("tool_choice", "must be 'auto', 'none', 'required' or "
                   "{\"type\": \"function\", \"name\": ...}")
-    if choice.mode in ("required", "function") and not tools:
-        raise bad("tool_choice", f"is {raw!r}, which needs 'tools'")
-    if choice.mode == "function" and choice.name not in {t["function"]["name"] for t in tools or []}:
-        raise bad("tool_choice", f"names the function {choice.name!r}, which is not among the tools")
-    return choice
+    try:
+        return read_tools(Fields({"tools": chat_tools, "tool_choice": choice,
+                                  "parallel_tool_calls": parallel}))
+    except InvalidRequest as exc:   # tools[0].function.name -> tools[0].name
+        if exc.param is not None and ".function" in exc.param:
+            exc.param = exc.param.replace(".function", "")
+            exc.message = exc.message.replace(".function", "")
+        raise
 
 
-def _echo_choice(choice: ToolChoice) -> Any:
-    return {"type": "function", "name": choice.name} if choice.mode == "function" else choice.mode
+def structured_output(f: Fields) -> GrammarSpec | None:
+    """`text.format`: text (no constraint), json_object, or json_schema {name, schema, strict}
+    (read as the chat route reads the same response_format)."""
+    fmt = _text_format(f)
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or not isinstance(fmt.get("type"), str):
+        raise bad("text.format", "must be an object with a 'type'")
+    if fmt["type"] == "json_schema":
+        inner = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        fmt = {"type": "json_schema", "json_schema": inner}
+    elif fmt["type"] not in ("text", "json_object"):
+        raise NotSupportedYet("text.format", f"of type {fmt['type']!r}")
+    try:
+        spec, _ = read_structured_output(Fields({"response_format": fmt}))
+    except InvalidRequest as exc:
+        exc.param = "text.format"
+        raise
+    return spec
+
+
+def _echo_choice(tools: ToolRequest) -> Any:
+    return {"type": "function", "name": tools.function} if tools.choice == "function" else tools.choice
 
 
 def _echo_tool(tool: dict) -> dict:
