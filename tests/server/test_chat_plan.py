@@ -1,0 +1,71 @@
+"""What tools and structured-output fields make of a chat request: which grammar, which parsers,
+special tokens kept or not; and the 400s for combinations that cannot be served."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.errors import InvalidRequest
+from tandem.server.chat_plan import plan_chat
+from tandem.server.parser_setup import ParserSetup
+from tandem.server.tool_request import ToolRequest
+from tandem.types import GrammarSpec, ParserOptions
+
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+HERMES = ParserSetup("hermes")
+JSON = GrammarSpec("json_object")
+
+
+def test_no_tools_no_parser_passes_text_through():
+    plan = plan_chat(HERMES, ToolRequest(), None, None, "")
+    assert plan.output is None and plan.grammar is None and plan.parser_options == ParserOptions()
+    plan = plan_chat(HERMES, ToolRequest(), JSON, "response_format", "")
+    assert (plan.grammar, plan.grammar_param) == (JSON, "response_format")
+
+
+def test_auto_parses_calls_and_holds_them_to_the_tools():
+    plan = plan_chat(HERMES, ToolRequest(TOOLS, "auto"), None, None, "")
+    assert plan.output.parses_tools and plan.output.tools == TOOLS
+    assert plan.grammar.kind == "structural_tag" and plan.grammar_param == "tools"
+    assert json.loads(plan.grammar.text)["format"]["type"] == "triggered_tags"
+    assert plan.parser_options == ParserOptions("hermes", None)
+    off = ParserSetup("hermes", constrain_auto_tool_calls=False)
+    assert plan_chat(off, ToolRequest(TOOLS, "auto"), None, None, "").grammar is None
+    # a response_format wins over the auto constraint
+    assert plan_chat(HERMES, ToolRequest(TOOLS, "auto"), JSON, "response_format", "").grammar == JSON
+
+
+def test_required_and_named_force_calls():
+    plan = plan_chat(HERMES, ToolRequest(TOOLS, "required"), None, None, "")
+    assert json.loads(plan.grammar.text)["format"]["type"] == "tags_with_separator"
+    plan = plan_chat(HERMES, ToolRequest(TOOLS, "function", "f"), None, None, "")
+    assert json.loads(plan.grammar.text)["format"]["stop_after_first"] is True
+
+
+def test_none_keeps_tools_out_of_parsing():
+    plan = plan_chat(HERMES, ToolRequest(TOOLS, "none"), None, None, "")
+    assert plan.output is None and plan.grammar is None
+
+
+def test_reasoning_parser_reads_the_prompt_and_special_markers_keep_special_tokens():
+    setup = ParserSetup("kimi_k2", "kimi_k2", special_tokens=frozenset({"<|tool_call_begin|>"}))
+    plan = plan_chat(setup, ToolRequest(TOOLS, "auto"), None, None, "<|im_assistant|>assistant<think>")
+    assert plan.output.starts_in_reasoning is True and plan.keep_special_tokens
+    assert plan.parser_options == ParserOptions("kimi_k2", "kimi_k2")
+    qwen = ParserSetup(None, "qwen3")
+    plan = plan_chat(qwen, ToolRequest(), None, None, "<think>\n\n</think>\n\n")
+    assert plan.output.parses_reasoning and plan.output.starts_in_reasoning is False
+    assert not plan.keep_special_tokens and plan.grammar is None
+
+
+@pytest.mark.parametrize("setup,tools,structured,param", [
+    (ParserSetup(None), ToolRequest(TOOLS, "required"), None, "tool_choice"),
+    (ParserSetup(None), ToolRequest(TOOLS, "function", "f"), None, "tool_choice"),
+    (HERMES, ToolRequest(TOOLS, "required"), JSON, "response_format"),
+])
+def test_what_cannot_be_served_is_a_400(setup, tools, structured, param):
+    with pytest.raises(InvalidRequest) as info:
+        plan_chat(setup, tools, structured, "response_format" if structured else None, "")
+    assert info.value.param == param and info.value.status == 400
