@@ -4,16 +4,31 @@ from __future__ import annotations
 
 from tandem.config import SpeculativeConfig
 from tandem.spec.adaptive import AdaptiveDraftLength
-from tandem.spec.ngram import NgramProposer
 from tandem.spec.proposer import AdaptiveProposer
+from tandem.spec.target import SpecTarget
 
 
-def make_proposer(cfg: SpeculativeConfig) -> AdaptiveProposer:
+def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> AdaptiveProposer:
+    """`target`: the engine's model and config; a draft model needs it (device, dtype, the
+    tokenizer it must share, the size of its own KV cache)."""
     k = cfg.num_speculative_tokens
     if cfg.method == "ngram":
+        from tandem.spec.ngram import NgramProposer
+
         method = NgramProposer(k, cfg.prompt_lookup_min, cfg.prompt_lookup_max)
+    elif cfg.method == "suffix":
+        from tandem.spec.suffix import SuffixProposer
+
+        method = SuffixProposer(k)
+    elif cfg.method == "draft_model":
+        if target is None:
+            raise ValueError("speculative method 'draft_model' needs the target engine "
+                             "(make_proposer(cfg, SpecTarget(...)))")
+        from tandem.spec.draft_model import DraftModelProposer
+
+        method = DraftModelProposer(k, cfg.model, target)
     else:
         raise ValueError(f"speculative method {cfg.method!r} is not available in this build; "
-                         "use 'ngram'")
+                         "use 'ngram', 'suffix' or 'draft_model'")
     lengths = AdaptiveDraftLength(k, cfg.max_draft_tokens_per_step) if cfg.adaptive else None
-    return AdaptiveProposer(method, lengths)
+    return AdaptiveProposer(method, k, lengths)

@@ -62,13 +62,15 @@ class NgramProposer:
         self.max_n = max_n
         self._tokens: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # request -> _Tokens
 
-    def propose(self, requests: Sequence) -> list[list[int]]:
+    def propose(self, requests: Sequence, limits: Sequence[int] | None = None) -> list[list[int]]:
         out = []
-        for req in requests:
+        for i, req in enumerate(requests):
+            k = self.k if limits is None else min(self.k, limits[i])
             state = self._tokens.get(req)
             if state is None:
                 state = self._tokens[req] = _Tokens()
-            out.append(lookup(state.sync(req.all_token_ids), self.min_n, self.max_n, self.k))
+            tokens = state.sync(req.all_token_ids)
+            out.append(lookup(tokens, self.min_n, self.max_n, k) if k > 0 else [])
         return out
 
     def observe(self, request, num_proposed: int, num_accepted: int) -> None:

@@ -1,5 +1,12 @@
-"""The proposer the engine drives: a drafting method (tandem/spec/ngram.py, ...) behind the
-adaptive draft length (tandem/spec/adaptive.py). Implements tandem/engine/proposer.py's Proposer."""
+"""The proposer the engine drives: a drafting method (tandem/spec/ngram.py, suffix.py,
+draft_model.py) behind the adaptive draft length (tandem/spec/adaptive.py). Implements
+tandem/engine/proposer.py's Proposer.
+
+A method drafts for the requests it is given, each at most its limit:
+`propose(requests, limits) -> drafts`, plus the Proposer's `observe` and `finished`. It is asked
+only about requests whose limit this step is positive, so a method with per-step costs (a draft
+model's forwards) pays for the drafts that are wanted only.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +16,18 @@ from tandem.spec.adaptive import AdaptiveDraftLength
 
 
 class AdaptiveProposer:
-    def __init__(self, method, lengths: AdaptiveDraftLength | None) -> None:
-        """`method`: propose(requests) -> drafts of at most its own k; `lengths`: None keeps them."""
+    def __init__(self, method, k: int, lengths: AdaptiveDraftLength | None) -> None:
+        """`method`: see above; `k`: the longest draft; `lengths`: None drafts k for everyone."""
         self.method = method
+        self.k = k
         self.lengths = lengths
 
     def propose(self, requests: Sequence) -> list[list[int]]:
-        if self.lengths is None:
-            return self.method.propose(requests)
-        limits = self.lengths.lengths(requests)
-        wanted = [r for r, k in zip(requests, limits) if k > 0]
-        drafts = iter(self.method.propose(wanted) if wanted else [])
+        limits = [self.k] * len(requests) if self.lengths is None else self.lengths.lengths(requests)
+        wanted = [(r, k) for r, k in zip(requests, limits) if k > 0]
+        if not wanted:
+            return [[] for _ in requests]
+        drafts = iter(self.method.propose([r for r, _ in wanted], [k for _, k in wanted]))
         return [next(drafts)[:k] if k > 0 else [] for k in limits]
 
     def observe(self, request, num_proposed: int, num_accepted: int) -> None:

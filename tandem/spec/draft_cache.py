@@ -1,0 +1,73 @@
+"""The draft model's own paged KV bookkeeping: per request, its blocks in the draft's cache tensor
+and which tokens their K/V holds (mechanism only; tandem/spec/draft_model.py decides).
+
+The draft's KV is private to the proposer: the target's prefix cache, preemption and handoff
+never see it, and the draft recomputes what it misses. A request's draft KV holds positions
+[0, computed): the request's own tokens up to `base` (its length at the last call), then the
+draft tokens the draft fed itself after it (`fed`). At the next call the request has grown by
+the tokens the target accepted plus its own next token; the draft's K/V stays valid up to where
+those agree with `fed` (`valid`), and the rest is recomputed (a rejected draft's K/V is simply
+overwritten). Blocks come from a tandem.kv BlockPool without prefix caching, sized by the
+caller; they return to it when the request leaves (`free`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tandem.kv.block_pool import BlockPool, KVBlock
+
+
+@dataclass(eq=False)
+class DraftSeq:
+    blocks: list[KVBlock] = field(default_factory=list)
+    block_ids: list[int] = field(default_factory=list)
+    computed: int = 0                                    # positions whose K/V the draft holds
+    base: int = 0                                        # the request's length at the last call
+    fed: list[int] = field(default_factory=list)         # draft tokens at positions [base, computed)
+
+    def valid(self, tokens: list[int]) -> int:
+        """Positions of `tokens` (the request's tokens now) whose K/V the draft holds."""
+        own = min(self.computed, self.base)
+        if own < self.base:
+            return own
+        n = 0
+        for fed, token in zip(self.fed, tokens[self.base:]):
+            if fed != token:
+                break
+            n += 1
+        return self.base + n
+
+
+class DraftCache:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks, enable_caching=False)
+        self.seqs: dict[object, DraftSeq] = {}   # request (by identity) -> its draft KV
+
+    def seq(self, request) -> DraftSeq:
+        seq = self.seqs.get(request)
+        if seq is None:
+            seq = self.seqs[request] = DraftSeq()
+        return seq
+
+    def reserve(self, seq: DraftSeq, num_positions: int) -> bool:
+        """Hold blocks for positions [0, num_positions); False (nothing taken) when too few are free."""
+        needed = -(-num_positions // self.block_size) - len(seq.blocks)
+        if needed <= 0:
+            return True
+        if needed > self.pool.num_free:
+            return False
+        taken = self.pool.take(needed)
+        seq.blocks += taken
+        seq.block_ids += [b.block_id for b in taken]
+        return True
+
+    def free(self, request) -> None:
+        seq = self.seqs.pop(request, None)
+        if seq is not None and seq.blocks:
+            self.pool.release(seq.blocks)
+
+    @property
+    def num_held(self) -> int:
+        return self.pool.num_blocks - self.pool.num_free

@@ -1,0 +1,30 @@
+"""What a proposer may need to know of the target it drafts for (a draft model: the device, the
+dtype, the tokenizer to check, how many tokens the target's KV cache holds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.config import EngineConfig
+from tandem.models.loader import LoadedModel
+from tandem.tokenization.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class SpecTarget:
+    config: EngineConfig
+    loaded: LoadedModel
+    tokenizer: Tokenizer
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the target's KV cache holds: running requests never hold more."""
+        from tandem.engine.engine import layout_of
+
+        cache = self.config.cache
+        num_blocks = cache.num_blocks or cache.kv_cache_bytes // layout_of(self.loaded, cache).block_nbytes
+        return num_blocks * cache.block_size
+
+    @classmethod
+    def of_engine(cls, engine) -> "SpecTarget":
+        return cls(engine.config, engine.loaded, engine.tokenizer)
