@@ -46,9 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="requests open on one worker before it counts as saturated (429 when all are)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
+    g.add_argument("--prefill-placement", default="auto", choices=("auto", "remote"),
+                   help="with prefill and decode workers: auto (default) lets the decode worker "
+                        "prefill a request itself when the prefill queue would make it wait longer "
+                        "than the decode worker's streams would stall (conditional disaggregation); "
+                        "remote sends every request through a prefill worker")
+    g.add_argument("--placement-stall-weight", type=float, default=1.0, metavar="W",
+                   help="auto placement: weight of the decode streams' stall against the request's "
+                        "wait (higher protects inter-token latency, lower time to first token)")
     g.add_argument("--local-prefill-tokens", type=int, default=0, metavar="N",
                    help="with prefill and decode workers: a request with at most N prompt tokens "
-                        "uncached on its decode worker is prefilled there (default 0: never)")
+                        "uncached on its decode worker is always prefilled there (default 0: "
+                        "only --prefill-placement decides)")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
@@ -58,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def gateway_config_from_args(args: argparse.Namespace):
     from tandem.gateway.config import GatewayConfig, RegistryConfig
     from tandem.router.admission import AdmissionLimits
+    from tandem.router.policies.placement import PlacementConfig
 
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
@@ -70,6 +80,8 @@ def gateway_config_from_args(args: argparse.Namespace):
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
+        placement=PlacementConfig(enabled=args.prefill_placement == "auto",
+                                  stall_weight=args.placement_stall_weight),
         local_prefill_tokens=args.local_prefill_tokens,
         queue=queue_config_from_args(args, args.port))
 

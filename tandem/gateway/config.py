@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.router.admission import AdmissionLimits
+from tandem.router.policies.placement import PlacementConfig
 from tandem.server.queue_service import QueueConfig
 from tandem.server.sampling_defaults import SamplingDefaults
 
@@ -38,9 +39,12 @@ class GatewayConfig:
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
-    # Disaggregated mode: a request whose prompt the chosen decode worker would have to compute
-    # for at most this many tokens (uncached there) is served whole by that decode worker
-    # instead of queueing at a prefill worker. 0 = every request goes through a prefill worker.
+    # Disaggregated mode: whether the decode worker prefills a request itself (conditional
+    # disaggregation, on by default; tandem/router/policies/placement.py explains the rule).
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    # ... and a request whose prompt the chosen decode worker would have to compute for at most
+    # this many tokens (uncached there) is always served whole by that decode worker, even with
+    # placement.enabled=False. 0: only the placement policy decides.
     local_prefill_tokens: int = 0
     max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
     max_migrations: int = 3           # a stream moves at most this many times

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from tandem.gateway.registry import Registry
 from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies.placement import Placement
 from tandem.router.snapshot import Decision
 
 
@@ -68,8 +69,12 @@ class GatewayMetrics:
                                   registry=prom)
         self.local_prefills = Counter("tandem:gateway_local_prefills",
                                       "Disaggregated-mode requests served whole by their decode worker "
-                                      "(few prompt tokens uncached there: --local-prefill-tokens).",
+                                      "(the placement policy's local decisions).",
                                       registry=prom)
+        self.placements = Counter("tandem:gateway_prefill_placements",
+                                  "Disaggregated-mode placement decisions: where the prompt was "
+                                  "computed (local: the decode worker; remote: a prefill worker) and why.",
+                                  ("where", "reason"), registry=prom)
         self.prompt_tokens = Counter("tandem:gateway_prompt_tokens",
                                      "Prompt tokens of requests the gateway served.", registry=prom)
         self.cached_tokens = Counter("tandem:gateway_cached_tokens",
@@ -80,6 +85,11 @@ class GatewayMetrics:
 
     def on_decision(self, pool: str, d: Decision) -> None:
         self.decisions.labels(pool, d.policy, d.reason).inc()
+
+    def on_placement(self, p: Placement) -> None:
+        self.placements.labels("local" if p.local else "remote", p.reason).inc()
+        if p.local:
+            self.local_prefills.inc()
 
     def on_prompt(self, prompt_tokens: int, cached_tokens: int) -> None:
         self._totals["prompt"] += prompt_tokens

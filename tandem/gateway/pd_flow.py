@@ -5,10 +5,15 @@ A pass is either
 - disaggregated: a prefill call (prefill_only=True) that returns the first token and a KV
   handle, then a decode call (kv_handle, resume_output_ids) that streams the rest. The first
   token is yielded as the stream's first delta (stitched in), before the decode call starts;
-- local prefill (disaggregated mode, GatewayConfig.local_prefill_tokens): the decode worker is
-  chosen first, and when it lacks at most that many of the prompt's tokens it serves the whole
-  request, as a colocated worker would (no prefill queue, no handoff, for a short chunk in its
-  decode steps).
+- local prefill (disaggregated mode): the router looks at the decode and the prefill worker it
+  would pick, and the placement policy (tandem/router/policies/placement.py: conditional
+  disaggregation, on by default) decides whether the decode worker serves the whole request, as
+  a colocated worker would (no prefill queue, no handoff, its prefill chunks in the decode
+  worker's steps): when the prefill queue would make the request wait longer than the decode
+  worker's streams would stall, when the remainder is at most GatewayConfig.local_prefill_tokens,
+  or when no prefill worker is available;
+- whole requests on one disaggregated pool: while the other pool has no live worker, the
+  surviving pool's workers serve whole requests (Router.mode()).
 
 The client sees one stream. `sent` is every token id already yielded to it; its text was yielded
 too. If a pass fails (`WorkerFailed`), the next pass re-runs the prompt with
@@ -30,15 +35,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from tandem.errors import NoHealthyWorker, TandemError
+from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
 from tandem.router.router import HashMemo, Route, Router
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies.placement import PlacementConfig, place
 from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
 
@@ -83,12 +89,14 @@ class GatewayBackend:
         return _Flow(self.parts, req, info).run()
 
     def ready(self) -> bool:
-        """A request can be served now: a colocated worker, or a prefill and a decode worker."""
+        """The full topology can serve: a colocated worker, or a prefill and a decode worker.
+        While only one disaggregated pool is live, requests are still served (by that pool's
+        workers, whole) but /health says 503, so that start-up waits for both pools and a
+        degraded gateway shows as such."""
         try:
-            self.parts.router.mode()
+            return self.parts.router.mode() in ("pd", "colocated")
         except NoHealthyWorker:
             return False
-        return True
 
     def abort(self, request_id: str) -> None:
         """Nothing to do: closing the stream returned by `generate` closes the worker calls,
@@ -138,8 +146,10 @@ class _Flow:
         cfg = self.p.config
         while True:
             try:
-                one_pass = self._pd_pass if self.p.router.mode() == "pd" else self._colocated_pass
-                async with aclosing(one_pass()) as deltas:
+                mode = self.p.router.mode()
+                one_pass = self._pd_pass() if mode == "pd" else \
+                    self._colocated_pass("both" if mode == "colocated" else mode)
+                async with aclosing(one_pass) as deltas:
                     async for d in deltas:
                         yield d
                 return
@@ -184,11 +194,12 @@ class _Flow:
                              context=r.context, arrival_time=r.arrival_time,
                              resume_output_ids=list(self.sent), **kw)
 
-    async def _colocated_pass(self) -> AsyncIterator[RequestDelta]:
+    async def _colocated_pass(self, pool: str) -> AsyncIterator[RequestDelta]:
+        """Whole requests on `pool`: "both", or a disaggregated pool while the other is down."""
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
-        route = self.p.router.choose("both", memo, self.session, frozenset(self.exclude))
-        async with aclosing(self._whole_pass(route, "both")) as deltas:
+        route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude))
+        async with aclosing(self._whole_pass(route, pool)) as deltas:
             async for d in deltas:
                 yield d
 
@@ -219,18 +230,25 @@ class _Flow:
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
         exclude = frozenset(self.exclude)
-        decode: Route | None = None
-        if self.p.config.local_prefill_tokens > 0:
-            # decode worker first: if what it lacks of the prompt is short, it prefills locally
-            decode = self.p.router.choose("decode", memo, self.session, exclude)
-            if decode.uncached_tokens <= self.p.config.local_prefill_tokens:
-                if self.p.metrics:
-                    self.p.metrics.local_prefills.inc()
-                async with aclosing(self._whole_pass(decode, "decode")) as deltas:
-                    async for d in deltas:
-                        yield d
-                return
-        prefill = self.p.router.choose("prefill", memo, self.session, exclude)
+        router = self.p.router
+        # where to prefill: look at the decode and the prefill worker the router would pick
+        decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False)
+        try:
+            prefill: Route | None = router.choose("prefill", memo, self.session, exclude, commit=False)
+        except (NoHealthyWorker, CapacityExceeded):
+            prefill = None   # the decode worker serves it whole
+        where = place(prefill.load if prefill else None, decode.load, decode.request,
+                      placement_config(self.p.config))
+        if self.p.metrics:
+            self.p.metrics.on_placement(where)
+        if where.local:
+            router.commit("decode", decode)
+            async with aclosing(self._whole_pass(decode, "decode")) as deltas:
+                async for d in deltas:
+                    yield d
+            return
+        router.commit("prefill", prefill)
+        decode = None   # chosen again once the prefill is done, on the load of that moment
         p_url = prefill.worker.url
         preq = self._worker_request("p", prefill_only=True)
         tracker = self.p.tracker
@@ -357,3 +375,11 @@ class _Flow:
             num_cached_tokens=self.cached or 0, num_output_tokens=len(self.sent),
             timings=RequestTimings(self.req.arrival_time, self.first_scheduled, self.first_token,
                                    time.monotonic()), error=message)
+
+
+def placement_config(cfg: GatewayConfig) -> PlacementConfig:
+    """The placement policy's settings; --local-prefill-tokens N is its always-local threshold."""
+    p = cfg.placement
+    if cfg.local_prefill_tokens <= p.always_local_tokens:
+        return p
+    return replace(p, always_local_tokens=cfg.local_prefill_tokens)

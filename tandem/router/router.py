@@ -59,6 +59,8 @@ class Route:
     decision: Decision
     cached_blocks: int    # leading blocks of the tokens the chosen worker holds (index view)
     uncached_tokens: int  # tokens it is expected to compute
+    load: WorkerLoad | None = None      # the chosen worker as the policy saw it
+    request: RequestInfo | None = None  # the request as the policy saw it
 
 
 @dataclass
@@ -89,21 +91,31 @@ class Router:
         self._seq: dict[str, int] = {}
 
     def mode(self) -> str:
-        """"pd" when a prefill and a decode worker can take work, else "colocated"."""
-        if self.registry.has_live("prefill") and self.registry.has_live("decode"):
+        """How requests are served now: "pd" when a prefill and a decode worker can take work,
+        else "colocated" (role=both workers serve whole requests), else, while one disaggregated
+        pool has no healthy worker (dead or none), the other: "decode" or "prefill" (its workers
+        serve whole requests; a worker of either role computes a whole request when asked to).
+        A pool whose workers are all draining but healthy is being emptied on purpose: no
+        fallback then. Raises NoHealthyWorker when no worker can take work."""
+        reg = self.registry
+        if reg.has_live("prefill") and reg.has_live("decode"):
             return "pd"
-        if self.registry.has_live("both"):
+        if reg.has_live("both"):
             return "colocated"
-        if self.registry.pool("prefill") or self.registry.pool("decode"):
-            missing = "prefill" if not self.registry.has_live("prefill") else "decode"
-            raise NoHealthyWorker(f"no healthy {missing} worker; retry later")
+        for pool, other in (("decode", "prefill"), ("prefill", "decode")):
+            if reg.has_live(pool):
+                if any(w.healthy for w in reg.pool(other)):
+                    raise NoHealthyWorker(f"every {other} worker is draining; retry later")
+                return pool
         raise NoHealthyWorker("no healthy worker is registered with the gateway; retry later")
 
     def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
-               exclude: frozenset[str] = frozenset()) -> Route:
+               exclude: frozenset[str] = frozenset(), commit: bool = True) -> Route:
         """Pick a worker of role `pool`; raises NoHealthyWorker (503) or CapacityExceeded (429).
 
         `exclude` lists workers that just failed this request: avoided while another is live.
+        `commit=False` only looks: the decision is neither counted nor advances the pool's
+        request counter (round robin) until `commit(pool, route)`.
         """
         workers = self.registry.pool(pool)
         live = [w for w in workers if w.healthy and not w.draining]
@@ -114,19 +126,25 @@ class Router:
         hashes = tokens.get(block_size, ref.hash_seed if ref else 0)
         matches = self.index.match(hashes)
         seq = self._seq.get(pool, 0)
-        self._seq[pool] = seq + 1
         snap = Snapshot(
             workers=tuple(self._load(w, matches.get(w.url, 0)) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
                                 block_size=block_size, session_id=session_id, seq=seq))
         snap = admit(snap, self.limits, pool)
         decision = self.policies[pool].choose(snap)
-        if self.on_decision is not None:
-            self.on_decision(pool, decision)
         chosen = snap.by_id(decision.worker_id)
         worker = next(w for w in workers if w.url == decision.worker_id)
         uncached = max(0, len(tokens.token_ids) - chosen.cached_blocks * block_size)
-        return Route(worker, decision, chosen.cached_blocks, uncached)
+        route = Route(worker, decision, chosen.cached_blocks, uncached, chosen, snap.request)
+        if commit:
+            self.commit(pool, route)
+        return route
+
+    def commit(self, pool: str, route: Route) -> None:
+        """Count a decision taken: the pool's request counter moves on, the metric sees it."""
+        self._seq[pool] = self._seq.get(pool, 0) + 1
+        if self.on_decision is not None:
+            self.on_decision(pool, route.decision)
 
     def _load(self, w: WorkerState, cached_blocks: int) -> WorkerLoad:
         load = self.tracker.load(w.url)

@@ -57,7 +57,12 @@ def test_mode_and_errors():
     reg.mark_dead("http://127.0.0.1:9001")
     assert router.mode() == "colocated"
     reg.mark_dead("http://127.0.0.1:9002")
-    with pytest.raises(NoHealthyWorker, match="decode"):
+    assert router.mode() == "prefill"   # no decode worker: the prefill pool serves whole requests
+    reg.poll_ok("http://127.0.0.1:9001", {"role": "decode"}, 1.0)
+    reg.mark_dead("http://127.0.0.1:9000")
+    assert router.mode() == "decode"    # and the other way round
+    reg.mark_dead("http://127.0.0.1:9001")
+    with pytest.raises(NoHealthyWorker):
         router.mode()
     with pytest.raises(NoHealthyWorker):
         Router(Registry(RegistryConfig()), PrefixIndex(), LoadTracker(), {}, AdmissionLimits()).mode()
@@ -101,3 +106,16 @@ def test_the_router_reads_any_worker_table_that_has_the_view():
     assert router.mode() == "colocated"
     route = router.choose("both", HashMemo(list(range(12)), None), None)
     assert (route.worker.url, route.cached_blocks, route.uncached_tokens) == ("b", 2, 4)
+
+
+def test_a_look_without_commit_is_neither_counted_nor_advances_round_robin():
+    reg, index, tracker, router, decisions = cluster(["decode", "decode"], policy="round_robin")
+    memo = HashMemo([1, 2, 3], None)
+    first = router.choose("decode", memo, None, commit=False)
+    again = router.choose("decode", memo, None, commit=False)
+    assert first.worker.url == again.worker.url == "http://127.0.0.1:9000" and decisions == []
+    assert (first.load.worker_id, first.request.num_prompt_tokens) == ("http://127.0.0.1:9000", 3)
+    router.commit("decode", first)
+    assert len(decisions) == 1
+    assert router.choose("decode", memo, None).worker.url == "http://127.0.0.1:9001"
+    assert len(decisions) == 2

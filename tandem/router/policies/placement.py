@@ -1,0 +1,93 @@
+"""placement: conditional disaggregation - prefill on a prefill worker, or on the decode worker.
+
+In disaggregated mode the router picks a decode worker d and a prefill worker p for a request;
+this policy decides where the prompt is computed:
+- remote: p computes it and hands the KV over to d (d's decode streams never see the prefill);
+- local: d serves the whole request, as a colocated worker would (no queue at p, no handoff,
+  but d's streams wait for the request's prefill chunks in their steps).
+
+Why. One prefill worker queues every prompt in arrival-ish order, while the decode worker may
+have idle time: a tool result of a few hundred uncached tokens, or any prompt when d decodes
+nothing, should not wait behind a long prefill queue. But every token d prefills delays each
+stream decoding on d. So the policy trades the request's wait against the other streams' stall,
+all in prefill-token units (the time to compute one uncached prompt token):
+
+    u(w)    = num_prompt_tokens - block_size * cached_blocks(w)   # what w must compute of it
+    remote  = prefill_tokens(p) + u(p)         # p's queue, then this prompt (TTFT at p)
+    local   = prefill_tokens(d) + u(d)         # d's own local prefills, then this prompt
+    streams = max(in_flight(d), running(d))    # streams d is decoding (gateway's view, report)
+    stall   = stall_weight * u(d) * streams    # each of them waits about u(d) tokens' time
+
+    local   iff   remote - local > stall       (strictly: ties go remote)
+
+with these rules first, in order:
+1. no available prefill worker (down, draining or saturated): local ("no_prefill"), so the decode
+   pool serves whole requests while the prefill pool cannot;
+2. u(d) <= always_local_tokens: local ("short"): the old --local-prefill-tokens threshold;
+3. disabled (`enabled=False`): remote ("off"): every request goes through a prefill worker;
+4. local > max_local_tokens: remote ("decode_busy"): a decode worker never holds more than this
+   many tokens of local prefill, which bounds how long its streams can stall;
+5. the comparison above: local ("idle_decode" when d decodes nothing, else "queue"), or remote
+   ("remote").
+
+The handoff's own cost (a KV pull, one more hop) is not credited to local: with both workers
+idle the request goes remote, which keeps d free for the streams that come next. The remote
+estimate is an upper bound when p schedules shortest-first (tandem/engine/scheduler.py): a short
+prompt there overtakes part of the queue; the error sends some short prompts local, where they
+cost little stall.
+
+Settings (PlacementConfig): enabled, stall_weight (raise it to protect inter-token latency,
+lower it to favour time to first token), max_local_tokens, always_local_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.router.snapshot import RequestInfo, WorkerLoad
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    enabled: bool = True            # False: remote unless rule 1 or 2 applies (--prefill-placement remote)
+    stall_weight: float = 1.0       # cost of one stream waiting one token's time, against the request's
+    max_local_tokens: int = 4096    # local prefill a decode worker may hold (queued + this prompt)
+    always_local_tokens: int = 0    # a remainder this short is always local (--local-prefill-tokens)
+
+
+@dataclass(frozen=True)
+class Placement:
+    local: bool
+    reason: str                     # metric label: no_prefill, short, off, decode_busy, idle_decode, queue, remote
+    remote_tokens: float = 0.0      # the estimates above, for logs and tests
+    local_tokens: float = 0.0
+    stall_tokens: float = 0.0
+
+
+def uncached(w: WorkerLoad, req: RequestInfo) -> int:
+    return max(0, req.num_prompt_tokens - req.block_size * w.cached_blocks)
+
+
+def streams(w: WorkerLoad) -> int:
+    """Requests decoding on w: the gateway's open requests, or what w reported if more."""
+    return max(w.in_flight, w.running)
+
+
+def place(prefill: WorkerLoad | None, decode: WorkerLoad, req: RequestInfo,
+          cfg: PlacementConfig) -> Placement:
+    """Where the prompt is computed; `prefill` is None when no prefill worker is available."""
+    u_d = uncached(decode, req)
+    local = decode.prefill_tokens + u_d
+    stall = cfg.stall_weight * u_d * streams(decode)
+    if prefill is None or not prefill.available:
+        return Placement(True, "no_prefill", 0.0, local, stall)
+    remote = prefill.prefill_tokens + uncached(prefill, req)
+    if u_d <= cfg.always_local_tokens:
+        return Placement(True, "short", remote, local, stall)
+    if not cfg.enabled:
+        return Placement(False, "off", remote, local, stall)
+    if local > cfg.max_local_tokens:
+        return Placement(False, "decode_busy", remote, local, stall)
+    if remote - local > stall:
+        return Placement(True, "idle_decode" if streams(decode) == 0 else "queue", remote, local, stall)
+    return Placement(False, "remote", remote, local, stall)
