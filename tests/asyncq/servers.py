@@ -27,11 +27,11 @@ class Server:
     url: str
     proc: subprocess.Popen
     dir: str
+    stop_signal: int = signal.SIGTERM   # PostgreSQL: SIGQUIT, its immediate shutdown (a throwaway DB)
 
-    def stop(self, sig: int = signal.SIGINT) -> None:
-        """SIGINT: PostgreSQL's fast shutdown, Redis's normal one."""
+    def stop(self) -> None:
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
+            os.kill(self.proc.pid, self.stop_signal)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -121,14 +121,14 @@ def start_postgres() -> Server | None:
     url = f"postgresql://tandem@127.0.0.1:{port}/postgres"
     _wait(lambda: psycopg.connect(url, connect_timeout=2).close() is None, proc, "postgres",
           log_path)
-    return Server(url, proc, tmp)
+    return Server(url, proc, tmp, signal.SIGQUIT)
 
 
 def fresh_postgres_db(server_url: str, name: str) -> str:
-    """A new empty database on the server -> its URL."""
+    """A new empty schema on the server (much cheaper than a database) -> a URL whose
+    connections use it."""
     import psycopg
 
     with psycopg.connect(server_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return server_url.rsplit("/", 1)[0] + "/" + name
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    return f"{server_url}?options=-csearch_path%3D{name}"
