@@ -18,7 +18,7 @@ BACKENDS = ("sqlite", "redis", "postgres")
 def redis_server():
     server = servers.start_redis()
     if server is None:
-        pytest.skip("redis-server not found (Debian package redis-server)")
+        pytest.skip("redis-server or the redis package not found (Debian package redis-server, pip redis)")
     yield server
     server.stop()
 
@@ -27,7 +27,8 @@ def redis_server():
 def postgres_server():
     server = servers.start_postgres()
     if server is None:
-        pytest.skip("postgres not found under /usr/lib/postgresql/*/bin (Debian package postgresql)")
+        pytest.skip("postgres under /usr/lib/postgresql/*/bin or psycopg not found (Debian package "
+                    "postgresql, pip psycopg[binary])")
     yield server
     server.stop()
 

@@ -70,9 +70,12 @@ def redis_binary() -> str | None:
 
 def start_redis() -> Server | None:
     binary = redis_binary()
+    try:
+        import redis
+    except ImportError:   # the pip package (pinned in pyproject.toml) is missing too
+        return None
     if binary is None:
         return None
-    import redis
 
     port, tmp = free_port(), tempfile.mkdtemp(prefix="asyncq-redis-")
     log_path = os.path.join(tmp, "redis.log")
@@ -96,9 +99,12 @@ def start_postgres() -> Server | None:
     """initdb + postgres in a temp dir; as the `postgres` user when we are root (PostgreSQL
     refuses to run as root)."""
     bin_dir = postgres_bin_dir()
+    try:
+        import psycopg
+    except ImportError:
+        return None
     if bin_dir is None:
         return None
-    import psycopg
 
     user = None
     tmp = tempfile.mkdtemp(prefix="asyncq-pg-")
