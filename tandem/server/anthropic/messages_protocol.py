@@ -6,8 +6,10 @@ blocks: `text`, `tool_use` {id, name, input}, `tool_result` {tool_use_id, conten
 `thinking` (an assistant's reasoning, as chat templates read it); images and documents refused),
 `tools` ({name, description, input_schema}; Anthropic's server and client tools with a `type`
 refused), `tool_choice` ({type: auto|any|tool|none, name, disable_parallel_tool_use}),
-`temperature` (0 to 1), `top_p`, `top_k`, `stop_sequences`, `stream`. Accepted and not acted on:
-`metadata`, `thinking`, `service_tier`, `cache_control` on blocks (tandem caches every prefix).
+`output_config.format` (a JSON schema the text must match), `stop_sequences`, `stream`, and the
+sampling fields older clients send, `temperature` (0 to 1), `top_p`, `top_k`. Accepted and not
+acted on: `metadata`, `thinking`, `service_tier`, `output_config.effort`, `cache_control` (tandem
+caches every prefix), a tool's `strict` (tool calls are held to their schemas anyway).
 
 In chat messages: a user message's `tool_result` blocks become `role: tool` messages (in order,
 before the text that follows them), an assistant's `tool_use` blocks its `tool_calls`.
@@ -24,9 +26,11 @@ from tandem.server.chat_turn import ChatTurn, TurnParams
 from tandem.server.errors import NotSupportedYet
 from tandem.server.fields import Fields, bad
 from tandem.server.openai.openai_protocol import check_model
+from tandem.server.structured_output import read_structured_output
 from tandem.server.tool_request import ToolRequest, read_tools
+from tandem.types import GrammarSpec
 
-PARAMS = TurnParams(messages="messages", max_tokens="max_tokens")
+PARAMS = TurnParams(messages="messages", max_tokens="max_tokens", structured="output_config.format")
 _UNSUPPORTED_BLOCKS = ("image", "document", "search_result", "server_tool_use",
                        "web_search_tool_result", "container_upload")
 
@@ -53,7 +57,7 @@ def parse_messages(body: dict, served_name: str, count_only: bool = False) -> Me
     stops = f.str_or_list("stop_sequences")
     top_k = f.int("top_k", None, 0)
     turn = ChatTurn(
-        model=model, messages=messages, tools=tools, max_tokens=max_tokens,
+        model=model, messages=messages, tools=tools, structured=_output_format(f), max_tokens=max_tokens,
         temperature=f.float("temperature", None, 0.0, 1.0),
         top_p=f.float("top_p", None, 0.0, 1.0),
         top_k=top_k,
@@ -63,6 +67,23 @@ def parse_messages(body: dict, served_name: str, count_only: bool = False) -> Me
     if turn.top_p is not None and turn.top_p == 0.0:
         raise bad("top_p", "must be greater than 0")
     return MessagesRequest(turn=turn, stop_sequences=stops)
+
+
+def _output_format(f: Fields) -> GrammarSpec | None:
+    """`output_config.format` {"type": "json_schema", "schema"} (structured outputs), read as the
+    chat route reads the same response_format; `output_config.effort` is not acted on."""
+    config = f.obj("output_config")
+    fmt = config.raw("format") if config is not None else None
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise bad("output_config.format", 'must be {"type": "json_schema", "schema": {...}}')
+    response_format = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+    try:
+        return read_structured_output(Fields({"response_format": response_format}))[0]
+    except InvalidRequest as exc:
+        exc.param = "output_config.format"
+        raise
 
 
 def _system(raw: Any) -> list[dict]:

@@ -137,3 +137,14 @@ def test_tool_input_keeps_non_ascii():
     ]), "m")
     assert json.loads(req.turn.messages[1]["tool_calls"][0]["function"]["arguments"]) == {"c": "Zürich"}
     assert "Zürich" in req.turn.messages[1]["tool_calls"][0]["function"]["arguments"]
+
+
+def test_output_config_format_becomes_a_json_schema_grammar():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    req = parse_messages(body(output_config={"effort": "low", "format": {"type": "json_schema",
+                                                                         "schema": schema}}), "m")
+    assert req.turn.structured.kind == "json_schema" and json.loads(req.turn.structured.text) == schema
+    assert parse_messages(body(output_config={"effort": "high"}), "m").turn.structured is None
+    with pytest.raises(InvalidRequest) as e:
+        parse_messages(body(output_config={"format": {"type": "json_schema"}}), "m")
+    assert e.value.param == "output_config.format"
