@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from tandem.server.fields import Fields, bad
+from tandem.server.schema_workarounds import json_safe_strings
 from tandem.types import GrammarSpec
 
 _STRUCTURED_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "ebnf",
@@ -56,7 +57,7 @@ def _json_text(schema: Any, param: str) -> str:
             raise bad(param, f"is not valid JSON: {exc}") from None
     if not isinstance(schema, (dict, bool)):
         raise bad(param, "must be a JSON schema (an object)")
-    return json.dumps(schema, ensure_ascii=False)
+    return json.dumps(json_safe_strings(schema), ensure_ascii=False)
 
 
 def _response_format(raw: Any, param: str, lenient_schema: bool) -> GrammarSpec | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from tandem.parsers import ReasoningParser
 from tandem.parsers.schema_values import param_kind
 from tandem.server.fields import bad
+from tandem.server.schema_workarounds import json_safe_strings
 from tandem.types import GrammarSpec
 
 # consecutive whitespace inside arguments (`{"a": 1}` needs 1); bounded so a sampled model cannot pad forever
@@ -136,11 +137,12 @@ def call_format(parser: str, chat_template: str | None) -> CallFormat:
 
 
 def arguments_schema(tool: dict) -> dict:
-    """The JSON schema a call's arguments must match: the tool's parameters, always an object."""
+    """The JSON schema a call's arguments must match: the tool's parameters, always an object
+    (length-bounded strings as patterns: schema_workarounds.py)."""
     params = tool["function"].get("parameters")
     if not params:
         return {"type": "object"}
-    return params if "type" in params else {"type": "object", **params}
+    return json_safe_strings(params if "type" in params else {"type": "object", **params})
 
 
 def tool_call_grammar(tool_format: str | None, tools: list[dict], mode: str, name: str | None,
