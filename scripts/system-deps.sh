@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine),
 # bible-kjv (the public-domain text `tandem demo build-corpus` trains the demo models on),
-# gcc and libc6-dev (tandem.kernels compiles its native CPU attention kernel on first use).
+# gcc and libc6-dev (tandem.kernels compiles its native CPU attention kernel on first use),
+# redis-server and postgresql (the asynchronous queue's shared stores; tests start their own
+# servers on 127.0.0.1 and stop them).
 set -euo pipefail
-want=(libibverbs1 bible-kjv gcc libc6-dev)
+want=(libibverbs1 bible-kjv gcc libc6-dev redis-server postgresql)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
