@@ -68,7 +68,7 @@ def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
     dtype = loaded.dtype if cache.kv_cache_dtype == "auto" else torch.float8_e5m2
     return KVLayout(model=identity, dtype=str(dtype).removeprefix("torch."),
                     block_size=cache.block_size, num_layers=a.num_layers,
-                    num_kv_heads=a.num_kv_heads, head_dim=a.head_dim)
+                    num_kv_heads=a.kv_heads_cached, head_dim=a.kv_dim_cached, kind=a.kv_kind)
 
 
 class Engine:

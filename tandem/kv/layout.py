@@ -1,8 +1,10 @@
 """The physical layout of a worker's KV cache, and the one tensor that holds it.
 
-Layout: one tensor of shape [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
-(2 = key, value). A block is therefore one contiguous run of `block_nbytes` bytes, so a
-transfer or a store moves a block with a single (pointer, size) pair.
+Layout: one tensor of shape [num_blocks, num_layers, parts, block_size, num_kv_heads, head_dim].
+Kind "mha" (every dense model): parts = 2 (key, value). Kind "mla" (multi-head latent attention,
+DeepSeek-V3 / Kimi K2): parts = 1, num_kv_heads = 1 and head_dim = kv_lora_rank + qk_rope_head_dim,
+the latent and RoPE key each token caches. A block is one contiguous run of `block_nbytes`
+bytes, so a transfer or a store moves a block with a single (pointer, size) pair, whatever the kind.
 """
 
 from __future__ import annotations
@@ -23,6 +25,18 @@ class KVLayout:
     num_layers: int
     num_kv_heads: int
     head_dim: int
+    kind: str = "mha"   # mha: keys and values per KV head | mla: one latent per token
+
+    KINDS = ("mha", "mla")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise ValueError(f"KV layout kind {self.kind!r}: one of {', '.join(self.KINDS)}")
+
+    @property
+    def parts(self) -> int:
+        """Tensors per token and layer: key and value (mha), or the latent alone (mla)."""
+        return 2 if self.kind == "mha" else 1
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -30,7 +44,7 @@ class KVLayout:
 
     @property
     def block_shape(self) -> tuple[int, ...]:
-        return (self.num_layers, 2, self.block_size, self.num_kv_heads, self.head_dim)
+        return (self.num_layers, self.parts, self.block_size, self.num_kv_heads, self.head_dim)
 
     @property
     def block_nbytes(self) -> int:
@@ -59,7 +73,8 @@ class KVLayout:
 
     @classmethod
     def from_dict(cls, d: dict) -> "KVLayout":
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        # a layout written before kinds existed is a dense ("mha") one
+        return cls(**{k: d.get(k, "mha") if k == "kind" else d[k] for k in cls.__dataclass_fields__})
 
     def check_compatible(self, other: "KVLayout") -> None:
         """Raise KVLayoutMismatch naming every field that differs."""

@@ -109,3 +109,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     # x [T, heads, D]; cos/sin [T, 1, D/2]. Same rounding as x*cos + rotate_half(x)*sin.
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def apply_rotary_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [T, heads, D] whose rotated pairs are interleaved (x0, x1), (x2, x3), ... (DeepSeek's
+    # weights); cos/sin [T, 1, D/2]. Output in the half-split layout (evens' rotation, then odds'):
+    # the same layout for queries and keys, so their dot products are those of the interleaved form.
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from tandem.errors import ModelLoadError
 from tandem.layers.rotary import RopeSpec
+from tandem.layers.mla_spec import MLASpec
+from tandem.layers.moe_spec import MoESpec
+from tandem.models.arch_specs import parse_mla, parse_moe, validate_moe
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -37,6 +40,22 @@ class ModelArch:
     sliding_window: int | None = None  # recorded only; not applied (see loader)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
+    moe: MoESpec | None = None          # mixture of experts (Mixtral, Qwen3-MoE, DeepSeek-V3)
+    mla: MLASpec | None = None          # multi-head latent attention (DeepSeek-V3, Kimi K2)
+    quantization: str | None = None     # quantization_config's method, e.g. "fp8" (not loadable)
+
+    @property
+    def kv_kind(self) -> str:
+        """The KV cache's layout kind: "mla" caches one latent per token, "mha" keys and values."""
+        return "mla" if self.mla is not None else "mha"
+
+    @property
+    def kv_heads_cached(self) -> int:
+        return 1 if self.mla is not None else self.num_kv_heads
+
+    @property
+    def kv_dim_cached(self) -> int:
+        return self.mla.latent_dim if self.mla is not None else self.head_dim
 
     def context_length(self, configured: int | None = None) -> int:
         """The longest context served: `configured`, else max_position_embeddings (with YaRN, at
@@ -83,8 +102,15 @@ class ModelArch:
         eos = cfg.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
         sliding = cfg.get("sliding_window")
-        if model_type == "qwen2" or model_type == "qwen3":
+        if model_type in ("qwen2", "qwen3", "qwen3_moe"):
             sliding = sliding if cfg.get("use_sliding_window") else None
+        mla = parse_mla(cfg)
+        if mla is not None:   # RoPE covers only each head's qk_rope_head_dim dims (as transformers)
+            head_dim = mla.qk_rope_head_dim
+        moe = parse_moe(cfg, model_type, num_layers)
+        if moe is not None:
+            validate_moe(moe)
+        quant = cfg.get("quantization_config")
         return cls(
             architecture=str(archs[0]),
             model_type=model_type,
@@ -106,6 +132,9 @@ class ModelArch:
             sliding_window=int(sliding) if sliding else None,
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=eos_ids,
+            moe=moe,
+            mla=mla,
+            quantization=str(quant.get("quant_method", "unknown")) if isinstance(quant, dict) else None,
         )
 
 

@@ -68,10 +68,11 @@ class DecoderAttention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, arch: ModelArch, opts: DecoderOptions, layer_idx: int) -> None:
+    def __init__(self, self_attn: nn.Module, mlp: nn.Module, arch: ModelArch) -> None:
+        """`self_attn(x, cos, sin, batch, kv_cache, ws)` and `mlp(x)`: the family's blocks."""
         super().__init__()
-        self.self_attn = DecoderAttention(arch, opts, layer_idx)
-        self.mlp = GatedMLP(arch.hidden_size, arch.intermediate_size, bias=arch.mlp_bias)
+        self.self_attn = self_attn
+        self.mlp = mlp
         self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
@@ -91,10 +92,10 @@ class DecoderLayer(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    def __init__(self, arch: ModelArch, opts: DecoderOptions) -> None:
+    def __init__(self, arch: ModelArch, layers: list[DecoderLayer]) -> None:
         super().__init__()
         self.embed_tokens = Embedding(arch.vocab_size, arch.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(arch, opts, i) for i in range(arch.num_layers))
+        self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
 
 
@@ -104,7 +105,9 @@ class DecoderForCausalLM(nn.Module):
     def __init__(self, arch: ModelArch, device: torch.device | str = "cpu") -> None:
         super().__init__()
         self.arch = arch
-        self.model = DecoderModel(arch, self.options(arch))
+        opts = self.options(arch)
+        self.model = DecoderModel(arch, [DecoderLayer(self.attention(arch, opts, i), self.feed_forward(arch, i), arch)
+                                         for i in range(arch.num_layers)])
         self.lm_head = Linear(arch.hidden_size, arch.vocab_size, bias=False)
         # explicit device: the module may be built under torch.device("meta") before loading
         self.rotary = RotaryEmbedding(arch.head_dim, arch.rope, arch.max_position_embeddings, device)
@@ -114,6 +117,28 @@ class DecoderForCausalLM(nn.Module):
     @classmethod
     def options(cls, arch: ModelArch) -> DecoderOptions:
         return DecoderOptions(qkv_bias=arch.attention_bias, o_bias=arch.attention_bias)
+
+    @classmethod
+    def attention(cls, arch: ModelArch, opts: DecoderOptions, layer_idx: int) -> nn.Module:
+        return DecoderAttention(arch, opts, layer_idx)
+
+    @classmethod
+    def feed_forward(cls, arch: ModelArch, layer_idx: int) -> nn.Module:
+        """Layer `layer_idx`'s MLP (mixture-of-experts families override it)."""
+        return GatedMLP(arch.hidden_size, arch.intermediate_size, bias=arch.mlp_bias)
+
+    @classmethod
+    def checkpoint_name(cls, name: str, arch: ModelArch) -> str | None:
+        """The parameter a checkpoint tensor loads into (None: not one of this model's, skipped)."""
+        return name
+
+    @classmethod
+    def saved_name(cls, name: str) -> str:
+        """The checkpoint's name of parameter `name` (checkpoint_name's inverse)."""
+        return name
+
+    # parameters kept in float32 whatever the model's dtype (name suffixes)
+    float32_params: tuple[str, ...] = ()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,

@@ -26,6 +26,7 @@ from tandem.models.arch import ModelArch
 from tandem.models.attention_choice import decode_kernel, prefill_kernel
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
+from tandem.models.memory import check_fits, estimate_memory
 from tandem.models.registry import model_class
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     cls = model_class(arch.architecture)
     device = torch.device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, arch, device)
+    check_fits(estimate_memory(arch, dtype), device)   # before any weight is read
+    if arch.quantization is not None:
+        raise ModelLoadError(f"{path} holds {arch.quantization}-quantized weights "
+                             "(config.json quantization_config); tandem loads bfloat16, float16 "
+                             "or float32 checkpoints only: dequantize it first")
     files = safetensors_files(path)
     with torch.device("meta"):
         model = cls(arch, device=device)
@@ -129,6 +135,7 @@ def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtyp
     params = dict(model.named_parameters())
     loaded: set[str] = set()
     tied = model.arch.tie_word_embeddings
+    float32 = model.float32_params   # name suffixes kept in float32 (endswith(()) is False)
     handles = [safe_open(str(f), framework="pt", device="cpu") for f in files]
     total = sum(len(h.keys()) for h in handles)
     with tqdm(total=total, desc="loading weights", unit="tensor", file=sys.stderr,
@@ -138,16 +145,20 @@ def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtyp
                 bar.update(1)
                 if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
                     continue
+                saved, name = name, model.checkpoint_name(name, model.arch)
+                if name is None:
+                    continue    # not part of this model (e.g. DeepSeek's multi-token-prediction layer)
                 if name not in params:
-                    raise ModelLoadError(f"unexpected weight {name!r} in {f.name} for "
+                    raise ModelLoadError(f"unexpected weight {saved!r} in {f.name} for "
                                          f"{model.arch.architecture}")
-                tensor = h.get_tensor(name)
+                tensor = h.get_tensor(saved)
                 expected = params[name].shape
                 if tensor.shape != expected:
-                    raise ModelLoadError(f"weight {name!r} in {f.name} has shape {tuple(tensor.shape)}, "
+                    raise ModelLoadError(f"weight {saved!r} in {f.name} has shape {tuple(tensor.shape)}, "
                                          f"config implies {tuple(expected)}")
                 # .to() returns the mmapped tensor itself when dtype and device already match
-                _set_param(model, name, tensor.to(device=device, dtype=dtype))
+                keep = torch.float32 if name.endswith(float32) else dtype
+                _set_param(model, name, tensor.to(device=device, dtype=keep))
                 loaded.add(name)
     if tied:
         model.lm_head.weight = model.model.embed_tokens.weight

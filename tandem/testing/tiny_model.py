@@ -21,7 +21,21 @@ from tandem.models.registry import model_class, supported_architectures
 from tandem.testing.tiny_tokenizer import CHAT_TEMPLATE, eos_tokens, tokenizer_config, trained_tokenizer_json
 
 _MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
-                "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}
+                "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "MixtralForCausalLM": "mixtral",
+                "Qwen3MoeForCausalLM": "qwen3_moe", "DeepseekV3ForCausalLM": "deepseek_v3"}
+# small MoE / MLA settings per family (config.json field names); `extra_config` overrides them
+_FAMILY_DEFAULTS = {
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None,
+                "router_jitter_noise": 0.0},
+    "qwen3_moe": {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                  "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "deepseek_v3": {"n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                    "moe_intermediate_size": 32, "n_group": 4, "topk_group": 2,
+                    "routed_scaling_factor": 2.5, "first_k_dense_replace": 1, "norm_topk_prob": True,
+                    "kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                    "v_head_dim": 16, "rope_interleave": True, "topk_method": "noaux_tc",
+                    "scoring_func": "sigmoid", "num_nextn_predict_layers": 0},
+}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -46,6 +60,7 @@ def write_test_model(
     init_std: float = 0.08,
     max_shard_bytes: int | None = None,   # split the weights into shards of at most this size
     chat_template_in_config: bool = False,  # template inside tokenizer_config.json, not chat_template.jinja
+    extra_config: dict | None = None,     # config.json fields over the family's small MoE / MLA defaults
 ) -> Path:
     if architecture not in _MODEL_TYPES:
         raise ValueError(f"unknown architecture {architecture!r}; choose one of {supported_architectures()}")
@@ -64,6 +79,7 @@ def write_test_model(
                      head_dim or hidden_size // num_heads, intermediate_size, vocab_size,
                      max_position_embeddings, dtype, tie_word_embeddings, rope_theta, rope_scaling,
                      legacy_config)
+    config.update(extra_config or {})
     config.update(bos_token_id=bos_id, eos_token_id=eos_ids[0], pad_token_id=pad_id)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
@@ -100,8 +116,14 @@ def _config(architecture, hidden, layers, heads, kv_heads, head_dim, intermediat
         cfg["mlp_bias"] = False
     if model_type == "mistral":
         cfg["sliding_window"] = None
-    if model_type in ("qwen2", "qwen3"):
+    if model_type in ("qwen2", "qwen3", "qwen3_moe"):
         cfg.update(use_sliding_window=False, sliding_window=None, max_window_layers=layers)
+    if model_type in ("qwen3_moe", "deepseek_v3"):
+        cfg["attention_bias"] = False
+    if model_type == "deepseek_v3":
+        del cfg["head_dim"]             # transformers derives it (qk_rope_head_dim)
+        cfg["num_key_value_heads"] = heads
+    cfg.update(_FAMILY_DEFAULTS.get(model_type, {}))
     if legacy:
         cfg.update(rope_theta=theta, rope_scaling=scaling, torch_dtype=dtype)
     else:
@@ -111,8 +133,9 @@ def _config(architecture, hidden, layers, heads, kv_heads, head_dim, intermediat
 
 
 def _random_weights(arch: ModelArch, seed: int, std: float, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    cls = model_class(arch.architecture)
     with torch.device("meta"):
-        shapes = {name: tuple(p.shape) for name, p in model_class(arch.architecture)(arch).named_parameters()}
+        shapes = {name: tuple(p.shape) for name, p in cls(arch).named_parameters()}
     if arch.tie_word_embeddings:
         shapes.pop("lm_head.weight")
     gen = torch.Generator().manual_seed(seed)
@@ -125,7 +148,8 @@ def _random_weights(arch: ModelArch, seed: int, std: float, dtype: torch.dtype) 
             w = 0.1 * torch.randn(shape, generator=gen)
         else:
             w = std * torch.randn(shape, generator=gen)
-        weights[name] = w.to(dtype).contiguous()
+        keep = torch.float32 if name.endswith(cls.float32_params) else dtype   # as real checkpoints
+        weights[cls.saved_name(name)] = w.to(keep).contiguous()
     return weights
 
 

@@ -40,6 +40,10 @@ def run_parity(path, dtype: str, atol: float, rtol: float = 0.0, fused: bool = T
         ref = {k: hf(torch.tensor([t])).logits[0].float() for k, t in tokens.items()}
     a = loaded.arch
     driver = PagedDriver(loaded.model, a.num_layers, a.num_kv_heads, a.head_dim, loaded.dtype, block_size=4)
+    if a.kv_kind == "mla":   # one latent per token and layer: [blocks, layers, 1, block, 1, latent]
+        gen_kv = torch.Generator().manual_seed(0)
+        shape = (driver.kv_cache.shape[0], a.num_layers, 1, 4, 1, a.kv_dim_cached)
+        driver.kv_cache = torch.randn(shape, generator=gen_kv).to(loaded.dtype)
     for step in STEPS:
         logits = driver.step([(k, tokens[k][s:e]) for k, (s, e) in step])
         row = 0
@@ -49,7 +53,8 @@ def run_parity(path, dtype: str, atol: float, rtol: float = 0.0, fused: bool = T
             row += e - s
 
 
-ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+ARCHS = ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+         "MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"]
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused-layers", "torch-layers"])
@@ -94,3 +99,29 @@ def test_tied_embeddings(tmp_path):
 
 def test_float32_model_as_bfloat16(tmp_path):
     run_parity(write_test_model(tmp_path), "bfloat16", atol=3e-2, rtol=3e-2)
+
+
+# DeepSeek-V3's variants: YaRN with mscale (the softmax scale grows, cos/sin scaled), no query
+# LoRA, RoPE over halves, Kimi K2's single expert group, no shared expert, several dense layers
+DEEPSEEK_VARIANTS = {
+    "yarn-mscale": {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                     "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}},
+    "no-q-lora": {"extra_config": {"q_lora_rank": None}},
+    "rope-halves": {"extra_config": {"rope_interleave": False}},
+    "kimi-k2-routing": {"extra_config": {"n_group": 1, "topk_group": 1, "routed_scaling_factor": 2.827,
+                                         "n_routed_experts": 12, "num_experts_per_tok": 3}},
+    "no-shared-two-dense": {"num_layers": 3, "extra_config": {"n_shared_experts": 0, "first_k_dense_replace": 2}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(DEEPSEEK_VARIANTS))
+def test_deepseek_v3_variants(tmp_path, variant):
+    path = write_test_model(tmp_path, "DeepseekV3ForCausalLM", seed=6, **DEEPSEEK_VARIANTS[variant])
+    run_parity(path, "float32", atol=1e-4)
+
+
+@pytest.mark.parametrize("extra", [{"norm_topk_prob": False}, {"mlp_only_layers": [0]},
+                                   {"decoder_sparse_step": 2, "num_experts_per_tok": 1}],
+                         ids=["unnormalized", "mlp-only-layer", "sparse-step"])
+def test_qwen3_moe_variants(tmp_path, extra):
+    run_parity(write_test_model(tmp_path, "Qwen3MoeForCausalLM", seed=7, extra_config=extra), "float32", atol=1e-4)
