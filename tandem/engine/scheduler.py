@@ -1,8 +1,11 @@
 """The scheduler: who runs this step and with how many tokens (policy only).
 
-Each step has a token budget. Running requests go first, in admission order (decodes take
-one token, an unfinished prefill takes a chunk); then waiting requests are admitted in
-arrival order, each with its prefix-cache hit, while budget, sequence slots and blocks last.
+Each step has a token budget. Running requests go first, decodes (one token each, in admission
+order) before unfinished prefills (a chunk each); then waiting requests are admitted, each with
+its prefix-cache hit, while budget, sequence slots and blocks last. Prefills, running and
+waiting, go shortest remaining first with aging (tandem/engine/prefill_order.py: bounded, so
+nothing starves; priority and deadline from the request's context) when the chunk cap
+(long_prefill_token_threshold) is set, else in admission and arrival order.
 While a request waits and a slot is free, running prefills leave a share of the step (the
 chunk cap) to admission, so that a short prompt never queues behind the chunks of long ones
 already running; what admission leaves unused goes back to those prefills in the same step.
@@ -30,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tandem.config import SchedulerConfig
+from tandem.engine.prefill_order import PrefillOrder
 from tandem.engine.request import Request, RequestStatus
 from tandem.kv.connector import NOTHING_KEPT, ExternalMatch, FinishedKV, KVConnectorScheduler, KVLoad
 from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
@@ -51,10 +55,12 @@ class SchedulerOutput:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager,
-                 connector: KVConnectorScheduler | None = None) -> None:
+                 connector: KVConnectorScheduler | None = None,
+                 order: PrefillOrder = PrefillOrder()) -> None:
         self.config = config
         self.kv = kv
         self.connector = connector
+        self.order = order
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.loading: dict[str, tuple[Request, int]] = {}  # admitted, waiting for an asynchronous
@@ -147,8 +153,7 @@ class Scheduler:
         scheduled: set[str] = set()
         reserve = self._admission_reserve()
         # decodes first, so that a long prefill chunk never delays a stream's next token
-        order = sorted(self.running, key=lambda r: r.num_tokens - r.num_computed_tokens > 1)
-        for req in order:
+        for req in self._running_order():
             if budget <= 0:
                 break
             if req.status is not RequestStatus.RUNNING:
@@ -190,6 +195,7 @@ class Scheduler:
     def _admit(self, seqs: list[ScheduledSeq], loads: list[KVLoad], budget: int) -> tuple[int, int]:
         """Admit waiting requests into the step; returns the budget left and how many prompts
         were deferred for an in-flight prefix (they stay at the front of the queue)."""
+        self._sort_waiting()
         in_flight = self._in_flight_hashes(seqs) if self.waiting else set()
         deferred: list[Request] = []
         try:
@@ -269,7 +275,7 @@ class Scheduler:
         """Give the budget admission left to running prefills, in admission order: a chunk cut
         short by the reserve grows (to at most `cap` tokens), one skipped gets its chunk now."""
         index = {s.request.request_id: i for i, s in enumerate(seqs)}
-        for req in self.running:
+        for req in self._running_order():
             if budget <= 0:
                 return
             i = index.get(req.request_id)
@@ -286,6 +292,38 @@ class Scheduler:
             else:
                 seqs[i] = seq
             budget -= extra
+
+    # --- prefill order ----------------------------------------------------------------
+    def _ordered(self) -> bool:
+        """Prefills go by PrefillOrder's key (else in admission / arrival order)."""
+        return bool(self.config.long_prefill_token_threshold and self.config.enable_chunked_prefill)
+
+    def _running_order(self) -> list[Request]:
+        """Running requests: decodes in admission order, then prefills by key (stable sorts)."""
+        def is_prefill(r: Request) -> bool:
+            return r.num_tokens - r.num_computed_tokens > 1
+        if not self._ordered():
+            return sorted(self.running, key=is_prefill)
+        return sorted(self.running, key=lambda r: (is_prefill(r), self.order.key(
+            r, r.num_tokens - r.num_computed_tokens) if is_prefill(r) else 0.0))
+
+    def _sort_waiting(self) -> None:
+        """Waiting requests by key, their remaining work estimated from the prefix cache now."""
+        if len(self.waiting) < 2 or not self._ordered():
+            return
+        ordered = sorted(self.waiting, key=lambda r: self.order.key(r, self._waiting_work(r)))
+        self.waiting.clear()
+        self.waiting.extend(ordered)
+
+    def _waiting_work(self, req: Request) -> int:
+        """Tokens a waiting request would compute: past its local prefix hit; 1 when its KV is
+        to come from another worker (the pull is not this worker's compute)."""
+        if req.kv_handle is not None and not req.external_kv_failed:
+            return 1
+        if req.scores_prompt:
+            return req.num_tokens
+        return req.num_tokens - self.kv.lookup_prefix(req.request_id, req.all_token_ids,
+                                                       req.cache_salt).num_tokens
 
     def _chunk_cap(self, others_behind: int) -> int:
         """Largest prefill chunk while more than `others_behind` requests wait for admission."""

@@ -1,0 +1,123 @@
+"""Prefill order (tandem/engine/prefill_order.py) in the scheduler: exact admission and chunk order."""
+
+from tandem.config import SchedulerConfig
+from tandem.engine.prefill_order import PrefillOrder
+from tandem.engine.request import Request
+from tandem.engine.scheduler import Scheduler
+from tandem.kv.kv_cache_manager import KVCacheManager
+from tandem.types import KVHandle, RequestContext, SamplingParams
+
+
+def _req(rid, n, arrival, first=100, **ctx):
+    return Request(rid, list(range(first, first + n)), SamplingParams(max_tokens=100),
+                   context=RequestContext(**ctx), arrival_time=arrival)
+
+
+def _advance(out, token=1):
+    for s in out.seqs:
+        s.request.num_computed_tokens += s.num_new_tokens
+        if s.sample:
+            s.request.append_token(token)
+
+
+def _plan(out):
+    return [(s.request.request_id, s.num_new_tokens, s.sample) for s in out.seqs]
+
+
+def _sched(budget=10, threshold=4, caching=False, order=PrefillOrder(), **kw):
+    return Scheduler(SchedulerConfig(max_num_batched_tokens=budget, long_prefill_token_threshold=threshold, **kw),
+                     KVCacheManager(100, 4, caching), order=order)
+
+
+def test_key_is_remaining_plus_priority_plus_aged_arrival():
+    order = PrefillOrder(aging_tokens_per_s=1000, priority_tokens=500, deadline_window_s=5)
+    assert order.key(_req("a", 3, arrival=2.0), 40) == 40 + 2000
+    assert order.key(_req("a", 3, arrival=2.0, priority=-1), 40) == 40 - 500 + 2000
+    # a deadline 1 s after arrival counts as an arrival 4 s earlier; a far one changes nothing
+    assert order.key(_req("a", 3, arrival=2.0, deadline=3.0), 40) == 40 + 1000 * (3.0 - 5)
+    assert order.key(_req("a", 3, arrival=2.0, deadline=60.0), 40) == 40 + 2000
+
+
+def test_short_prompt_admitted_before_an_earlier_long_one():
+    sched = _sched()
+    sched.add(_req("long", 40, arrival=0.0))
+    sched.add(_req("short", 3, arrival=0.001))   # key 3 + 1 = 4 against 40
+    out = sched.schedule()
+    # short first (capped at 4 while long waits behind it: it needs 3), long gets the rest
+    assert _plan(out) == [("short", 3, True), ("long", 7, False)]
+
+
+def test_arrival_order_without_the_chunk_cap():
+    sched = _sched(threshold=0)
+    sched.add(_req("long", 40, arrival=0.0))
+    sched.add(_req("short", 3, arrival=0.001))
+    assert _plan(sched.schedule()) == [("long", 10, False)]
+
+
+def test_aging_bounds_how_long_a_long_prompt_is_passed():
+    """long (40 tokens, t=0) goes before any 3-token prompt arriving more than 37 ms later."""
+    sched = _sched(budget=100, threshold=50)
+    sched.add(_req("long", 40, arrival=0.0))                  # key 40
+    sched.add(_req("s3", 3, arrival=0.050, first=300))        # key 53
+    sched.add(_req("s1", 3, arrival=0.010, first=500))        # key 13
+    sched.add(_req("s2", 3, arrival=0.020, first=700))        # key 23
+    out = sched.schedule()
+    assert _plan(out) == [("s1", 3, True), ("s2", 3, True), ("long", 40, True), ("s3", 3, True)]
+
+
+def test_priority_and_deadline_move_a_prompt_forward():
+    sched = _sched(budget=100, threshold=50)
+    sched.add(_req("plain", 8, arrival=0.0))
+    sched.add(_req("urgent", 8, arrival=0.5, first=300, deadline=1.0))   # as if it came at -4 s
+    sched.add(_req("vip", 8, arrival=0.1, first=500, priority=-1))       # 1000 tokens ahead
+    sched.add(_req("later", 8, arrival=0.2, first=700, priority=1))
+    out = sched.schedule()
+    assert [rid for rid, _, _ in _plan(out)] == ["urgent", "vip", "plain", "later"]
+
+
+def test_running_prefills_get_chunks_shortest_remaining_first():
+    sched = _sched(budget=8, threshold=4, order=PrefillOrder(aging_tokens_per_s=0))
+    a = _req("a", 40, arrival=0.0)
+    sched.add(a)
+    out = sched.schedule()
+    assert _plan(out) == [("a", 8, False)]          # alone: the whole step
+    _advance(out)
+    sched.add(_req("b", 10, arrival=1.0, first=300))
+    out = sched.schedule()
+    # b waits: a leaves the reserve (4) to admission; b is admitted with it
+    assert _plan(out) == [("a", 4, False), ("b", 4, False)]
+    _advance(out)
+    out = sched.schedule()
+    # nothing waits: b (6 left) before a (28 left) - in admission order a would take all 8
+    assert _plan(out) == [("b", 6, True), ("a", 2, False)]
+
+
+def test_decodes_still_come_before_every_prefill():
+    sched = _sched(budget=8, threshold=4)
+    d = _req("d", 3, arrival=5.0)
+    sched.add(d)
+    _advance(sched.schedule())                       # d's prompt: now it decodes
+    sched.add(_req("p", 2, arrival=0.0, first=300))  # an older, tiny prompt
+    assert _plan(sched.schedule()) == [("d", 1, True), ("p", 2, True)]
+
+
+def test_a_cached_prefix_makes_a_long_prompt_short():
+    sched = _sched(budget=64, threshold=32, caching=True)
+    x = _req("x", 40, arrival=0.0)
+    sched.add(x)
+    _advance(sched.schedule())
+    sched.finish(x)                                  # its 10 blocks stay in the prefix cache
+    sched.add(_req("medium", 12, arrival=1.0, first=900))     # key 12 + 1000
+    sched.add(_req("resent", 44, arrival=1.001))              # x + 4 tokens: 4 + 1001
+    out = sched.schedule()
+    assert _plan(out) == [("resent", 4, True), ("medium", 12, True)]
+
+
+def test_a_request_with_a_kv_handle_counts_as_one_token():
+    sched = _sched(budget=100, threshold=50)
+    sched.add(_req("prompt", 5, arrival=0.0))
+    pulled = _req("pulled", 30, arrival=0.002, first=300)
+    pulled.kv_handle = KVHandle("w", "p-1", (0,), 29, {})
+    sched.add(pulled)
+    # no connector here, so it computes its prompt, but it was ordered as a pull (key 1 + 2 against 5)
+    assert [rid for rid, _, _ in _plan(sched.schedule())] == ["pulled", "prompt"]
