@@ -153,3 +153,15 @@ def test_a_failure_mid_stream_is_an_error_event(client, backend):
     assert events[-1] == {"type": "error", "error": {"type": "api_error",
                                                      "message": events[-1]["error"]["message"]}}
     assert backend.running == set()
+
+
+def test_reasoning_parser_makes_a_thinking_block():
+    backend = FakeBackend(reply="<think>\nweigh it\n</think>\n\nThe answer.", tokenizer=HermesTokenizer())
+    with TestClient(build_app(backend, ServerConfig(reasoning_parser="qwen3"))) as c:
+        msg = c.post("/v1/messages", json=body()).json()
+        assert msg["content"] == [{"type": "thinking", "thinking": "weigh it", "signature": ""},
+                                  {"type": "text", "text": "The answer."}]
+        events = sse_events(c.post("/v1/messages", json=body(stream=True)).text)
+        thinking = "".join(e["delta"]["thinking"] for e in events if e["type"] == "content_block_delta"
+                           and e["delta"]["type"] == "thinking_delta")
+        assert thinking == "weigh it"

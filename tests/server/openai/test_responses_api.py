@@ -153,3 +153,17 @@ def test_a_failure_mid_stream_ends_with_response_failed(client, backend):
     assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
     assert events[-1]["response"]["status"] == "failed"
     assert backend.running == set()
+
+
+def test_reasoning_parser_splits_a_reasoning_item():
+    backend = FakeBackend(reply="<think>\nweigh it\n</think>\n\nThe answer.", tokenizer=HermesTokenizer())
+    with TestClient(build_app(backend, ServerConfig(reasoning_parser="qwen3"))) as c:
+        body = c.post("/v1/responses", json={"input": "q"}).json()
+        assert [o["type"] for o in body["output"]] == ["reasoning", "message"]
+        assert body["output"][0]["content"] == [{"type": "reasoning_text", "text": "weigh it"}]
+        assert body["output"][1]["content"][0]["text"] == "The answer."
+        assert body["usage"]["output_tokens_details"]["reasoning_tokens"] > 0
+        events = sse_events(c.post("/v1/responses", json={"input": "q", "stream": True}).text)
+        reasoning = "".join(e["delta"] for e in events if e["type"] == "response.reasoning_text.delta")
+        assert reasoning == "weigh it"
+        assert backend.seen[-1].context.parser.reasoning_parser == "qwen3"
