@@ -20,3 +20,19 @@ def test_gateway_flags_build_config():
                               "--local-prefill-tokens", "256", "--allowed-origins", "http://ui:3000"])
     assert gateway_config_from_args(args).local_prefill_tokens == 256
     assert gateway_config_from_args(args).allowed_origins == ("http://ui:3000",)
+
+
+def test_gateway_parser_flags_reach_its_config():
+    import argparse
+
+    from tandem.gateway.cli import gateway_config_from_args, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="verb"))
+    cfg = gateway_config_from_args(parser.parse_args(["gateway"]))
+    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls) == ("auto", None, True)
+    cfg = gateway_config_from_args(parser.parse_args(
+        ["gateway", "--tool-call-parser", "mistral", "--reasoning-parser", "deepseek_r1",
+         "--no-auto-tool-grammar"]))
+    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls) == \
+        ("mistral", "deepseek_r1", False)

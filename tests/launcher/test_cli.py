@@ -19,3 +19,25 @@ def test_up_passes_gateway_args_to_the_gateway(monkeypatch):
     assert spec.gateway_args == ("--local-prefill-tokens=64",) and spec.worker_args == ("--dtype=float32",)
     gateway = plan(spec)[-1]
     assert gateway.role is None and "--local-prefill-tokens=64" in gateway.cmd
+
+
+def test_up_passes_the_output_parsers_to_the_gateway_and_every_worker(monkeypatch, capsys):
+    import argparse
+
+    import pytest
+
+    from tandem.launcher import cli, cluster
+
+    seen = {}
+    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["up", "--model", "/m", "--tool-call-parser", "qwen3_coder",
+                              "--reasoning-parser", "qwen3"])
+    assert args.func(args) == 0
+    flags = ("--tool-call-parser=qwen3_coder", "--reasoning-parser=qwen3")
+    for proc in plan(seen["spec"]):
+        assert all(f in proc.cmd for f in flags), proc.cmd
+    with pytest.raises(SystemExit):
+        parser.parse_args(["up", "--model", "/m", "--tool-call-parser", "hermes2"])
+    assert "known: auto" in capsys.readouterr().err
