@@ -134,6 +134,27 @@ class SpeculativeConfig:
 
 
 @dataclass(frozen=True)
+class KVStoreConfig:
+    """Tiers of KV blocks below the device cache (tandem.kvstore): host memory, local disk and
+    Mooncake Store, shared by the prefix cache of every worker that uses the same store."""
+    host_bytes: int = 0                  # host-memory tier (pinned on CUDA); 0: no host tier
+    disk_dir: str | None = None          # disk tier: one file per block under this directory
+    disk_bytes: int = 16 * 2**30         # most bytes the disk tier keeps (least recently used go)
+    store_url: str | None = None         # mooncake://HOST:PORT of a mooncake_master; None: no store
+    store_segment_bytes: int = 1 * 2**30  # memory this worker lends to the store's pool
+    retry_s: float = 5.0                 # a store that failed (or a full disk) is left alone this long
+    batch_blocks: int = 32               # blocks per tier read or write call: transfers are bounded
+    # a hit below the device is loaded only while its measured cost is below recomputing it
+    cost_check: bool = True
+    prefill_s_per_token: float | None = None   # recompute cost; None: measured when the engine starts
+    max_pending_save_bytes: int = 256 * 2**20  # copies awaiting disk or store writes; saves past it skip
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.host_bytes or self.disk_dir or self.store_url)
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -145,6 +166,7 @@ class EngineConfig:
     kv_transport: str | None = None
     transfer: TransferConfig = field(default_factory=TransferConfig)
     speculative: SpeculativeConfig | None = None   # speculative decoding; None: off
+    kv_store: KVStoreConfig = field(default_factory=KVStoreConfig)   # tiers below the device
 
     @property
     def resolved_transport(self) -> str | None:

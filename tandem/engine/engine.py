@@ -118,19 +118,34 @@ class Engine:
 
             proposer = make_proposer(config.speculative)
         kind = config.resolved_transport
-        if kind is None:
+        if kind is None and not config.kv_store.enabled:
             return cls(config, loaded, tokenizer, proposer=proposer)
-        from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
-        from tandem.transfer.handoff import handoff_connector
-
         layout = layout_of(loaded, config.cache)
         num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
-        kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
-        transport = make_transport(kind, kv_cache, layout, config.transfer)
-        transport.source.start()
-        connectors = [handoff_connector(transport, layout)]
-        return cls(config, loaded, tokenizer, kv_cache, connector_set(connectors), proposer,
-                   transport_address=transport.source.address)
+        # the handoff first: a request carrying a KV handle pulls from its prefill worker
+        connectors, address = [], None
+        if kind is not None:
+            from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
+            from tandem.transfer.handoff import handoff_connector
+
+            kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
+            transport = make_transport(kind, kv_cache, layout, config.transfer)
+            transport.source.start()
+            connectors.append(handoff_connector(transport, layout))
+            address = transport.source.address
+        else:
+            kv_cache = layout.allocate(num_blocks, config.model.device)
+        tiers = None
+        if config.kv_store.enabled:   # host memory, disk, Mooncake Store below the device
+            from tandem.kvstore.factory import tiered_connector_for
+
+            tiers = tiered_connector_for(config, loaded.model, loaded.arch.vocab_size, layout, kv_cache)
+            connectors.append(tiers)
+        engine = cls(config, loaded, tokenizer, kv_cache, connector_set(connectors), proposer,
+                     transport_address=address)
+        if tiers is not None:   # the store's new blocks become KV events for the gateway
+            tiers.worker.attach_events(engine.events)
+        return engine
 
     # --- requests -----------------------------------------------------------------------
     def add_request(self, er: EngineRequest) -> None:

@@ -1,0 +1,237 @@
+"""The cluster tier: Mooncake Store (a `mooncake_master` plus the memory its clients lend).
+
+Every worker of a cluster is a client of the same master: a block one worker puts, any other
+gets. Values are framed (frame.py: header with the key, size and checksum), so a value that does
+not check out is a miss. Calls are batched (`batch_is_exist`, `batch_put_from`, `batch_get_into`
+over registered staging buffers of `batch_blocks` frames) and release the GIL.
+
+Faults: the client connects on a background thread (Mooncake's own setup retries for ~90 s when
+no master answers); until then, and for `retry_s` after any call fails with an RPC error, the
+tier is unavailable: lookups find nothing, loads miss and writes are skipped, so the worker
+serves from its local tiers. One warning per outage, `errors` counts the failed calls, and the
+tier is used again once a call succeeds. A master restarted empty simply misses.
+
+Return codes (Mooncake's ErrorCode): >= 0 success (bytes read for a get); -704 object not found,
+-703 replica not ready, -707 lease expired: a miss; -200 no space, -705 exists: a put skipped;
+anything else is an error (RPC -900/-901 make the tier unavailable for `retry_s`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from urllib.parse import urlparse
+
+import torch
+
+from tandem.kvstore.frame import HEADER_BYTES, CorruptValue, check_frame, write_frame
+from tandem.kvstore.tier import Tier
+
+log = logging.getLogger(__name__)
+
+_MISS = (-703, -704, -707)
+_PUT_SKIPPED = (-200, -705)
+_LOCAL_BUFFER_BYTES = 16 * 2**20
+
+
+def parse_store_url(url: str) -> tuple[str, int]:
+    """'mooncake://HOST:PORT' -> (host, port) of the master's RPC address."""
+    u = urlparse(url)
+    if u.scheme != "mooncake" or not u.hostname or not u.port:
+        raise ValueError(f"--kv-store {url!r}: expected mooncake://HOST:PORT (the master's RPC address)")
+    return u.hostname, u.port
+
+
+class MooncakeStoreTier(Tier):
+    name = "store"
+
+    def __init__(self, url: str, segment_bytes: int, block_nbytes: int, batch_blocks: int = 32,
+                 local_address: str = "127.0.0.1", retry_s: float = 5.0, clock=time.monotonic) -> None:
+        super().__init__(block_nbytes)
+        self.url = url
+        self.master = parse_store_url(url)
+        self._segment_bytes = segment_bytes
+        self._local_address = local_address
+        self._retry_s = retry_s
+        self._clock = clock
+        self._batch = batch_blocks
+        frame = HEADER_BYTES + block_nbytes
+        # staging frames, registered with the client: one buffer per direction (its own lock)
+        self._rbuf = torch.empty((batch_blocks, frame), dtype=torch.uint8)
+        self._wbuf = torch.empty((batch_blocks, frame), dtype=torch.uint8)
+        self._rlock, self._wlock = threading.Lock(), threading.Lock()
+        self._client = None
+        self._down_until = 0.0          # unavailable before this time
+        self._outage = False            # a warning went out for the current outage
+        self._lock = threading.Lock()   # connect and state changes
+        self._closed = False
+        self._connector: threading.Thread | None = None
+        self._connect_later(0.0)
+
+    # --- connection ----------------------------------------------------------------------------
+    def _connect_later(self, delay_s: float) -> None:
+        if self._closed:
+            return
+        self._connector = threading.Thread(target=self._connect, args=(delay_s,), daemon=True,
+                                           name="kvstore-connect")
+        self._connector.start()
+
+    def _connect(self, delay_s: float) -> None:
+        time.sleep(delay_s)
+        host, port = self.master
+        try:   # Mooncake's setup waits ~90 s for a master that is not there: look first
+            socket.create_connection((host, port), timeout=2.0).close()
+        except OSError as exc:
+            self._failed(f"cannot reach the master ({exc})")
+            self._connect_later(self._retry_s)
+            return
+        os.environ["MC_TCP_BIND_ADDRESS"] = self._local_address   # read by the native library
+        try:
+            from mooncake.store import MooncakeDistributedStore
+        except ImportError as exc:
+            log.error("--kv-store needs the wheel mooncake-transfer-engine-non-cuda (CPU) or "
+                      "mooncake-transfer-engine (CUDA) and libibverbs1: %s; the store tier stays off", exc)
+            return
+        client = MooncakeDistributedStore()
+        rc = client.setup(self._local_address, "P2PHANDSHAKE", self._segment_bytes, _LOCAL_BUFFER_BYTES,
+                          "tcp", "", f"{host}:{port}")
+        if rc == 0:
+            for buf in (self._rbuf, self._wbuf):
+                rc = rc or client.register_buffer(buf.data_ptr(), buf.numel())
+        if rc != 0:
+            self._failed(f"setup returned {rc}")
+            self._connect_later(self._retry_s)
+            return
+        with self._lock:
+            if self._closed:
+                client.close()
+                return
+            self._client = client
+        self._succeeded()
+
+    @property
+    def available(self) -> bool:
+        return self._client is not None and self._clock() >= self._down_until
+
+    def _failed(self, what: str) -> None:
+        self.count(errors=1)
+        with self._lock:
+            self._down_until = self._clock() + self._retry_s
+            first = not self._outage
+            self._outage = True
+        if first:
+            log.warning("Mooncake Store %s is unavailable (%s); serving from the local KV tiers and "
+                        "retrying every %.0f s", self.url, what, self._retry_s)
+
+    def _succeeded(self) -> None:
+        with self._lock:
+            was_out, self._outage = self._outage, False
+        if was_out:
+            log.warning("Mooncake Store %s is reachable again", self.url)
+
+    def _check(self, codes: Sequence[int], call: str) -> bool:
+        """False (and the tier unavailable for a while) if a code says the call itself failed."""
+        bad = [c for c in codes if c < 0 and c not in _MISS and c not in _PUT_SKIPPED]
+        if bad:
+            self._failed(f"{call} returned {bad[0]}")
+            return False
+        self._succeeded()
+        return True
+
+    # --- the tier -------------------------------------------------------------------------------
+    @property
+    def capacity_bytes(self) -> int:
+        return self._segment_bytes   # this worker's share of the store
+
+    @property
+    def used_bytes(self) -> int:
+        return 0   # held by the master's pool, not tracked here
+
+    def contains(self, key: str) -> bool:
+        return self.contains_many([key])[0]
+
+    def contains_many(self, keys: Sequence[str]) -> list[bool]:
+        client = self._client
+        if not keys or client is None or not self.available:
+            return [False] * len(keys)
+        codes = list(client.batch_is_exist(list(keys)))
+        if not self._check(codes, "batch_is_exist"):
+            return [False] * len(keys)
+        return [c == 1 for c in codes]
+
+    def read(self, keys: Sequence[str], dst: Sequence[torch.Tensor]) -> int:
+        client = self._client
+        if client is None or not self.available:
+            return 0
+        start = time.perf_counter()
+        frame = HEADER_BYTES + self.block_nbytes
+        n = 0
+        with self._rlock:
+            for at in range(0, len(keys), self._batch):
+                chunk = list(keys[at:at + self._batch])
+                ptrs = [self._rbuf[i].data_ptr() for i in range(len(chunk))]
+                codes = list(client.batch_get_into(chunk, ptrs, [frame] * len(chunk)))
+                self._check(codes, "batch_get_into")
+                ok = 0
+                for i, (key, code) in enumerate(zip(chunk, codes)):
+                    if code != frame:
+                        break
+                    try:
+                        dst[at + i].copy_(check_frame(self._rbuf[i], key, self.block_nbytes))
+                    except CorruptValue as exc:
+                        log.warning("Mooncake Store value %s is unusable (%s); treated as a miss", key, exc)
+                        self.count(corrupt=1)
+                        break
+                    ok += 1
+                n += ok
+                if ok < len(chunk):
+                    break
+        self.count(reads=1, read_bytes=n * self.block_nbytes, read_seconds=time.perf_counter() - start)
+        return n
+
+    def write(self, keys: Sequence[str], src: torch.Tensor) -> int:
+        """Put the blocks the store lacks; returns how many were put."""
+        client = self._client
+        if client is None or not self.available:
+            self.count(skipped=len(keys))
+            return 0
+        present = self.contains_many(keys)
+        todo = [i for i, p in enumerate(present) if not p]
+        if not self.available:
+            self.count(skipped=len(todo))
+            return 0
+        start = time.perf_counter()
+        frame = HEADER_BYTES + self.block_nbytes
+        written = 0
+        with self._wlock:
+            for at in range(0, len(todo), self._batch):
+                idx = todo[at:at + self._batch]
+                for j, i in enumerate(idx):
+                    write_frame(self._wbuf[j], keys[i], src[i])
+                codes = list(client.batch_put_from([keys[i] for i in idx],
+                                                   [self._wbuf[j].data_ptr() for j in range(len(idx))],
+                                                   [frame] * len(idx)))
+                ok = sum(1 for c in codes if c == 0)
+                written += ok
+                self.count(skipped=len(idx) - ok)
+                if not self._check(codes, "batch_put_from"):
+                    self.count(skipped=len(todo) - at - len(idx))
+                    break
+        self.count(writes=1, write_bytes=written * frame, write_seconds=time.perf_counter() - start)
+        return written
+
+    def remove(self, keys: Sequence[str]) -> None:
+        client = self._client
+        if client is not None and self.available and keys:
+            client.batch_remove(list(keys))
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
