@@ -20,6 +20,7 @@ from tokenizers import Tokenizer as Backend
 
 from tandem.errors import ChatTemplateError, ModelLoadError
 from tandem.tokenization.segment_encoder import SegmentEncoder
+from tandem.tokenization.tiktoken_bpe import TIKTOKEN_FILE, tiktoken_backend
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
@@ -48,10 +49,14 @@ class Tokenizer:
     def from_dir(cls, path: str | Path) -> "Tokenizer":
         path = Path(path)
         tok_file = path / "tokenizer.json"
-        if not tok_file.is_file():
-            raise ModelLoadError(f"missing file {tok_file}: tandem needs a fast tokenizer (tokenizer.json)")
-        backend = Backend.from_file(str(tok_file))
         config = _read_json(path / "tokenizer_config.json")
+        if tok_file.is_file():
+            backend = Backend.from_file(str(tok_file))
+        elif (path / TIKTOKEN_FILE).is_file():   # Kimi K2: a tiktoken BPE and its regex
+            backend = tiktoken_backend(path, config)
+        else:
+            raise ModelLoadError(f"missing file {tok_file}: tandem needs a fast tokenizer "
+                                 f"(tokenizer.json) or a tiktoken BPE ({TIKTOKEN_FILE})")
         gen = _read_json(path / "generation_config.json")
         eos = gen.get("eos_token_id")
         extra = eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
