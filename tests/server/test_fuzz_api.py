@@ -74,7 +74,7 @@ FIELDS = {name: mostly(valid) for name, valid in {
     "echo": st.booleans(),
     "tools": st.none() | st.lists(tool, max_size=2),
     "tool_choice": st.sampled_from(["auto", "none", "required"]),
-    "response_format": st.just({"type": "text"}),
+    "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "xml"}]),
     "cache_salt": st.text(max_size=4),
     "user": st.text(max_size=4),
     "chat_template_kwargs": st.dictionaries(st.sampled_from(["enable_thinking", "x"]), st.booleans(),
