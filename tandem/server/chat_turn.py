@@ -10,7 +10,10 @@ parameter (`TurnParams`: "input" for Responses, "messages" for Messages).
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from tandem.server.chat_plan import plan_chat
 from tandem.server.chat_request import normalize_messages
@@ -19,6 +22,8 @@ from tandem.server.openai.openai_protocol import (ParseContext, ParsedRequest, c
 from tandem.server.tool_request import ToolRequest
 from tandem.tokenization.chat_prompt import ChatRender, render_chat
 from tandem.types import GrammarSpec, SamplingParams
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,9 @@ def chat_request(turn: ChatTurn, pctx: ParseContext) -> ParsedRequest:
     parsed = ParsedRequest(kind="chat", model=turn.model, prompts=(tuple(ids),), sampling=sampling,
                            stream=turn.stream, cache_salt=turn.cache_salt, priority=turn.priority)
     return with_plan(parsed, plan)
+
+
+async def off_loop(fn: Callable[[], T], big: bool) -> T:
+    """`fn()` (reading a body, rendering its turn) on a worker thread when the work is big (a long
+    body, a long history), so the event loop keeps streaming other requests' tokens meanwhile."""
+    return await asyncio.to_thread(fn) if big else fn()

@@ -22,13 +22,12 @@ from tandem.errors import TandemError
 from tandem.server.anthropic.messages_format import MessageBuilder, message_id, tool_use_id
 from tandem.server.anthropic.messages_protocol import MessagesRequest, parse_messages
 from tandem.server.chat_output import ChoiceOutput
-from tandem.server.chat_turn import chat_request
+from tandem.server.chat_turn import chat_request, off_loop
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import anthropic_error, anthropic_error_response
 from tandem.server.openai.openai_api import name_grammar_param
 from tandem.server.openai.openai_protocol import ParsedRequest
-from tandem.server.openai.responses_api import off_loop
 from tandem.server.request_body import OFF_LOOP_BYTES, read_json_body
 from tandem.server.request_context import http_context
 from tandem.server.responses import json_response, sse_response

@@ -76,7 +76,8 @@ def _output_format(f: Fields) -> GrammarSpec | None:
     fmt = config.raw("format") if config is not None else None
     if fmt is None:
         return None
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+    if not (isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+            and isinstance(fmt.get("schema"), dict)):
         raise bad("output_config.format", 'must be {"type": "json_schema", "schema": {...}}')
     response_format = {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
     try:

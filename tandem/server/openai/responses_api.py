@@ -10,17 +10,15 @@ OpenAI-style; an error after the stream began is an `error` event then `response
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.errors import TandemError
-from tandem.server.chat_turn import ChatTurn, chat_request
+from tandem.server.chat_turn import ChatTurn, chat_request, off_loop
 from tandem.server.context import ServerContext
 from tandem.server.disconnect import in_own_task
 from tandem.server.errors import as_tandem_error, openai_error_response
@@ -36,17 +34,9 @@ from tandem.server.responses import json_response, sse_response
 from tandem.server.run import GenerationRun, check_delta
 from tandem.server.turn_output import TurnOutput
 
-T = TypeVar("T")
-
-
 @dataclass(frozen=True)
 class ResponsesConfig:
     max_stored: int = 1024     # responses kept for previous_response_id / retrieval (LRU)
-
-
-async def off_loop(fn: Callable[[], T], big: bool) -> T:
-    """`fn()` on a worker thread when the work is big (a long body or history to render)."""
-    return await asyncio.to_thread(fn) if big else fn()
 
 
 def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConfig()) -> list[Route]:
