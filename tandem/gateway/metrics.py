@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tandem.gateway.registry import Registry
@@ -38,6 +38,9 @@ class _WorkerCollector(Collector):
                                      "Requests the gateway has open on a worker.", labels=labels)
         healthy = GaugeMetricFamily("tandem:gateway_worker_healthy",
                                     "1 if the worker is healthy and not draining.", labels=labels)
+        restarts = CounterMetricFamily("tandem:gateway_worker_restarts",
+                                       "New instances of a worker seen at its URL (it restarted).",
+                                       labels=labels)
         for w in self._registry.all():
             lv = [w.url, w.role or "unknown"]
             load = self._tracker.load(w.url)
@@ -45,7 +48,8 @@ class _WorkerCollector(Collector):
             decode.add_metric(lv, load.decode_tokens)
             inflight.add_metric(lv, load.in_flight)
             healthy.add_metric(lv, 1.0 if w.healthy and not w.draining else 0.0)
-        yield from (prefill, decode, inflight, healthy)
+            restarts.add_metric(lv, w.restarts)
+        yield from (prefill, decode, inflight, healthy, restarts)
         prompt, cached = self._totals["prompt"], self._totals["cached"]
         ratio = GaugeMetricFamily("tandem:gateway_cached_token_ratio",
                                   "Cached prompt tokens / prompt tokens over the gateway's requests.")

@@ -78,8 +78,10 @@ class Monitor:
         was_healthy = w.healthy
         old_instance = w.stats.get("instance_id")
         if old_instance is not None and stats.get("instance_id") != old_instance:
-            self.forget(w.url)   # restarted between two polls: its cache is new
+            self.forget(w.url)   # restarted (between two polls, or while unhealthy): its cache is new
             w.kv_since = 0
+            w.restarts += 1
+            log.warning("worker %s is a new instance (restart %d)", w.url, w.restarts)
         self.registry.poll_ok(w.url, stats, self.clock())
         if not was_healthy and w.healthy:
             log.info("worker %s (%s) is healthy", w.url, w.role)

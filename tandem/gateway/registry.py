@@ -37,6 +37,7 @@ class Worker:
     stats: dict = field(default_factory=dict)   # last /internal/stats reply
     kv_since: int = 0                # next `since` for /internal/kv_events
     epoch: int = 0                   # bumped each time it turns unhealthy (index must resync)
+    restarts: int = 0                # new instances seen at this URL (its stats' instance_id changed)
 
     @property
     def block_size(self) -> int | None:

@@ -2,7 +2,8 @@
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
-      pinned to its share of the cores; one Ctrl-C stops them all.
+      pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
+      child that dies is restarted with backoff (tandem/launcher/supervisor.py).
 """
 
 from __future__ import annotations

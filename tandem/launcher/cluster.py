@@ -4,7 +4,8 @@ Each worker is `python -m tandem.cli serve --role R --threads K`, pinned (sched_
 before exec) to its share of this process's cores; the gateway is one more child, unpinned.
 Children run in their own process group so a terminal Ctrl-C reaches only this supervisor,
 which then stops them in order (SIGTERM, then SIGKILL after a grace period). On Linux each child
-also gets SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so nothing outlives it.
+also gets SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so nothing outlives it. Once the
+cluster is ready, a child that dies is restarted with backoff (tandem/launcher/supervisor.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tandem.launcher.supervisor import RestartPolicy, Supervisor
 
 _PR_SET_PDEATHSIG = 1
 
@@ -37,6 +40,7 @@ class ClusterSpec:
     gateway_args: tuple[str, ...] = ()   # extra `tandem gateway` arguments
     ready_timeout_s: float = 600.0
     log_level: str = "warning"
+    restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
 
 
 @dataclass(frozen=True)
@@ -158,9 +162,16 @@ class LocalCluster:
                     time.sleep(0.2)
 
     def check_alive(self) -> None:
-        for name, proc in self.running.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {proc.returncode}")
+        for name, code in self.exited().items():
+            raise RuntimeError(f"{name} exited with code {code}")
+
+    def exited(self) -> dict[str, int]:
+        """Children that have ended, with their exit codes (negative: killed by that signal)."""
+        return {name: proc.returncode for name, proc in self.running.items() if proc.poll() is not None}
+
+    def forget(self, name: str) -> None:
+        """Drop an ended child, so that `start(name)` starts it again."""
+        self.running.pop(name, None)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.running.pop(name)
@@ -220,8 +231,10 @@ def run_cluster(spec: ClusterSpec) -> int:
             gw = cluster.spec("gateway").url
             print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
                   f"  {curl_line(gw, name)}\n", flush=True)
+        supervisor = Supervisor(cluster, [p.name for p in cluster.procs], spec.restart,
+                                log=lambda line: print(line, file=sys.stderr, flush=True))
         while not stopping:
-            cluster.check_alive()
+            supervisor.step()
             time.sleep(0.2)
     except (RuntimeError, TimeoutError) as exc:
         print(f"tandem up: {exc}; stopping", file=sys.stderr, flush=True)
