@@ -12,9 +12,11 @@ Then `tandem bench compare`-style tables (ratios against the first configuration
 client and for all streams together, and one CDF plot.
 
 Configurations: "colocated:N" or "pd:P:D", optionally with "/budget=T" for the workers'
-`--max-num-batched-tokens T` (chunked-prefill token budget) or "/local=N" for the gateway's
-`--local-prefill-tokens N` (disaggregated: short prompts prefilled on the decode worker), e.g.
-  colocated:2,pd:1:1,colocated:2/budget=128,pd:1:1/local=256
+`--max-num-batched-tokens T` (chunked-prefill token budget), "/local=N" for the gateway's
+`--local-prefill-tokens N` (disaggregated: short prompts always prefilled on the decode worker)
+or "/placement=remote" for the gateway's `--prefill-placement remote` (every prompt through a
+prefill worker; the default, auto, is conditional disaggregation), e.g.
+  colocated:2,pd:1:1,colocated:2/budget=128,pd:1:1/local=256,pd:1:1/placement=remote
 
   python benchmarks/disagg/run_mixed.py --model DIR --configs colocated:2,pd:1:1 \
       --agentic-args "--agentic --sessions 12 ..." --decoders-args "--agentic --sessions 40 ..." \
@@ -62,19 +64,22 @@ def parse_configs(text: str) -> list[Config]:
         elif parts[0] == "pd" and len(parts) == 3:
             label, up = f"pd-{parts[1]}-{parts[2]}", ("--prefill", parts[1], "--decode", parts[2])
         else:
-            raise SystemExit(f"bad configuration {item!r}: colocated:N or pd:P:D[/budget=T|/local=N]")
+            raise SystemExit(f"bad configuration {item!r}: "
+                             f"colocated:N or pd:P:D[/budget=T|/local=N|/placement=remote]")
         wargs: tuple[str, ...] = ()
         gargs: tuple[str, ...] = ()
         if opt:
             key, _, val = opt.partition("=")
-            if key not in ("budget", "local") or not val.isdigit():
-                raise SystemExit(f"bad option {opt!r}: budget=T (worker step budget) or local=N "
-                                 f"(gateway --local-prefill-tokens)")
-            label += f"-{key}{val}"
+            if not ((key in ("budget", "local") and val.isdigit()) or (key, val) == ("placement", "remote")):
+                raise SystemExit(f"bad option {opt!r}: budget=T (worker step budget), local=N "
+                                 f"(gateway --local-prefill-tokens) or placement=remote")
+            label += f"-{key}{val}" if key != "placement" else "-remote"
             if key == "budget":
                 wargs = (f"--max-num-batched-tokens={val}",)
-            else:
+            elif key == "local":
                 gargs = (f"--local-prefill-tokens={val}",)
+            else:
+                gargs = (f"--prefill-placement={val}",)
         out.append(Config(label, up, wargs, gargs))
     return out
 
