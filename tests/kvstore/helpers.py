@@ -38,3 +38,13 @@ def settle(engine, timeout_s: float = 20.0) -> None:
             if not engine.has_work() and not engine.kv_io_in_flight():
                 return
     raise AssertionError("the engine's KV I/O did not settle")
+
+
+def wait_store(engine, timeout_s: float = 20.0) -> None:
+    """Until the engine's store client is connected."""
+    store = tiers_of(engine).stack["store"]
+    deadline = time.monotonic() + timeout_s
+    while not store.available:
+        if time.monotonic() > deadline:
+            raise AssertionError("the store client did not connect")
+        time.sleep(0.02)
