@@ -220,6 +220,13 @@ class RequestDelta:
     error: str | None = None
 
 
+# the layout of EngineStats.kv_tier_stats (summed position by position across workers)
+KV_TIERS = ("host", "disk", "store")
+KV_TIER_COUNTERS = ("queries", "hits", "read_bytes", "write_bytes", "read_seconds", "reads",
+                    "write_seconds", "writes", "corrupt", "errors", "skipped", "evicted",
+                    "used_bytes", "capacity_bytes", "available")
+
+
 @dataclass(frozen=True)
 class EngineStats:
     """A snapshot of the engine's load and cache, for /metrics and the gateway."""
@@ -242,3 +249,6 @@ class EngineStats:
     spec_num_draft_tokens: int = 0        # draft tokens verified
     spec_num_accepted_tokens: int = 0     # draft tokens accepted
     spec_accepted_per_pos: tuple[int, ...] = ()   # accepted drafts by position in the draft
+    # KV tiers below the device (tandem.kvstore), cumulative except usage and availability: one
+    # value per (tier, counter) of KV_TIERS x KV_TIER_COUNTERS, tier-major; () without tiers
+    kv_tier_stats: tuple[float, ...] = ()

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tandem.types import EngineStats, RequestDelta
+from tandem.types import KV_TIER_COUNTERS, KV_TIERS, EngineStats, RequestDelta
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
@@ -23,6 +23,56 @@ _ITL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4
 _E2E_BUCKETS = (0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
                 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0)
 _LABELS = ("model_name",)
+
+
+# KV tiers below the device (tandem.kvstore), labelled by tier; names follow vLLM's KV offloading
+# metrics (vllm:external_prefix_cache_*, vllm:kv_offload_tiering_*). Queries and hits in tokens.
+_KV_TIER_METRICS = (
+    # (counter in EngineStats.kv_tier_stats, metric name, kind, help)
+    ("queries", "kv_offload_tiering_queries", "counter",
+     "Prompt tokens past the device prefix-cache hit looked up in this tier."),
+    ("hits", "kv_offload_tiering_hits", "counter", "Prompt tokens loaded from this tier."),
+    ("read_bytes", "kv_offload_tiering_read_bytes", "counter", "Bytes of KV blocks read from this tier."),
+    ("write_bytes", "kv_offload_tiering_write_bytes", "counter", "Bytes written to this tier."),
+    ("read_seconds", "kv_offload_tiering_read_time", "counter",
+     "Seconds spent reading from this tier (load latency, summed over read calls)."),
+    ("reads", "kv_offload_tiering_reads", "counter", "Read calls (each a bounded batch of blocks)."),
+    ("write_seconds", "kv_offload_tiering_write_time", "counter", "Seconds spent writing to this tier."),
+    ("corrupt", "kv_offload_tiering_corrupt_blocks", "counter",
+     "Stored blocks that failed their checks (missed, never used)."),
+    ("errors", "kv_offload_tiering_errors", "counter",
+     "Failed tier calls: store unreachable, disk full, I/O errors."),
+    ("skipped", "kv_offload_tiering_stores_skipped", "counter",
+     "Blocks not written: no room, tier unavailable, write backlog."),
+    ("evicted", "kv_offload_tiering_evicted_blocks", "counter", "Blocks evicted to make room."),
+    ("used_bytes", "kv_offload_tiering_usage_bytes", "gauge", "Bytes this tier holds now."),
+    ("capacity_bytes", "kv_offload_tiering_capacity_bytes", "gauge", "Bytes this tier may hold."),
+    ("available", "kv_offload_tiering_available", "gauge",
+     "1 while the tier serves (0: the store is unreachable); summed over workers at the gateway."),
+)
+
+
+def _kv_tier_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
+    values = s.kv_tier_stats or ()   # () without tiers (a gateway with none reporting: 0)
+    if not values:
+        return
+    n = len(KV_TIER_COUNTERS)
+    per_tier = {t: dict(zip(KV_TIER_COUNTERS, values[i * n:(i + 1) * n])) for i, t in enumerate(KV_TIERS)}
+    queries = max((c["queries"] for c in per_tier.values()), default=0)
+    for name, doc, value in (
+            ("external_prefix_cache_queries", "Prompt tokens past the device prefix-cache hit, looked "
+             "up in the KV tiers (host, disk, store).", queries),
+            ("external_prefix_cache_hits", "Prompt tokens loaded from the KV tiers.",
+             sum(c["hits"] for c in per_tier.values()))):
+        c = CounterMetricFamily(f"tandem:{name}", doc, labels=_LABELS)
+        c.add_metric(labels, value)
+        yield c
+    for counter, name, kind, doc in _KV_TIER_METRICS:
+        family = CounterMetricFamily if kind == "counter" else GaugeMetricFamily
+        m = family(f"tandem:{name}", doc, labels=(*_LABELS, "tier"))
+        for tier, c in per_tier.items():
+            m.add_metric([*labels, tier], c[counter])
+        yield m
 
 
 class _StatsCollector(Collector):
@@ -75,6 +125,7 @@ class _StatsCollector(Collector):
         yield gauge("spec_decode_mean_accepted_length",
                     "Tokens per step of a request that verified drafts: accepted drafts plus one.",
                     1.0 + s.spec_num_accepted_tokens / s.spec_num_drafts if s.spec_num_drafts else 0.0)
+        yield from _kv_tier_metrics(s, labels)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # dynamic: described at scrape time only
