@@ -450,6 +450,7 @@ class Engine:
             spec_accepted_per_pos=tuple(self.spec.accepted_per_pos))
 
     def shutdown(self) -> None:
+        self.runner.close()   # a parallel runner stops its other ranks
         if self._mask_thread is not None:
             self._mask_thread.shutdown(wait=True)
         if self.connector is not None:

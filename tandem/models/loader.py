@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.memory import check_fits, estimate_memory
 from tandem.models.registry import model_class
+from tandem.models.shard_plan import ShardPlan
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,10 @@ class LoadedModel:
             self.packing.join()
 
 
-def load_model(cfg: ModelConfig) -> LoadedModel:
+def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan] | None = None,
+               num_ranks: int = 1) -> LoadedModel:
+    """`shard` (a parallel worker's rank): reshapes the model built on the meta device to the
+    rank's part and says which slices of the checkpoint it loads; `num_ranks` share the weights."""
     path = Path(cfg.path)
     if not path.is_dir():
         raise ModelLoadError(f"model directory not found: {path}")
@@ -62,7 +67,7 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     cls = model_class(arch.architecture)
     device = torch.device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, arch, device)
-    check_fits(estimate_memory(arch, dtype), device)   # before any weight is read
+    check_fits(estimate_memory(arch, dtype, num_ranks), device)   # before any weight is read
     if arch.quantization is not None:
         raise ModelLoadError(f"{path} holds {arch.quantization}-quantized weights "
                              "(config.json quantization_config); tandem loads bfloat16, float16 "
@@ -70,7 +75,8 @@ def load_model(cfg: ModelConfig) -> LoadedModel:
     files = safetensors_files(path)
     with torch.device("meta"):
         model = cls(arch, device=device)
-    load_weights(model, files, dtype, device, cfg.show_progress)
+        plan = shard(model) if shard is not None else ShardPlan()
+    load_weights(model, files, dtype, device, cfg.show_progress, plan)
     model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device),
                                          prefill_kernel(cfg.attention, dtype, device))
     model.use_fused_ops(fused_ops(cfg.fused_layers, dtype, device))
@@ -131,7 +137,7 @@ def safetensors_files(path: Path) -> list[Path]:
 
 
 def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtype,
-                 device: torch.device, show_progress: bool) -> None:
+                 device: torch.device, show_progress: bool, plan: ShardPlan = ShardPlan()) -> None:
     params = dict(model.named_parameters())
     loaded: set[str] = set()
     tied = model.arch.tie_word_embeddings
@@ -146,12 +152,14 @@ def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtyp
                 if name.endswith(_IGNORED_SUFFIXES) or (tied and name == "lm_head.weight"):
                     continue
                 saved, name = name, model.checkpoint_name(name, model.arch)
+                if name is not None:
+                    name = plan.local_name(name)
                 if name is None:
-                    continue    # not part of this model (e.g. DeepSeek's multi-token-prediction layer)
+                    continue    # not this model's (DeepSeek's multi-token prediction) or this rank's
                 if name not in params:
                     raise ModelLoadError(f"unexpected weight {saved!r} in {f.name} for "
                                          f"{model.arch.architecture}")
-                tensor = h.get_tensor(saved)
+                tensor = _read(h, saved, plan.slices.get(name))
                 expected = params[name].shape
                 if tensor.shape != expected:
                     raise ModelLoadError(f"weight {saved!r} in {f.name} has shape {tuple(tensor.shape)}, "
@@ -166,6 +174,21 @@ def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtyp
     missing = sorted(set(params) - loaded)
     if missing:
         raise ModelLoadError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:5]}")
+
+
+def _read(handle, name: str, part: tuple[int, int, int] | None) -> torch.Tensor:
+    """The tensor, or only part `index` of `count` along `dim` (read from the file as such)."""
+    if part is None:
+        return handle.get_tensor(name)
+    dim, index, count = part
+    sl = handle.get_slice(name)
+    size = sl.get_shape()[dim]
+    if size % count:
+        raise ModelLoadError(f"weight {name!r}: dimension {dim} of size {size} does not split into {count} ranks")
+    step = size // count
+    index_expr = [slice(None)] * len(sl.get_shape())
+    index_expr[dim] = slice(index * step, (index + 1) * step)
+    return sl[tuple(index_expr)]
 
 
 def _set_param(model: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:

@@ -133,6 +133,9 @@ class ModelRunner:
             at += n
         return StepResult(result, scored)
 
+    def close(self) -> None:
+        """Release what the runner started (nothing here; a parallel runner stops its ranks)."""
+
     def _score_prompts(self, hidden: torch.Tensor, scoring: PromptScoring
                        ) -> list[tuple[SeqState, list[TokenLogprob]]]:
         """Raw logprobs of the scored prompt tokens, with each request's top k."""

@@ -1,0 +1,97 @@
+"""Start a parallel worker: rank 0 (this process) runs the engine, ranks 1.. run
+tandem.parallel.worker in child processes; all of them load only their own shards, at once.
+
+A rank that dies takes the worker down: the monitor thread sees its process end, marks the
+runner failed (every later step raises RankFailed at once, no collective left hanging) and calls
+`on_rank_death` (by default: log and SIGTERM this process, so that the server shuts down and
+the gateway routes around it). Collectives also time out after ParallelConfig.timeout_s.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import wait
+
+import torch
+
+from tandem.config import EngineConfig
+from tandem.engine.engine import Engine
+from tandem.parallel.config import ParallelConfig
+from tandem.parallel.group import close_group, init_group
+from tandem.parallel.messages import CacheInit, broadcast
+from tandem.parallel.rank_model import load_rank_model
+from tandem.parallel.runner import ParallelRunner
+from tandem.parallel.worker import worker_main
+from tandem.tokenization.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _terminate_self(reason: str) -> None:
+    log.error("parallel worker going down: %s", reason)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
+                    on_rank_death: Callable[[str], None] = _terminate_self) -> Engine:
+    if config.resolved_transport is not None:
+        raise ValueError("a KV handoff (prefill/decode roles) with a parallel worker is not supported yet")
+    port = pcfg.master_port or _free_port(pcfg.master_addr)
+    threads = config.num_threads or torch.get_num_threads()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=worker_main, args=(config.model, pcfg, r, port, threads),
+                         name=f"tandem-rank-{r}", daemon=True) for r in range(1, pcfg.world_size)]
+    for p in procs:
+        p.start()
+    device = torch.device(config.model.device if config.model.device != "cuda" else "cuda:0")
+    try:
+        g = init_group(pcfg, 0, port, device)
+        loaded = load_rank_model(config.model, g)
+        engine = Engine(config, loaded, Tokenizer.from_dir(config.model.path))
+        broadcast(CacheInit(engine.num_blocks, engine.layout.block_size, engine.layout.dtype))
+    except BaseException:
+        for p in procs:
+            p.kill()
+        close_group()
+        raise
+    runner = ParallelRunner(loaded, engine.layout, engine.runner.kv_cache, device)
+    engine.runner = runner
+    closing = threading.Event()
+
+    def monitor() -> None:
+        sentinels = {p.sentinel: p for p in procs}
+        while sentinels and not closing.is_set():
+            for s in wait(list(sentinels), timeout=0.5):
+                p = sentinels.pop(s)
+                p.join(timeout=1)            # reap it: its exit code is set then
+                if not closing.is_set():
+                    reason = f"{p.name} exited with code {p.exitcode}"
+                    runner.fail(reason)
+                    on_rank_death(reason)
+                    return
+
+    watcher = threading.Thread(target=monitor, name="tandem-rank-monitor", daemon=True)
+    watcher.start()
+
+    def stop_ranks() -> None:
+        closing.set()
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        close_group()
+
+    runner.on_close = stop_ranks
+    return engine

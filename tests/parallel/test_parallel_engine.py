@@ -1,0 +1,82 @@
+"""A worker spread over 2 ranks (gloo, 2 processes) gives the same greedy tokens as one process:
+TP 2 (dense, MoE and MLA models), EP 2 (MoE), PP 2; and a rank that dies takes the worker down
+without a hang."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from tandem.parallel.config import ParallelConfig
+from tandem.parallel.launch import parallel_engine
+from tandem.parallel.runner import RankFailed
+from tandem.testing.tiny_model import write_test_model
+from tests.conftest import assert_all_blocks_free, engine_config
+from tests.engine.helpers import prompts, request, run, tokens
+
+torch.set_num_threads(1)
+
+
+def _config(path, **kw):
+    return dataclasses.replace(engine_config(path, **kw), num_threads=1)   # each rank: one thread
+
+
+def _greedy(engine, ps, n=6):
+    reqs = [request(p, max_tokens=n) for p in ps]
+    out = run(engine, reqs)
+    return [tokens(out[r.request_id]) for r in reqs]
+
+
+def _check(model_dir, pcfg, make_engine, **kw):
+    ps = prompts(4, seed=21, min_len=5, max_len=30)
+    want = _greedy(make_engine(model_dir, **kw), ps)
+    engine = parallel_engine(_config(model_dir, max_num_batched_tokens=24, **kw), pcfg)
+    try:
+        assert _greedy(engine, ps) == want
+        assert_all_blocks_free(engine)
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"])
+def test_tensor_parallel_2_equals_1(tmp_path, make_engine, arch):
+    _check(write_test_model(tmp_path, arch, seed=13), ParallelConfig(tensor_parallel_size=2), make_engine)
+
+
+@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "DeepseekV3ForCausalLM"])
+def test_expert_parallel_2_equals_1(tmp_path, make_engine, arch):
+    pcfg = ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True)
+    _check(write_test_model(tmp_path, arch, seed=14), pcfg, make_engine)
+
+
+@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "DeepseekV3ForCausalLM"])
+def test_pipeline_parallel_2_equals_1(tmp_path, make_engine, arch):
+    path = write_test_model(tmp_path, arch, seed=15, num_layers=3)
+    _check(path, ParallelConfig(pipeline_parallel_size=2), make_engine)
+
+
+def test_a_dead_rank_takes_the_worker_down(tmp_path):
+    path = write_test_model(tmp_path, seed=16)
+    deaths: list[str] = []
+    engine = parallel_engine(_config(path), ParallelConfig(tensor_parallel_size=2),
+                             on_rank_death=deaths.append)
+    try:
+        assert _greedy(engine, prompts(1, seed=3), n=2)
+        import multiprocessing
+        (child,) = multiprocessing.active_children()
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not deaths and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert deaths and "tandem-rank-1 exited with code -9" in deaths[0]
+        engine.add_request(request(prompts(1, seed=4)[0], max_tokens=2))
+        with pytest.raises(RankFailed, match="tandem-rank-1"):
+            engine.step()
+    finally:
+        engine.fail_all("test over")
+        engine.shutdown()
