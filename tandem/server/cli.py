@@ -92,6 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    default=SchedulerConfig.long_prefill_token_threshold,
                    help="largest prefill chunk of one prompt while others wait (0: no cap)")
     p.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    p.add_argument("--tensor-parallel-size", type=_positive, default=1,
+                   help="ranks splitting each layer's heads and MLP (one process each; gloo on the CPU, NCCL on CUDA)")
+    p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
+                   help="ranks holding consecutive stages of the layers")
+    p.add_argument("--enable-expert-parallel", action="store_true",
+                   help="MoE models: whole experts per tensor-parallel rank instead of slices of every expert")
     p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
                    help="KV handoff transport (prefill/decode roles default to tcp)")
     p.add_argument("--kv-pin-timeout", type=float, default=TransferConfig.pin_timeout_s,
@@ -195,6 +201,20 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
     return startup, shutdown
 
 
+def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
+    """The engine of a worker spread over ranks (tandem.parallel), started now; None for one process."""
+    from tandem.parallel.config import ParallelConfig
+
+    pcfg = ParallelConfig(tensor_parallel_size=args.tensor_parallel_size,
+                          pipeline_parallel_size=args.pipeline_parallel_size,
+                          enable_expert_parallel=args.enable_expert_parallel)
+    if not pcfg.enabled:
+        return None
+    from tandem.parallel.launch import parallel_engine
+
+    return parallel_engine(engine_config, pcfg)
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -205,7 +225,7 @@ def serve(args: argparse.Namespace) -> int:
     engine_config, server_config = configs_from_args(args)
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine = AsyncEngine(engine_config)
+    engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
     startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
     queue_config = queue_config_from_args(args, server_config.port)
     queue = None if queue_config is None else QueueSetup(queue_config,
