@@ -147,6 +147,7 @@ class KVStoreConfig:
     # a hit below the device is loaded only while its measured cost is below recomputing it
     cost_check: bool = True
     prefill_s_per_token: float | None = None   # recompute cost; None: measured when the engine starts
+    cost_explore_s: float | None = 30.0   # a tier unmeasured this long is tried once; None: never
     max_pending_save_bytes: int = 256 * 2**20  # copies awaiting disk or store writes; saves past it skip
 
     @property

@@ -7,8 +7,10 @@
 The load takes the prefix length with the largest savings (none if no prefix saves time), so a
 slow tier never makes a request slower than computing its prompt. A tier's cost starts from a
 bandwidth guess and follows its reads as an exponentially weighted mean of seconds per block
-(reads are batches, so the per-call overhead is spread over the blocks it moved). The prefill
-speed is measured once when the engine starts (`measure_prefill`), or given in the config.
+(reads are batches, so the per-call overhead is spread over the blocks it moved). A tier judged
+too slow is never read, so its estimate could never improve: once per `explore_s` a tier not
+measured for that long is taken at no cost for one decision (one load measures it again). The
+prefill speed is measured once when the engine starts (`measure_prefill`), or given in the config.
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ from collections.abc import Sequence
 
 import torch
 
-# first guesses, replaced by measurements: bytes per second and seconds per call
+# first guesses, replaced by measurements: bytes per second and seconds per call (of ~8 blocks)
 _GUESS = {"host": (4e9, 1e-5), "disk": (1e9, 1e-4), "store": (0.5e9, 5e-4)}
+_GUESS_BLOCKS_PER_CALL = 8
 
 
 class CostModel:
     def __init__(self, prefill_s_per_token: float, block_size: int, block_nbytes: int,
-                 enabled: bool = True, alpha: float = 0.25) -> None:
+                 enabled: bool = True, alpha: float = 0.25, explore_s: float | None = 30.0,
+                 clock=time.monotonic) -> None:
         self.prefill_s_per_token = prefill_s_per_token
         self.block_size = block_size
         self.enabled = enabled
         self.alpha = alpha
-        self._block_s = {tier: block_nbytes / bw + call for tier, (bw, call) in _GUESS.items()}
+        self.explore_s = explore_s     # None: never explore
+        self._clock = clock
+        self._block_s = {tier: block_nbytes / bw + call / _GUESS_BLOCKS_PER_CALL
+                         for tier, (bw, call) in _GUESS.items()}
+        self._measured: dict[str, float] = {}   # tier -> when last measured (or explored)
         self._lock = threading.Lock()
 
     def block_seconds(self, tier: str) -> float:
@@ -43,18 +51,25 @@ class CostModel:
         with self._lock:
             old = self._block_s[tier]
             self._block_s[tier] = old + self.alpha * (seconds / num_blocks - old)
+            self._measured[tier] = self._clock()
 
     def prefix_to_load(self, tiers: Sequence[str]) -> int:
         """How many of the leading blocks (tiers[i] holds block i) to load."""
         if not self.enabled:
             return len(tiers)
         recompute = self.block_size * self.prefill_s_per_token
+        now = self._clock()
+        stale = set() if self.explore_s is None else \
+            {t for t in tiers if now - self._measured.get(t, -float("inf")) > self.explore_s}
         savings = best = 0.0
         n = 0
         for i, tier in enumerate(tiers):
-            savings += recompute - self._block_s[tier]
+            savings += recompute - (0.0 if tier in stale else self._block_s[tier])
             if savings > best:
                 best, n = savings, i + 1
+        with self._lock:
+            for tier in stale.intersection(tiers[:n]):
+                self._measured[tier] = now   # explored: the load about to start measures it
         return n
 
 

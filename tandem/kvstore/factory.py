@@ -53,6 +53,7 @@ def tiered_connector_for(config: EngineConfig, model: torch.nn.Module, vocab_siz
         prefill = measure_prefill(model, kv_cache, layout.block_size, tokens, vocab_size)
         log.info("KV tiers: this engine prefills at %.1f us per token (a %d-token block: %.2f ms)",
                  prefill * 1e6, layout.block_size, prefill * layout.block_size * 1e3)
-    cost = CostModel(prefill or 0.0, layout.block_size, layout.block_nbytes, enabled=cfg.cost_check)
+    cost = CostModel(prefill or 0.0, layout.block_size, layout.block_nbytes, enabled=cfg.cost_check,
+                     explore_s=cfg.cost_explore_s)
     stack = make_tiers(config, layout, keyspace, kv_cache.device.type == "cuda")
     return tiered_connector(stack, kv_cache, keyspace, cost, cfg, layout.block_size, config.cache.hash_seed)

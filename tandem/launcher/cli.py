@@ -1,6 +1,6 @@
 """`tandem up`.
 
-  tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000]
+  tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000] [--kv-store auto|URL]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py).
@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="for the gateway and every worker (default: recognized from the chat template)")
     u.add_argument("--reasoning-parser", type=reasoning_parser_arg, default=None, metavar="NAME",
                    help="for the gateway and every worker (default: none)")
+    u.add_argument("--kv-store", default=None, metavar="auto|mooncake://HOST:PORT",
+                   help="Mooncake Store shared by every worker's KV tiers: auto starts a mooncake_master "
+                        "on 127.0.0.1 (and stops it); a URL uses a running one")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -54,5 +57,6 @@ def up(args: argparse.Namespace) -> int:
                        colocated=args.colocated or 0, host=args.host, port=args.port,
                        policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
                        gateway_args=tuple(args.gateway_arg) + parsers,
-                       ready_timeout_s=args.ready_timeout, log_level=args.log_level)
+                       ready_timeout_s=args.ready_timeout, log_level=args.log_level,
+                       kv_store=args.kv_store)
     return run_cluster(spec)

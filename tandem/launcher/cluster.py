@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -40,6 +40,9 @@ class ClusterSpec:
     gateway_args: tuple[str, ...] = ()   # extra `tandem gateway` arguments
     ready_timeout_s: float = 600.0
     log_level: str = "warning"
+    # Mooncake Store for every worker's KV tiers: None (off), "auto" (this supervisor starts a
+    # mooncake_master on 127.0.0.1 with free ports and stops it) or mooncake://HOST:PORT
+    kv_store: str | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
 
 
@@ -194,6 +197,21 @@ class LocalCluster:
         self.running.clear()
 
 
+def start_kv_store(spec: ClusterSpec):
+    """`--kv-store`: with "auto", start a mooncake_master on 127.0.0.1 (free ports); every worker
+    gets `--kv-store=URL`. Returns the spec to plan and the master to stop last (or None)."""
+    master = None
+    if spec.kv_store == "auto":
+        from tandem.kvstore.master import start_master
+
+        master = start_master("127.0.0.1")
+        print(f"tandem up: mooncake_master at {master.url}", flush=True)
+    url = master.url if master is not None else spec.kv_store
+    if url:
+        spec = replace(spec, worker_args=(*spec.worker_args, f"--kv-store={url}"))
+    return spec, master
+
+
 def curl_line(url: str, model_name: str) -> str:
     body = ('{"model": "%s", "messages": [{"role": "user", "content": "Hello!"}], '
             '"max_tokens": 32}' % model_name)
@@ -202,6 +220,7 @@ def curl_line(url: str, model_name: str) -> str:
 
 def run_cluster(spec: ClusterSpec) -> int:
     """`tandem up`: start, wait until ready, print a curl line, run until Ctrl-C or a child dies."""
+    spec, master = start_kv_store(spec)
     cluster = LocalCluster(plan(spec))
     stopping = False
 
@@ -242,6 +261,8 @@ def run_cluster(spec: ClusterSpec) -> int:
     finally:
         print("tandem up: stopping", flush=True)
         cluster.stop()
+        if master is not None:   # after the workers, its clients
+            master.stop()
         for s, h in old.items():
             signal.signal(s, h)
     return code

@@ -22,6 +22,7 @@ from tandem.config import (
     TransferConfig,
 )
 from tandem.server.config import ServerConfig
+from tandem.server.kvstore_cli import add_kv_store_arguments, kv_store_config_from_args
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
@@ -104,6 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="prefill role: seconds handed-over KV blocks stay pinned without a pull")
     p.add_argument("--kv-transfer-port", type=int, default=0,
                    help="port of the KV transfer control server (0: a free port)")
+    add_kv_store_arguments(p)
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
     p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
@@ -148,7 +150,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   long_prefill_token_threshold=args.long_prefill_token_threshold),
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
-                                port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout))
+                                port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout),
+        kv_store=kv_store_config_from_args(args))
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
                           **parser_settings(args),

@@ -60,3 +60,17 @@ def test_load_plan_runs():
     plan = LoadPlan(("a", "b", "c", "d"), ("host", "host", "store", "host"))
     assert plan.runs() == [("host", 0, 2), ("store", 2, 3), ("host", 3, 4)] and plan.is_async
     assert not LoadPlan(("a",), ("host",)).is_async
+
+
+def test_a_tier_not_measured_for_a_while_is_tried_once():
+    now = [0.0]
+    cost = CostModel(prefill_s_per_token=1e-9, block_size=4, block_nbytes=1 << 20, explore_s=30.0,
+                     clock=lambda: now[0])
+    assert cost.prefix_to_load(["store", "store"]) == 2   # never measured: explored
+    assert cost.prefix_to_load(["store", "store"]) == 0   # once
+    cost.observe("store", 2, 2e-3)                        # the load measured it: too slow
+    now[0] = 29.0
+    assert cost.prefix_to_load(["store"]) == 0
+    now[0] = 31.0
+    assert cost.prefix_to_load(["disk", "store"]) == 2    # 31 s since: both tried again
+    assert cost.prefix_to_load(["disk", "store"]) == 0

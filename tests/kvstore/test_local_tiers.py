@@ -78,7 +78,8 @@ def test_a_slow_tier_is_not_used(llama_dir, make_engine, tmp_path):
     """Loading costs more than recomputing: the blocks are recomputed, not loaded."""
     prompt = prompts(1, seed=72, min_len=30, max_len=30)[0]
     ref = _ref(make_engine, llama_dir, prompt)
-    engine = tiered_engine(llama_dir, KVStoreConfig(disk_dir=str(tmp_path), prefill_s_per_token=1e-12))
+    engine = tiered_engine(llama_dir, KVStoreConfig(disk_dir=str(tmp_path), prefill_s_per_token=1e-12,
+                                                    cost_explore_s=None))
     try:
         run(engine, [request(prompt, max_tokens=6)])
         settle(engine)
