@@ -106,11 +106,12 @@ class Engine:
         self.spec = SpecCounters()
 
     @classmethod
-    def from_config(cls, config: EngineConfig) -> "Engine":
-        """Load the model and tokenizer, allocate the KV cache, start the KV transport if any."""
+    def from_config(cls, config: EngineConfig, loaded: LoadedModel | None = None) -> "Engine":
+        """Load the model (unless given: a parallel worker's rank 0 loads its shard) and the
+        tokenizer, allocate the KV cache, start the KV transport if any."""
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
-        loaded = load_model(config.model)
+        loaded = loaded if loaded is not None else load_model(config.model)
         tokenizer = Tokenizer.from_dir(config.model.path)
         proposer = None
         if config.speculative is not None:

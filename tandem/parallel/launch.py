@@ -28,7 +28,6 @@ from tandem.parallel.messages import CacheInit, broadcast
 from tandem.parallel.rank_model import load_rank_model
 from tandem.parallel.runner import ParallelRunner
 from tandem.parallel.worker import worker_main
-from tandem.tokenization.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +45,6 @@ def _terminate_self(reason: str) -> None:
 
 def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
                     on_rank_death: Callable[[str], None] = _terminate_self) -> Engine:
-    if config.resolved_transport is not None:
-        raise ValueError("a KV handoff (prefill/decode roles) with a parallel worker is not supported yet")
     port = pcfg.master_port or _free_port(pcfg.master_addr)
     threads = config.num_threads or torch.get_num_threads()
     ctx = mp.get_context("spawn")
@@ -59,7 +56,10 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     try:
         g = init_group(pcfg, 0, port, device)
         loaded = load_rank_model(config.model, g)
-        engine = Engine(config, loaded, Tokenizer.from_dir(config.model.path))
+        # as one process: transports, KV tiers, proposer; the cache has rank 0's shapes, so a
+        # handoff to another layout (dense TP or PP) is refused by KVLayout.check_compatible,
+        # while MLA's latent cache (replicated over TP ranks) hands over to any TP size
+        engine = Engine.from_config(config, loaded)
         broadcast(CacheInit(engine.num_blocks, engine.layout.block_size, engine.layout.dtype))
     except BaseException:
         for p in procs:
