@@ -14,6 +14,8 @@
 2. One tool-call turn (batch 1, greedy, the prompt's prefix cached as an agent's next turn finds
    it): prompt in, call out, until EOS; no grammar, tool_choice auto, and tool_choice required.
    Also the first compile of the tools' grammar (once per tool set, then cached).
+   And the server's own work per turn: planning the request (tools read, the grammar's JSON built)
+   and parsing the call out of the text (tandem.parsers), medians of 200.
 3. The mask work alone, replayed on tokens each grammar produced in (1): per request and step,
    filling its bitmask row and accepting its token (µs), and applying the masks to [B, V] logits.
 
@@ -34,7 +36,9 @@ import torch
 from tandem.config import CacheConfig, EngineConfig, ModelConfig
 from tandem.demo.tools import tool_catalog
 from tandem.engine.engine import Engine
+from tandem.server.chat_plan import plan_chat
 from tandem.server.parser_setup import ParserSetup
+from tandem.server.tool_request import ToolRequest
 from tandem.server.tool_grammar import tool_call_grammar
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.types import EngineRequest, GrammarSpec, SamplingParams
@@ -119,6 +123,15 @@ def turn_ms(engine: Engine, prompt: list[int], grammar: GrammarSpec | None, tag:
     return (time.perf_counter() - start) * 1e3, n, text, (time.process_time() - cpu) * 1e3
 
 
+def _median_us(fn, n: int = 200) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="models/tandem-demo-target")
@@ -195,6 +208,12 @@ def main() -> None:
         ms, cpu = statistics.median(x[0] for x in rs), statistics.median(x[3] for x in rs)
         print(f"| {name} | {ms:.1f} | {cpu:.1f} | {rs[0][1]} | {' / '.join(f'{x[0]:.0f}' for x in rs)} "
               f"| {rs[0][2][:60]!r} |")
+    plan = plan_chat(setup, ToolRequest(tools, "auto"), None, None, "")
+    text = results["tools-auto"][0][2]
+    plan_us = _median_us(lambda: plan_chat(setup, ToolRequest(tools, "auto"), None, None, ""))
+    parse_us = _median_us(lambda: plan.output.parse(text, "chatcmpl-x"))
+    print(f"server work per turn: plan (tools -> grammar JSON) {plan_us:.0f} µs, "
+          f"output parse {parse_us:.0f} µs")
     engine.shutdown()
 
 
