@@ -5,11 +5,16 @@ Invariants:
 - A job is taken only right after `headroom()` said True, one take of at most `take_batch` jobs
   at a time, and never more than `max_concurrency` jobs run at once.
 - Every job taken ends in exactly one of: complete (run returned), requeue (run raised
-  `Preempted`, or the dispatcher stopped), fail (run raised anything else; retried while
-  attempts remain unless it raised `JobFailed(retryable=False)`), or abandonment when the lease
-  is lost (renew refused: the job was cancelled or its lease expired and another owner may hold
-  it; the run is cancelled and nothing is recorded).
-- Interactive traffic is the caller's concern: it answers `headroom()` and raises `Preempted`.
+  `Preempted`, `preempt()` chose it, or the dispatcher stopped), fail (run raised anything else;
+  retried while attempts remain unless it raised `JobFailed(retryable=False)`), or abandonment
+  when the lease is lost (renew refused: the job was cancelled or its lease expired and another
+  owner may hold it; the run is cancelled and nothing is recorded).
+- A requeue does not count an attempt: a job preempted any number of times never fails for it.
+- Interactive traffic is the caller's concern: it answers `headroom()` (may we take more?) and
+  `pressure()` (how many running jobs must yield now?), asked before every take and on every
+  `check_pressure()`; a job that must yield is cancelled where it awaits (its `run` closes its
+  generation streams, which aborts its engine requests and frees their KV blocks) and goes back
+  to the queue. Victims: the lowest priority first (the highest value), then the newest.
 """
 
 from __future__ import annotations
@@ -52,25 +57,37 @@ class DispatcherConfig:
 
 
 RunFn = Callable[[Job], Awaitable[JSON]]
+PressureFn = Callable[[int], int]   # running jobs (not yet yielding) -> how many must yield now
+
+
+def _no_pressure(running: int) -> int:
+    return 0
 
 
 @dataclass
 class _Held:
-    """The current lease of a running job; `lost` once a renewal was refused."""
+    """A running job: its current lease; `lost` once a renewal was refused; `preempted` once
+    `preempt()` chose it; `recording` once its run ended (too late to preempt)."""
+    job: Job
     lease: Lease
+    task: asyncio.Task | None = None
     lost: bool = False
+    preempted: bool = False
+    recording: bool = False
 
 
 class Dispatcher:
     def __init__(self, queue: JobQueue, run: RunFn, headroom: Callable[[], bool],
-                 config: DispatcherConfig) -> None:
+                 config: DispatcherConfig, pressure: PressureFn = _no_pressure) -> None:
         if not 0 < config.renew_every_s < config.lease_s:
             raise ValueError("renew_every_s must be positive and below lease_s")
         self._queue = queue
         self._run = run
         self._headroom = headroom
+        self._pressure = pressure
         self._cfg = config
-        self._running: dict[str, asyncio.Task] = {}   # job id -> its task
+        self._running: dict[str, _Held] = {}   # job id -> the running job, in start order
+        self.preemptions = 0                   # jobs sent back to the queue by preempt()
         self._wake = asyncio.Event()
         self._stopping = False
         self._preempted = False      # a run was preempted: wait one idle poll before taking more
@@ -87,6 +104,33 @@ class Dispatcher:
         """Look at the queue now (e.g. after an enqueue in this process, or load went down)."""
         self._wake.set()
 
+    def check_pressure(self) -> int:
+        """Ask `pressure()` now (e.g. an interactive request just arrived) and preempt that many
+        running jobs; -> how many were preempted."""
+        live = self._preemptible()
+        n = self._pressure(len(live)) if live else 0
+        return self.preempt(n) if n > 0 else 0
+
+    def _preemptible(self) -> list[_Held]:
+        """Running jobs not yet on their way out, in start order."""
+        return [h for h in self._running.values()
+                if not (h.preempted or h.lost or h.recording) and h.task is not None]
+
+    def preempt(self, n: int) -> int:
+        """Send up to n running jobs back to the queue (lowest priority first, then newest),
+        without counting an attempt; -> how many. Their runs are cancelled at once; the requeue
+        is recorded by their own tasks."""
+        live = self._preemptible()
+        order = {id(h): i for i, h in enumerate(live)}     # start order
+        victims = sorted(live, key=lambda h: (-h.job.priority, -order[id(h)]))[:max(0, n)]
+        for h in victims:
+            h.preempted = True
+            h.task.cancel()
+        self.preemptions += len(victims)
+        if victims:
+            self._preempted = True
+        return len(victims)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         """Take nothing more; give running jobs `grace_s` to finish, then cancel them and put
         them back on the queue (another dispatcher takes them at once, with no lease wait)."""
@@ -94,7 +138,7 @@ class Dispatcher:
         self._wake.set()
         if self._loop_task is not None:
             await self._loop_task
-        tasks = list(self._running.values())
+        tasks = [h.task for h in self._running.values() if h.task is not None]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
             for task in pending:
@@ -103,6 +147,7 @@ class Dispatcher:
 
     async def _loop(self) -> None:
         while not self._stopping:
+            self.check_pressure()
             free = self._cfg.max_concurrency - len(self._running)
             claims: list[Claim] = []
             preempted, self._preempted = self._preempted, False
@@ -113,7 +158,9 @@ class Dispatcher:
                 except Exception:
                     log.exception("asyncq: take failed; trying again in %.1f s", self._cfg.idle_poll_s)
             for claim in claims:
-                self._running[claim.job.id] = asyncio.create_task(self._run_one(claim))
+                held = _Held(claim.job, claim.lease)
+                self._running[claim.job.id] = held
+                held.task = asyncio.create_task(self._run_one(held))
             if claims and not self._stopping:
                 await asyncio.sleep(0)   # let the runs start (and count in the load) ...
                 continue                 # ... before headroom() is asked again
@@ -123,20 +170,23 @@ class Dispatcher:
             except asyncio.TimeoutError:
                 pass
 
-    async def _run_one(self, claim: Claim) -> None:
+    async def _run_one(self, held: _Held) -> None:
         """Runs `run(job)` in this task (so it starts at once), renewing the lease beside it."""
-        held = _Held(claim.lease)
+        job = held.job
         renewer = asyncio.create_task(self._keep_leased(held, asyncio.current_task()))
         try:
             try:
-                outcome: JSON | BaseException = await self._run(claim.job)
+                outcome: JSON | BaseException = await self._run(job)
             except asyncio.CancelledError:
-                if not held.lost:
+                if not (held.lost or held.preempted):
                     raise                  # stop(): handled below
                 asyncio.current_task().uncancel()
-                return                     # the lease is gone: nothing to record
+                if held.lost:
+                    return                 # the lease is gone: nothing to record
+                outcome = Preempted()      # preempt(): back to the queue, attempt not counted
             except Exception as exc:
                 outcome = exc
+            held.recording = True
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
             await self._record(held.lease, outcome)
@@ -146,10 +196,10 @@ class Dispatcher:
                 await asyncio.shield(self._queue.requeue(held.lease))
             raise
         except Exception:
-            log.exception("asyncq: recording job %s failed; its lease will expire", claim.job.id)
+            log.exception("asyncq: recording job %s failed; its lease will expire", job.id)
         finally:
             renewer.cancel()
-            self._running.pop(claim.job.id, None)
+            self._running.pop(job.id, None)
             self._wake.set()
 
     async def _keep_leased(self, held: "_Held", runner: asyncio.Task) -> None:

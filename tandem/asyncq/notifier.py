@@ -15,13 +15,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import httpx
 import orjson
 
 from tandem.asyncq.event import Delivery, render
 from tandem.asyncq.queue import JobQueue
 from tandem.asyncq.signature import HEADER, sign
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +51,8 @@ class Notifier:
             raise ValueError("lease_s must exceed timeout_s")
         self._queue = queue
         self._cfg = config
-        self._client = client or httpx.AsyncClient(timeout=config.timeout_s)
-        self._own_client = client is None
+        self._client = client        # our own made at the first delivery: httpx costs ~0.1-0.2 s
+        self._own_client = client is None   # to import, which a server's start-up need not pay
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task | None = None
@@ -65,7 +68,7 @@ class Notifier:
         self._wake.set()
         if self._task is not None:
             await self._task
-        if self._own_client:
+        if self._own_client and self._client is not None:
             await self._client.aclose()
 
     async def deliver_due(self) -> int:
@@ -93,6 +96,10 @@ class Notifier:
                    HEADER: sign(delivery.secret, body, int(time.time())),
                    "x-tandem-delivery": delivery.id,
                    "x-tandem-delivery-attempt": str(delivery.attempts)}
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._cfg.timeout_s)
         try:
             response = await self._client.post(delivery.url, content=body, headers=headers)
             error = None if response.is_success else f"HTTP {response.status_code}"

@@ -2,8 +2,9 @@
 
   tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
                  [--decode URL ...] [--policy NAME] [--model PATH]
-                 [--queue-db [FILE] | --queue-url redis://...|postgresql://...]
-      the gateway; workers may also register at runtime (tandem serve --gateway URL).
+                 [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
+      the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
+      the asynchronous batch API by default, on a SQLite file under the state directory.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """`tandem up`.
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000] [--kv-store auto|URL]
+           [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
-      child that dies is restarted with backoff (tandem/launcher/supervisor.py).
+      child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
+      serves the asynchronous batch API (the queue flags go to it); workers run with --no-queue.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 
 from tandem.router.policies import POLICY_NAMES
 from tandem.server.parser_setup import parser_flag_args, reasoning_parser_arg, tool_parser_arg
+from tandem.server.queue_cli import add_queue_arguments, forwarded_queue_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
+    add_queue_arguments(u)   # for the gateway
     u.set_defaults(func=up)
 
 
@@ -56,7 +60,7 @@ def up(args: argparse.Namespace) -> int:
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
                        policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
-                       gateway_args=tuple(args.gateway_arg) + parsers,
+                       gateway_args=tuple(args.gateway_arg) + parsers + forwarded_queue_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store)
     return run_cluster(spec)

@@ -84,9 +84,10 @@ def free_port(host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> int:
 def worker_proc(name: str, model: str, role: str, host: str, port: int, cores: tuple[int, ...] | None,
                 extra: tuple[str, ...] = (), log_level: str = "warning") -> ProcSpec:
     threads = len(cores) if cores else 1
+    # the cluster's queue is the gateway's: a worker serves none (its own would be a second one)
     cmd = (sys.executable, "-m", "tandem.cli", "serve", "--model", model, "--role", role,
            "--host", host, "--port", str(port), "--threads", str(threads),
-           "--log-level", log_level, *extra)
+           "--log-level", log_level, "--no-queue", *extra)
     return ProcSpec(name, cmd, f"http://{host}:{port}", cores, role)
 
 

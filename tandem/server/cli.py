@@ -2,7 +2,8 @@
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
-               [--queue-db [FILE] | --queue-url URL] ...
+               [--queue-db [FILE] | --queue-url URL | --no-queue] ...
+      standalone (no --gateway, role both) it serves the asynchronous batch API by default
 
 Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 """
@@ -230,7 +231,9 @@ def serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
     startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
-    queue_config = queue_config_from_args(args, server_config.port)
+    # standalone, the server is its own gateway: the queue is on unless --no-queue
+    queue_config = queue_config_from_args(
+        args, server_config.port, default_on=args.gateway is None and args.role == "both")
     queue = None if queue_config is None else QueueSetup(queue_config,
                                                          engine_headroom(engine, queue_config))
     app = build_app(engine, server_config, startup=startup, shutdown=shutdown, queue=queue)

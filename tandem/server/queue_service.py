@@ -6,14 +6,27 @@ Jobs are stored as {"api": "workers_ai" | "openai", ...} (see the runners in
 workers_ai/queued_api.py and openai/batch_api.py). Errors a client caused (4xx) fail a job at
 once; capacity errors (429, 503) put it back on the queue (it waits for headroom, never fails
 for lack of capacity); anything else is retried until the job's attempts are spent.
+
+Interactive requests first (queue_pressure.py): the service puts a `GaugedBackend` in front of
+the app's backend (`ctx.backend`), so it sees every interactive request start and end. Queued
+work is taken only while the pools have headroom and few interactive requests are in flight,
+and is preempted back to the queue (no attempt counted) when more arrive. Queued requests run
+at `background_priority` (+ a batch line's own vLLM `priority`, if positive): the engine's
+scheduler orders by it where it honours priorities.
+
+The store is opened on a thread from construction on (a new SQLite file costs ~50 ms, a
+PostgreSQL connection a network round trip), so that it overlaps the rest of the start-up;
+`start()` waits for it. Routes use `service.queue` only while the app is serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
@@ -26,8 +39,9 @@ from tandem.asyncq.queue import JobQueue
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
+from tandem.server.queue_pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 
-JobRunner = Callable[[ServerContext, Job], Awaitable[JSON]]
+JobRunner = Callable[[ServerContext, Job, "QueueConfig"], Awaitable[JSON]]
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,21 @@ class QueueConfig:
     # waiting to be computed (and, on a worker, its KV cache below headroom_kv_usage)
     headroom_prefill_tokens: int = 2048
     headroom_kv_usage: float = 0.8
+    # queued work runs only while at most this many interactive requests are in flight in this
+    # app; beyond it every running queued request is preempted back to the queue (0: queued
+    # work only runs while no interactive request does)
+    interactive_limit: int = 0
+    # engine priority of queued requests (vLLM's convention: lower first; interactive ones
+    # default to 0); requests at this priority or above count as background, not interactive
+    background_priority: int = 10
+    # webhook URLs a subscription may name: prefixes such as "https://hooks.example.com/";
+    # empty: any http(s) URL (the gateway then posts wherever an API client asks)
+    event_url_allow: tuple[str, ...] = ()
     notifier: NotifierConfig = field(default_factory=NotifierConfig)
+
+    def engine_priority(self, requested: int = 0) -> int:
+        """A queued request's engine priority: never above background (a lower value)."""
+        return self.background_priority + max(0, requested)
 
 
 @dataclass(frozen=True)
@@ -70,6 +98,14 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def _open_in_background(target: str) -> Future:
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asyncq-open")
+    try:
+        return pool.submit(open_queue, target)
+    finally:
+        pool.shutdown(wait=False)
+
+
 class QueueService:
     def __init__(self, ctx: ServerContext, setup: QueueSetup) -> None:
         from tandem.server.openai.batch_api import run_openai_job
@@ -78,14 +114,36 @@ class QueueService:
         cfg = setup.config
         self.ctx = ctx
         self.config = cfg
-        self.queue: JobQueue = open_queue(cfg.target)
+        self._opening = _open_in_background(cfg.target)
+        self._queue: JobQueue | None = None
         self._runners: dict[str, JobRunner] = {"workers_ai": run_workers_ai_job,
                                                "openai": run_openai_job}
-        self.dispatcher = Dispatcher(self.queue, self._run, setup.headroom, DispatcherConfig(
+        self.load = InteractiveLoad()
+        self.policy = PressurePolicy(cfg.interactive_limit, setup.headroom)
+        # every route's requests (and the queued ones) now pass the gauge
+        ctx.backend = GaugedBackend(ctx.backend, cfg.background_priority, self.load,
+                                    on_start=self._interactive_started,
+                                    on_end=self._interactive_ended)
+        self._dispatcher_config = DispatcherConfig(
             owner=cfg.owner or default_owner(), max_concurrency=cfg.max_concurrency,
             lease_s=cfg.lease_s, renew_every_s=cfg.lease_s / 3, idle_poll_s=cfg.poll_s,
-            retry_delay_s=cfg.retry_delay_s))
-        self.notifier = Notifier(self.queue, cfg.notifier)
+            retry_delay_s=cfg.retry_delay_s)
+        self.dispatcher: Dispatcher | None = None
+        self.notifier: Notifier | None = None
+
+    @property
+    def queue(self) -> JobQueue:
+        if self._queue is None:
+            raise RuntimeError("the queue is not open yet: QueueService.start() opens it")
+        return self._queue
+
+    def _interactive_started(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.check_pressure()
+
+    def _interactive_ended(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wake()
 
     def routes(self) -> list[BaseRoute]:
         from tandem.server.openai.batch_api import batch_routes
@@ -97,19 +155,30 @@ class QueueService:
                 *batch_event_routes(self)]
 
     async def start(self) -> None:
+        self._queue = await asyncio.wrap_future(self._opening)
+        self.dispatcher = Dispatcher(
+            self._queue, self._run, lambda: self.policy.can_take(self.load),
+            self._dispatcher_config,
+            pressure=lambda running: self.policy.to_preempt(self.load, running))
+        self.notifier = Notifier(self._queue, self.config.notifier)
         self.dispatcher.start()
         self.notifier.start()
 
     async def stop(self) -> None:
         """Running jobs go back to the queue (another app, or this one restarted, takes them)."""
-        await self.dispatcher.stop(grace_s=2.0)
-        await self.notifier.stop()
-        await self.queue.close()
+        if self.dispatcher is not None:
+            await self.dispatcher.stop(grace_s=2.0)
+        if self.notifier is not None:
+            await self.notifier.stop()
+        queue = self._queue if self._queue is not None else await asyncio.wrap_future(self._opening)
+        self._queue = None
+        await queue.close()
 
     async def enqueue(self, spec: BatchSpec) -> tuple[Batch, bool]:
         batch, created = await self.queue.enqueue(spec)
-        self.dispatcher.wake()
-        self.notifier.wake()
+        if self.dispatcher is not None and self.notifier is not None:
+            self.dispatcher.wake()
+            self.notifier.wake()
         return batch, created
 
     async def _run(self, job: Job) -> JSON:
@@ -118,7 +187,7 @@ class QueueService:
             raise JobFailed({"message": f"unknown job kind {job.body.get('api')!r}",
                              "type": "invalid_request_error", "status": 400})
         try:
-            return await runner(self.ctx, job)
+            return await runner(self.ctx, job, self.config)
         except (CapacityExceeded, NoHealthyWorker) as exc:
             raise Preempted() from exc
         except TandemError as exc:

@@ -247,3 +247,51 @@ def test_stop_puts_running_jobs_back(tmp_path):
         assert len(await q.take(5, "next", 30)) == 2   # takeable at once, no lease wait
         await q.close()
     asyncio.run(main())
+
+
+def test_pressure_preempts_running_jobs_lowest_priority_then_newest(tmp_path):
+    async def main():
+        q = open_queue(str(tmp_path / "q.db"))
+        started: list[str] = []
+        cancelled: list[str] = []
+        gate = {"keep": 3, "open": True}   # pressure: at most `keep` jobs may run
+
+        async def run(job):
+            started.append(job.body["name"])
+            try:
+                await asyncio.sleep(30 if len(started) <= 3 else 0)
+            except asyncio.CancelledError:
+                cancelled.append(job.body["name"])
+                raise
+            return {"name": job.body["name"]}
+
+        def batch(name: str, priority: int) -> BatchSpec:
+            return BatchSpec(account="acct", model="m", priority=priority, max_attempts=1,
+                             jobs=(JobSpec({"name": name}),))
+
+        for name, prio in (("old-low", 5), ("high", 0), ("new-low", 5)):
+            await q.enqueue(batch(name, prio))
+        d = Dispatcher(q, run, lambda: gate["open"], config("a"),
+                       pressure=lambda running: max(0, running - gate["keep"]))
+        d.start()
+        await until(lambda: _true(d.running == 3))
+        assert started == ["high", "old-low", "new-low"]       # taken in priority order
+        gate["open"] = False
+        assert d.check_pressure() == 0                         # no pressure: nothing yields
+        gate["keep"] = 1
+        assert d.check_pressure() == 2
+        await until(lambda: _true(d.running == 1))
+        assert cancelled == ["new-low", "old-low"] and d.preemptions == 2
+        jobs = {j.body["name"]: j for b in await q.list_batches("acct") for j in await q.list_batch(b.id)}
+        assert all(jobs[n].status is JobStatus.QUEUED and jobs[n].attempts == 0
+                   for n in ("old-low", "new-low"))                  # back, no attempt counted
+        gate["keep"], gate["open"] = 3, True
+        await until(lambda: _true(sum(1 for n in started if n.endswith("low")) == 4))
+        await until(lambda: _true(d.running == 1))             # the two low ones finished
+        for b in await q.list_batches("acct"):
+            for j in await q.list_batch(b.id):
+                if j.body["name"] != "high":
+                    assert (j.status, j.attempts) == (JobStatus.SUCCEEDED, 1)   # max_attempts=1
+        await d.stop(grace_s=0.1)
+        await q.close()
+    asyncio.run(main())

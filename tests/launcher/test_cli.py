@@ -41,3 +41,22 @@ def test_up_passes_the_output_parsers_to_the_gateway_and_every_worker(monkeypatc
     with pytest.raises(SystemExit):
         parser.parse_args(["up", "--model", "/m", "--tool-call-parser", "hermes2"])
     assert "known: auto" in capsys.readouterr().err
+
+
+def test_up_gives_the_queue_to_the_gateway_and_none_to_the_workers(monkeypatch):
+    import argparse
+
+    from tandem.launcher import cli, cluster
+
+    seen = {}
+    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["up", "--model", "/m", "--colocated", "2", "--queue-url",
+                              "redis://127.0.0.1:6379/0", "--queue-interactive-limit", "2"])
+    assert args.func(args) == 0
+    *workers, gateway = plan(seen["spec"])
+    assert all("--no-queue" in w.cmd and "--queue-url" not in w.cmd for w in workers)
+    g = " ".join(gateway.cmd)
+    assert "--queue-url redis://127.0.0.1:6379/0" in g and "--queue-interactive-limit 2" in g
+    assert "--no-queue" not in gateway.cmd

@@ -4,6 +4,7 @@ official `openai` client."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
@@ -207,3 +208,55 @@ def test_batch_events_stream(app_client):
                                 "cancelled": 0}
     assert final["metadata"]["accountId"] == "acc1"
     assert client.get(path.replace("acc1", "acc2")).status_code == 404
+
+
+def test_interactive_request_preempts_queued_work_which_resumes_after(tmp_path):
+    backend = FakeBackend(reply="queued work takes a while", token_delay=0.03)
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"), poll_s=0.05, lease_s=5.0),
+                       headroom=lambda: True)
+    app = build_app(backend, ServerConfig(), queue=setup)
+    with TestClient(app) as client:
+        rid = client.post(QUEUED, json={"requests": [{"prompt": "q"}]}).json()["result"]["request_id"]
+        deadline = time.monotonic() + 10
+        while not backend.running:
+            assert time.monotonic() < deadline, "the queued request never started"
+            time.sleep(0.01)
+        (queued_id,) = backend.running
+        r = client.post("/v1/completions", json={"model": "fake-model", "prompt": "hi",
+                                                 "max_tokens": 3})
+        assert r.status_code == 200 and r.json()["choices"][0]["text"] == "que"
+        assert queued_id in backend.aborted        # it yielded while the interactive one ran
+        service = app.state.queue
+        assert service.dispatcher.preemptions >= 1
+        result = poll(client, rid)
+        assert result["responses"][0]["result"]["response"] == "queued work takes a while"
+        (job,) = asyncio.run(_jobs(tmp_path / "queue.db", rid))
+        assert job.attempts == 1                   # the preemption was not counted
+    queued = [s for s in backend.seen if s.context.priority >= 10]
+    interactive = [s for s in backend.seen if s.context.priority < 10]
+    assert len(queued) >= 2 and len(interactive) == 1
+    assert {s.context.priority for s in queued} == {QueueConfig.background_priority}
+    assert interactive[0].context.priority == 0
+
+
+async def _jobs(path, batch_id):
+    from tandem.asyncq.open_queue import open_queue
+    q = open_queue(str(path))
+    try:
+        return await q.list_batch(batch_id)
+    finally:
+        await q.close()
+
+
+def test_subscription_urls_can_be_restricted(tmp_path):
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"),
+                                   event_url_allow=("https://hooks.example.com/",)),
+                       headroom=lambda: True)
+    path = "/client/v4/accounts/acc1/event_subscriptions/subscriptions"
+    with TestClient(build_app(FakeBackend(), ServerConfig(), queue=setup)) as client:
+        ok = client.post(path, json={"destination": {"url": "https://hooks.example.com/tandem"}})
+        assert ok.status_code == 200, ok.text
+        for url in ("http://127.0.0.1:8000/internal/drain", "https://hooks.example.com.evil.net/"):
+            r = client.post(path, json={"destination": {"url": url}})
+            assert r.status_code == 400 and "hooks.example.com" in r.json()["errors"][0]["message"]
+        assert len(client.get(path).json()["result"]) == 1

@@ -26,7 +26,7 @@ from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
 from tandem.server.openai.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai.openai_protocol import parse_chat, parse_completion
-from tandem.server.queue_service import NotFound, QueueService, idempotency_key
+from tandem.server.queue_service import NotFound, QueueConfig, QueueService, idempotency_key
 from tandem.server.request_body import parse_off_loop, read_json_object
 from tandem.server.responses import json_response
 from tandem.server.run import check_delta
@@ -112,15 +112,17 @@ def _read_input(content: str, endpoint: str) -> list[JSON]:
     return requests
 
 
-async def run_openai_job(ctx: ServerContext, job: Job) -> JSON:
-    """One batch line through the app's backend -> the response body the endpoint would send."""
+async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig) -> JSON:
+    """One batch line through the app's backend -> the response body the endpoint would send.
+    It runs at the queue's background priority, lowered further by the line's own vLLM
+    `priority` when positive (OpenAI's Batch API has no priority field of its own)."""
     body = job.body["request"]
     parse = ENDPOINTS[job.body["url"]]
     parsed = await parse_off_loop(parse, body, ctx.parse_context(), len(str(body)))
     parsed = replace(parsed, stream=False, include_usage=False, continuous_usage=False)
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
     context = RequestContext(tenant=job.body.get("tenant"), cache_salt=parsed.cache_salt,
-                             priority=job.priority)
+                             priority=config.engine_priority(parsed.priority))
     run = ctx.run(parsed.engine_requests(rid, context))
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     try:
@@ -133,10 +135,8 @@ async def run_openai_job(ctx: ServerContext, job: Job) -> JSON:
 
 
 def batch_routes(service: QueueService) -> list[Route]:
-    queue = service.queue
-
     async def owned(request: Request) -> Batch:
-        b = await queue.get_batch(request.path_params["batch_id"])
+        b = await service.queue.get_batch(request.path_params["batch_id"])
         if b is None or b.account != account_of(request) or b.meta.get("object") != "batch":
             raise NotFound(f"No batch found with id '{request.path_params['batch_id']}'",
                            param="batch_id")
@@ -145,7 +145,7 @@ def batch_routes(service: QueueService) -> list[Route]:
     async def view(b: Batch) -> JSON:
         finished = None
         if b.done:
-            finished = max((j.finished_at or 0 for j in await queue.list_batch(b.id)), default=None)
+            finished = max((j.finished_at or 0 for j in await service.queue.list_batch(b.id)), default=None)
         return batch_object(b, finished)
 
     async def create(request: Request) -> Response:
@@ -157,7 +157,7 @@ def batch_routes(service: QueueService) -> list[Route]:
             if body.get("completion_window", "24h") != "24h":
                 raise InvalidRequest("completion_window must be 24h", param="completion_window")
             account = account_of(request)
-            f = await queue.get_file(str(body.get("input_file_id")), with_content=True)
+            f = await service.queue.get_file(str(body.get("input_file_id")), with_content=True)
             if f is None or f.account != account:
                 raise NotFound(f"No file found with id '{body.get('input_file_id')}'",
                                param="input_file_id")
@@ -185,13 +185,13 @@ def batch_routes(service: QueueService) -> list[Route]:
     async def cancel(request: Request) -> Response:
         try:
             b = await owned(request)
-            await queue.cancel(b.id)
-            return json_response(await view(await queue.get_batch(b.id)))
+            await service.queue.cancel(b.id)
+            return json_response(await view(await service.queue.get_batch(b.id)))
         except Exception as exc:
             return openai_error_response(exc)
 
     async def listing(request: Request) -> Response:
-        batches = [b for b in await queue.list_batches(account_of(request))
+        batches = [b for b in await service.queue.list_batches(account_of(request))
                    if b.meta.get("object") == "batch"]
         after = request.query_params.get("after")
         if after:

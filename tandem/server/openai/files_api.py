@@ -30,7 +30,6 @@ def file_object(f: StoredFile) -> JSON:
 
 
 def file_routes(service: QueueService) -> list[Route]:
-    queue = service.queue
     max_bytes = service.config.max_file_bytes
 
     async def rendered(file_id: str, account: str) -> StoredFile | None:
@@ -38,12 +37,12 @@ def file_routes(service: QueueService) -> list[Route]:
         for kind in (OUTPUT, ERRORS):
             batch_id = file_id.removeprefix("file-").removesuffix(kind)
             if file_id.endswith(kind) and file_id.startswith("file-"):
-                b = await queue.get_batch(batch_id)
+                b = await service.queue.get_batch(batch_id)
                 if b is None or b.account != account or not b.done or b.meta.get("object") != "batch":
                     return None
                 if batch_file_id(b.id, kind) != file_id:
                     return None
-                content = output_lines(await queue.list_batch(b.id), errors=kind == ERRORS)
+                content = output_lines(await service.queue.list_batch(b.id), errors=kind == ERRORS)
                 return StoredFile(id=file_id, account=account, purpose="batch_output",
                                   filename=f"batch_{b.id}{kind}.jsonl",
                                   bytes=len(content.encode()), created_at=b.created_at,
@@ -52,7 +51,7 @@ def file_routes(service: QueueService) -> list[Route]:
 
     async def find(request: Request, with_content: bool) -> StoredFile:
         file_id, account = request.path_params["file_id"], account_of(request)
-        f = await queue.get_file(file_id, with_content=with_content)
+        f = await service.queue.get_file(file_id, with_content=with_content)
         if f is None or f.account != account:
             f = await rendered(file_id, account)
         if f is None:
@@ -79,13 +78,13 @@ def file_routes(service: QueueService) -> list[Route]:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError:
                 raise InvalidRequest("the file must be UTF-8 text (JSONL)", param="file") from None
-            f = await queue.put_file(account_of(request), purpose, name, text)
+            f = await service.queue.put_file(account_of(request), purpose, name, text)
             return json_response(file_object(f))
         except Exception as exc:
             return openai_error_response(exc)
 
     async def listing(request: Request) -> Response:
-        files = await queue.list_files(account_of(request))
+        files = await service.queue.list_files(account_of(request))
         purpose = request.query_params.get("purpose")
         data = [file_object(f) for f in files if purpose in (None, f.purpose)]
         return json_response({"object": "list", "data": data, "has_more": False,
@@ -108,7 +107,7 @@ def file_routes(service: QueueService) -> list[Route]:
     async def delete(request: Request) -> Response:
         try:
             f = await find(request, with_content=False)
-            if not await queue.delete_file(f.id):
+            if not await service.queue.delete_file(f.id):
                 raise InvalidRequest("a batch's output and error files go with the batch",
                                      param="file_id")
             return json_response({"id": f.id, "object": "file", "deleted": True})

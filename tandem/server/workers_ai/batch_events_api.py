@@ -33,14 +33,17 @@ def _sse(event_type: str, body: dict) -> bytes:
 
 
 def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Route]:
-    queue = service.queue
 
     async def stream(batch_id: str) -> AsyncIterator[bytes]:
         sent: set[str] = set()
         counts = None
         while True:
-            batch = await queue.get_batch(batch_id)
-            for event in await queue.batch_events(batch_id):
+            # events before the batch: the final event is recorded in the transaction that ends
+            # the batch, so once it is read the batch read after it is done (no stale progress
+            # event can follow the final one)
+            events = await service.queue.batch_events(batch_id)
+            batch = await service.queue.get_batch(batch_id)
+            for event in events:
                 if event.id not in sent:
                     sent.add(event.id)
                     yield _sse(event.type.value, render(event, None))
@@ -57,7 +60,7 @@ def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Rout
 
     async def events(request: Request) -> Response:
         account, batch_id = request.path_params["account_id"], request.path_params["request_id"]
-        batch = await queue.get_batch(batch_id)
+        batch = await service.queue.get_batch(batch_id)
         if batch is None or batch.account != account:
             return workers_ai_error_response(NotFound(f"no queued request {batch_id} for account "
                                                       f"{account}", param="request_id"))

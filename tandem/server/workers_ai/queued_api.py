@@ -23,7 +23,7 @@ from tandem.errors import InvalidRequest, ModelNotFound
 from tandem.server.auth import tenant_of
 from tandem.server.context import ServerContext
 from tandem.server.openai.openai_format import make_id, usage_dict
-from tandem.server.queue_service import NotFound, QueueService, idempotency_key
+from tandem.server.queue_service import NotFound, QueueConfig, QueueService, idempotency_key
 from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.responses import json_response
 from tandem.server.run import check_delta
@@ -92,12 +92,13 @@ def responses(batch: Batch, jobs: list[Job]) -> JSON:
                                         "total_tokens": prompt + completion}}
 
 
-async def run_workers_ai_job(ctx: ServerContext, job: Job) -> JSON:
-    """One queued request through the app's backend -> its `result` ({"response", "usage"})."""
+async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig) -> JSON:
+    """One queued request through the app's backend -> its `result` ({"response", "usage"}).
+    It runs at the queue's background priority (Workers AI's API has no priority field)."""
     body, model = job.body["request"], job.body["model"]
     parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                   ctx.parse_context(), len(str(body)))
-    context = RequestContext(tenant=job.body.get("tenant"), priority=job.priority)
+    context = RequestContext(tenant=job.body.get("tenant"), priority=config.engine_priority())
     run = ctx.run(parsed.engine_requests(make_id("wai"), context))
     texts, final, counted = [], None, 0
     try:

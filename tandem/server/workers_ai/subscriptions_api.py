@@ -8,7 +8,9 @@
   GET    same path                                  -> the account's subscriptions, no secrets
   DELETE same path + /{subscription_id}             -> {"id"}
 Cloudflare delivers these events to a Queue; tandem posts them to the URL (retries with
-backoff, then a dead-letter record: tandem.asyncq.notifier).
+backoff, then a dead-letter record: tandem.asyncq.notifier). Any http(s) URL is accepted unless
+the server names allowed prefixes (`--event-url-allow`): the server then refuses the others
+(400), so that API clients cannot make it post to internal addresses.
 """
 
 from __future__ import annotations
@@ -37,11 +39,16 @@ def _view(sub: Subscription, with_secret: bool) -> dict:
     return view
 
 
-def _spec(account: str, body: dict) -> SubscriptionSpec:
+def _spec(account: str, body: dict, allow: tuple[str, ...] = ()) -> SubscriptionSpec:
+    """`allow`: URL prefixes a destination must start with (the server's --event-url-allow);
+    empty: any http(s) URL."""
     dest = body.get("destination")
     url = dest.get("url") if isinstance(dest, dict) else body.get("url")
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
         raise InvalidRequest("give the webhook's http(s) URL as destination.url", param="destination.url")
+    if allow and not url.startswith(allow):
+        raise InvalidRequest(f"this server posts events only to URLs starting with "
+                             f"{' or '.join(allow)}", param="destination.url")
     names = body.get("events", list(_BY_NAME)[:len(EventType)])
     if not isinstance(names, list) or not names or any(n not in _BY_NAME for n in names):
         raise InvalidRequest(f"'events' must list some of {', '.join(t.value for t in EventType)}",
@@ -54,7 +61,6 @@ def _spec(account: str, body: dict) -> SubscriptionSpec:
 
 
 def subscription_routes(service: QueueService) -> list[Route]:
-    queue = service.queue
 
     def ok(result) -> Response:
         return json_response({"result": result, "success": True, "errors": [], "messages": []})
@@ -62,19 +68,20 @@ def subscription_routes(service: QueueService) -> list[Route]:
     async def create(request: Request) -> Response:
         try:
             body = await read_json_object(request, 65536)
-            sub = await queue.subscribe(_spec(request.path_params["account_id"], body))
+            sub = await service.queue.subscribe(_spec(request.path_params["account_id"], body,
+                                                      service.config.event_url_allow))
             return ok(_view(sub, with_secret=True))
         except Exception as exc:
             return workers_ai_error_response(exc)
 
     async def listing(request: Request) -> Response:
-        subs = await queue.subscriptions(request.path_params["account_id"])
+        subs = await service.queue.subscriptions(request.path_params["account_id"])
         return ok([_view(s, with_secret=False) for s in subs])
 
     async def delete(request: Request) -> Response:
         account, sub_id = request.path_params["account_id"], request.path_params["subscription_id"]
-        mine = {s.id for s in await queue.subscriptions(account)}
-        if sub_id not in mine or not await queue.unsubscribe(sub_id):
+        mine = {s.id for s in await service.queue.subscriptions(account)}
+        if sub_id not in mine or not await service.queue.unsubscribe(sub_id):
             return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
         return ok({"id": sub_id})
 

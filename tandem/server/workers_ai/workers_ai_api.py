@@ -158,8 +158,10 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
         try:
             if request.query_params.get("queueRequest", "").lower() == "true":
                 if ctx.queued is None:
-                    raise NotSupportedYet("queueRequest", "without a queue (start the server "
-                                          "with --queue-db FILE or --queue-url URL)")
+                    raise NotSupportedYet("queueRequest", "without a queue (this server runs "
+                                          "with --no-queue or under a gateway: queue on the "
+                                          "gateway, or start it with --queue-db FILE or "
+                                          "--queue-url URL)")
                 return await ctx.queued(request)
             body, size = await read_json_body(request, ctx.config.max_body_bytes)
             model = request.path_params["model"]
