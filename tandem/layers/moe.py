@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from tandem.layers.linear import Linear
 from tandem.layers.mlp import GatedMLP
 from tandem.layers.moe_routing import route
 from tandem.layers.moe_spec import MoESpec
@@ -78,7 +77,3 @@ class SparseMoE(nn.Module):
             out = out + self.shared_experts(x)
         return self.reduce(out) if self.reduce is not None else out
 
-
-def expert_linears(moe: SparseMoE) -> list[Linear]:
-    """Every Linear of the experts (routed and shared), for sharding and packing."""
-    return [m for m in moe.modules() if isinstance(m, Linear)]
