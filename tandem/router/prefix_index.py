@@ -17,26 +17,47 @@ Fed by the workers' KV events. Contract (worker side: `tandem.kv.events.KVEventL
 The gateway hashes a prompt with the same function, seed, block size and cache salt, and
 `match` tells, per worker, how many *leading* blocks of that chain it holds.
 
+The shared KV store (tandem/kvstore: Mooncake Store, which every worker of the cluster can load
+from) is one more holder, the pseudo-worker `STORE` ("store"): workers report the blocks they put
+there as events of type `store_stored` (and `store_removed`), in their own event stream; they
+apply to `STORE`, not to the reporting worker, and a worker's `cleared` leaves them alone. The
+store evicts without telling anyone, so the index keeps at most `store_limit` of its hashes,
+forgetting the oldest reported first.
+
 Invariant: `_by_hash[h]` contains worker w exactly when `h in _by_worker[w]`.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+
+STORE = "store"   # the pseudo-worker holding what the shared KV store holds
+STORE_EVENTS = {"store_stored": "stored", "store_removed": "removed"}
 
 
 class PrefixIndex:
     """Plain, single-threaded bookkeeping (the gateway mutates it from its event loop only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, store_limit: int = 1 << 18) -> None:
         self._by_hash: dict[int, set[str]] = {}
         self._by_worker: dict[str, set[int]] = {}
+        self._store_order: OrderedDict[int, None] = OrderedDict()   # STORE's hashes, oldest first
+        self.store_limit = store_limit
 
     def stored(self, worker: str, hashes: Iterable[int]) -> None:
         held = self._by_worker.setdefault(worker, set())
         for h in hashes:
             held.add(h)
             self._by_hash.setdefault(h, set()).add(worker)
+            if worker == STORE:
+                self._store_order[h] = None
+                self._store_order.move_to_end(h)
+        if worker == STORE and len(self._store_order) > self.store_limit:
+            old = []
+            while len(self._store_order) > self.store_limit:
+                old.append(self._store_order.popitem(last=False)[0])
+            self.removed(STORE, old)
 
     def removed(self, worker: str, hashes: Iterable[int]) -> None:
         held = self._by_worker.get(worker)
@@ -44,6 +65,8 @@ class PrefixIndex:
             return
         for h in hashes:
             held.discard(h)
+            if worker == STORE:
+                self._store_order.pop(h, None)
             owners = self._by_hash.get(h)
             if owners is not None:
                 owners.discard(worker)
@@ -60,7 +83,9 @@ class PrefixIndex:
         for ev in reply.get("events", ()):
             kind = ev.get("type")
             hashes = [int(h) for h in ev.get("block_hashes", ())]
-            if kind == "stored":
+            if kind in STORE_EVENTS:   # blocks of the shared store, reported by this worker
+                (self.stored if STORE_EVENTS[kind] == "stored" else self.removed)(STORE, hashes)
+            elif kind == "stored":
                 self.stored(worker, hashes)
             elif kind == "removed":
                 self.removed(worker, hashes)

@@ -22,7 +22,7 @@ from tandem.kv.block_hash import hash_request_blocks
 from tandem.router.admission import AdmissionLimits, admit
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.base import Policy
-from tandem.router.prefix_index import PrefixIndex
+from tandem.router.prefix_index import STORE, PrefixIndex
 from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
 
 
@@ -129,12 +129,15 @@ class Router:
         snap = Snapshot(
             workers=tuple(self._load(w, matches.get(w.url, 0)) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
-                                block_size=block_size, session_id=session_id, seq=seq))
+                                block_size=block_size, shared_blocks=matches.get(STORE, 0),
+                                session_id=session_id, seq=seq))
         snap = admit(snap, self.limits, pool)
         decision = self.policies[pool].choose(snap)
         chosen = snap.by_id(decision.worker_id)
         worker = next(w for w in workers if w.url == decision.worker_id)
-        uncached = max(0, len(tokens.token_ids) - chosen.cached_blocks * block_size)
+        # what the worker computes: blocks it holds or can load from the shared store are not
+        held = max(chosen.cached_blocks, snap.request.shared_blocks)
+        uncached = max(0, len(tokens.token_ids) - held * block_size)
         route = Route(worker, decision, chosen.cached_blocks, uncached, chosen, snap.request)
         if commit:
             self.commit(pool, route)

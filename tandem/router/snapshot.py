@@ -47,6 +47,9 @@ class RequestInfo:
     num_prompt_tokens: int
     block_hashes: tuple[int, ...] = ()  # chained hashes of the prompt's full blocks
     block_size: int = 16
+    # leading blocks of the prompt in the shared KV store (tandem/kvstore): any worker can load
+    # them instead of computing them (the prefix index's pseudo-worker "store")
+    shared_blocks: int = 0
     session_id: str | None = None       # x-session-affinity
     seq: int = 0                        # gateway's request counter (round robin)
 
