@@ -1,0 +1,88 @@
+"""The planner: moves a worker between the prefill and decode pools when one latency target is
+missed and the other has room (pure policy; the gateway measures, `tandem up` executes).
+
+Inputs, per planning round (every `interval_s`): the gateway's p90 time to first token and p90
+inter-token latency over the round (from its own histograms, as its clients see them), how many
+samples those are, and the workers as the router sees them (role, health, queued prefill tokens,
+decode context, open requests). Targets: `slo_ttft_ms` and `slo_itl_ms`.
+
+Rule (one switch at most per round, none within `cooldown_s` of the last one, none on fewer
+than `min_samples` samples of the metric that triggers it):
+- TTFT over its target while ITL is within `margin` x its target: the prefill pool is short of
+  capacity and the decode pool can spare it. Move the decode worker with the least decode
+  context (fewest streams to drain) to prefill, if the decode pool keeps at least one live worker.
+- ITL over its target while TTFT is within `margin` x its target: the reverse, the prefill worker
+  with the fewest queued prefill tokens moves to decode, if one prefill worker stays.
+- Both over their targets: no move can fix both (more workers are needed); both within: nothing.
+`margin` < 1 keeps the move from pushing the other metric straight over its target, and the
+cooldown lets the moved worker's effect show before the next decision (no flapping).
+
+A metric with no target (None) counts as met. A move is a `RoleSwitch`; the executor drains the
+worker (no new requests), waits for its requests and KV handoffs to finish, restarts it with the
+new role and lets the gateway poll it back in, so no request is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.router.snapshot import WorkerLoad
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    slo_ttft_ms: float | None = None   # --slo-ttft-ms: p90 time to first token target
+    slo_itl_ms: float | None = None    # --slo-itl-ms: p90 inter-token latency target
+    interval_s: float = 10.0           # one planning round
+    cooldown_s: float = 60.0           # no switch this soon after the last one
+    margin: float = 0.8                # the metric that gives a worker up must be under margin x target
+    min_samples: int = 20              # samples of the triggering metric in the round
+
+    @property
+    def enabled(self) -> bool:
+        return self.slo_ttft_ms is not None or self.slo_itl_ms is not None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One round's latencies (None: no sample)."""
+
+    ttft_p90_ms: float | None
+    itl_p90_ms: float | None
+    ttft_samples: int = 0
+    itl_samples: int = 0
+
+
+@dataclass(frozen=True)
+class RoleSwitch:
+    worker_id: str
+    from_role: str
+    to_role: str
+    reason: str    # "ttft" (prefill short of capacity) or "itl" (decode short of capacity)
+
+
+def _over(value: float | None, target: float | None) -> bool:
+    return target is not None and value is not None and value > target
+
+
+def _within(value: float | None, target: float | None, margin: float) -> bool:
+    return target is None or value is None or value <= margin * target
+
+
+def plan(m: Measured, workers: tuple[WorkerLoad, ...], cfg: PlannerConfig,
+         since_last_switch_s: float | None) -> RoleSwitch | None:
+    """The switch to make now, if any; `since_last_switch_s` is None before the first one."""
+    if not cfg.enabled or (since_last_switch_s is not None and since_last_switch_s < cfg.cooldown_s):
+        return None
+    live = [w for w in workers if w.healthy and not w.draining]
+    prefill = [w for w in live if w.role == "prefill"]
+    decode = [w for w in live if w.role == "decode"]
+    if (_over(m.ttft_p90_ms, cfg.slo_ttft_ms) and m.ttft_samples >= cfg.min_samples
+            and _within(m.itl_p90_ms, cfg.slo_itl_ms, cfg.margin) and len(decode) > 1):
+        w = min(decode, key=lambda w: (w.decode_tokens, w.in_flight))
+        return RoleSwitch(w.worker_id, "decode", "prefill", "ttft")
+    if (_over(m.itl_p90_ms, cfg.slo_itl_ms) and m.itl_samples >= cfg.min_samples
+            and _within(m.ttft_p90_ms, cfg.slo_ttft_ms, cfg.margin) and len(prefill) > 1):
+        w = min(prefill, key=lambda w: (w.prefill_tokens, w.in_flight))
+        return RoleSwitch(w.worker_id, "prefill", "decode", "itl")
+    return None
