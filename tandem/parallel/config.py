@@ -7,7 +7,8 @@
   rank and the expert outputs summed by one all-reduce.
 - pipeline_parallel_size (PP): the decoder layers split into consecutive stages, one per PP
   rank; hidden states go stage to stage; the first rank (which schedules and samples) gets the
-  last stage's output back.
+  last stage's output back; a step's sequences go through in micro-batches so that stages
+  overlap.
 World size = TP x PP; rank = stage * TP + tp_rank. Rank 0 runs the engine; the others run
 tandem.parallel.worker. gloo on the CPU, NCCL on CUDA.
 """
@@ -22,6 +23,7 @@ class ParallelConfig:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     enable_expert_parallel: bool = False
+    pipeline_micro_batches: int = 2       # with PP: a step's sequences in up to this many groups in flight
     master_addr: str = "127.0.0.1"       # where rank 0's rendezvous store listens
     master_port: int = 0                  # 0: a free port
     timeout_s: float = 120.0              # a collective waiting longer fails (a rank is gone)

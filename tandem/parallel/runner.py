@@ -41,6 +41,7 @@ class ParallelRunner(ModelRunner):
         msg, self._pending = self._pending, None
         assert msg is not None, "execute() without prepare()"
         broadcast(msg)
+        self.model.plan_step(msg.slices, self.layout.block_size)   # the same micro-batches as every rank
         return super().execute(inputs, grammar_masks)
 
     def fail(self, reason: str) -> None:

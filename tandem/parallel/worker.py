@@ -45,5 +45,6 @@ def run_steps(model, kv_cache: torch.Tensor, block_size: int, device: torch.devi
             return
         assert isinstance(msg, StepMessage)
         batch = AttentionBatch.build(msg.slices, block_size, device)
+        model.plan_step(msg.slices, block_size)
         model(torch.tensor(msg.input_ids, dtype=torch.long, device=device),
               torch.tensor(msg.positions, dtype=torch.long, device=device), batch, kv_cache)
