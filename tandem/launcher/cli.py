@@ -1,6 +1,6 @@
 """`tandem up`.
 
-  tandem up --model PATH [--prefill P --decode D | --colocated N] [--port 8000] [--kv-store auto|URL]
+  tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tandem.launcher.profiles import PROFILES, apply_profile
 from tandem.router.policies import POLICY_NAMES
 from tandem.server.parser_setup import parser_flag_args, reasoning_parser_arg, tool_parser_arg
 from tandem.server.queue_cli import add_queue_arguments, forwarded_queue_args
@@ -38,6 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--kv-store", default=None, metavar="auto|mooncake://HOST:PORT",
                    help="Mooncake Store shared by every worker's KV tiers: auto starts a mooncake_master "
                         "on 127.0.0.1 (and stops it); a URL uses a running one")
+    u.add_argument("--profile", default=None, choices=sorted(PROFILES),
+                   help="hardware profile: the prefill:decode split and worker settings for a traffic shape")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -51,6 +54,7 @@ def up(args: argparse.Namespace) -> int:
     if args.colocated is not None and (args.prefill is not None or args.decode is not None):
         print("tandem up: use either --prefill/--decode or --colocated", file=sys.stderr)
         return 2
+    apply_profile(args)
     if args.colocated is None and args.prefill is None and args.decode is None:
         args.prefill, args.decode = 1, 1
     if args.colocated is None and not (args.prefill and args.decode):
