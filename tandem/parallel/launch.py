@@ -45,6 +45,11 @@ def _terminate_self(reason: str) -> None:
 
 def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
                     on_rank_death: Callable[[str], None] = _terminate_self) -> Engine:
+    # KV loaded from outside (a handoff pull, a storage tier) lands in rank 0's cache only; the
+    # other ranks' caches would miss it. Saving (a prefill worker's handoff) reads rank 0's only.
+    if config.role == "decode" or config.kv_store.enabled:
+        raise ValueError("a parallel worker cannot load KV from outside yet: no --role decode and no "
+                         "KV store tiers with --tensor-parallel-size/--pipeline-parallel-size > 1")
     port = pcfg.master_port or _free_port(pcfg.master_addr)
     threads = config.num_threads or torch.get_num_threads()
     ctx = mp.get_context("spawn")

@@ -71,3 +71,10 @@ def test_dense_tp2_to_tp1_handoff_is_a_clear_layout_error(tmp_path):
     finally:
         prefill.shutdown()
         decode.shutdown()
+
+
+def test_a_parallel_decode_worker_is_refused(tmp_path):
+    path = write_test_model(tmp_path, "DeepseekV3ForCausalLM", seed=19)
+    with pytest.raises(ValueError, match="no --role decode"):
+        parallel_engine(dataclasses.replace(engine_config(path, role="decode"), kv_transport="tcp"),
+                        ParallelConfig(tensor_parallel_size=2))
