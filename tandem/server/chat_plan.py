@@ -6,7 +6,8 @@ engine enforces, how the output is parsed, and whether special tokens stay in th
 - Grammar, one per request: `response_format` / `structured_outputs` when given (then tool_choice
   may not force a call: 400); else, with tools and a tool-call parser, the tool grammar
   (tool_grammar.py): forced calls for "required" or a named function, and for "auto" (unless the
-  server turned it off) free text whose calls are held to the offered tools once opened.
+  server turned it off, or the format's calls open like plain JSON: llama3_json) free text whose
+  calls are held to the offered tools once opened.
 - Forcing a call needs a tool-call parser (the format to enforce and parse): 400 without one.
 - Decoding keeps special tokens when the parsers' markers are special in this tokenizer.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from tandem.server.chat_output import ChatOutputSpec
 from tandem.server.fields import bad
 from tandem.server.parser_setup import ParserSetup
-from tandem.server.tool_grammar import tool_call_grammar
+from tandem.server.tool_grammar import constrains_auto, tool_call_grammar
 from tandem.server.tool_request import ToolRequest
 from tandem.types import GrammarSpec, ParserOptions
 
@@ -55,7 +56,8 @@ def plan_chat(setup: ParserSetup, tools: ToolRequest, structured: GrammarSpec | 
         return ChatPlan(None, structured, structured_param)
     starts = parser.reasoning.prompt_starts_in_reasoning(prompt_tail) if parser.reasoning else None
     grammar, param = structured, structured_param
-    if parser.tool is not None and structured is None and (tools.forced or setup.constrain_auto_tool_calls):
+    auto = setup.constrain_auto_tool_calls and constrains_auto(setup.tool_call_parser, setup.chat_template)
+    if parser.tool is not None and structured is None and (tools.forced or auto):
         grammar = tool_call_grammar(parser.tool.name, tools.tools or [], tools.choice, tools.function,
                                     tools.parallel, "tools", chat_template=setup.chat_template,
                                     reasoning=parser.reasoning, starts_in_reasoning=bool(starts))

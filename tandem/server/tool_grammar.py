@@ -7,6 +7,7 @@ them (a section), and the text that opens calls (the trigger). From it:
   parallel_tool_calls false); a named function: exactly one call of it.
 - tool_choice "auto": free text until the model writes the trigger; from there the calls are held
   to the offered tools' names and argument schemas (xgrammar's triggered tags), then free text again.
+  Only where the trigger is markup (`constrains_auto`): llama3_json's calls open like any JSON answer.
 Every call's arguments are the tool's JSON schema (an object, `{"type": "object"}` when the tool has
 no parameters). With a reasoning parser, a think block may come first (it must when the prompt
 already opened it) and is free.
@@ -42,6 +43,9 @@ class CallFormat:
     json_name: bool = False               # the name is written as a JSON string
     index: bool = False                   # kimi: `:N` after the name (a regex)
     xml: bool = False                     # qwen3_coder's <parameter=NAME> arguments (xml_arguments)
+    # whether the trigger only ever opens calls; llama3_json's `{"name"` also opens plain JSON
+    # answers, which an "auto" grammar would turn into calls: such a format is left free in "auto"
+    trigger_is_markup: bool = True
 
     def call_tag(self, name: str, schema: dict) -> dict:
         written = json.dumps(name, ensure_ascii=False) if self.json_name else name
@@ -62,7 +66,7 @@ _HERMES = CallFormat(trigger="<tool_call>", prefix='<tool_call>\n{"name": ', inf
 _QWEN3_CODER = CallFormat(trigger="<tool_call>", prefix="<tool_call>\n<function=", infix=">\n",
                           suffix="</function>\n</tool_call>", separator="\n", xml=True)
 _LLAMA3_JSON = CallFormat(trigger='{"name"', prefix='{"name": ', infix=', "parameters": ', suffix="}",
-                          separator="; ", json_name=True)
+                          separator="; ", json_name=True, trigger_is_markup=False)
 _MISTRAL_LIST = CallFormat(trigger="[TOOL_CALLS]", prefix='{"name": ', infix=', "arguments": ',
                            suffix="}", separator=", ", section=("[TOOL_CALLS] [", "]"), json_name=True)
 _MISTRAL_ARGS = CallFormat(trigger="[TOOL_CALLS]", prefix="[TOOL_CALLS]", infix="[ARGS]", suffix="")
@@ -134,6 +138,11 @@ def call_format(parser: str, chat_template: str | None) -> CallFormat:
     if parser == "kimi_k2":
         return _KIMI_K2
     raise ValueError(f"no call format for tool parser {parser!r}")
+
+
+def constrains_auto(tool_format: str | None, chat_template: str | None = None) -> bool:
+    """Whether tool_choice "auto" gets a grammar in this format (its trigger is unambiguous markup)."""
+    return tool_format is not None and call_format(tool_format, chat_template).trigger_is_markup
 
 
 def arguments_schema(tool: dict) -> dict:

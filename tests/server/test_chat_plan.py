@@ -33,6 +33,10 @@ def test_auto_parses_calls_and_holds_them_to_the_tools():
     assert plan.parser_options == ParserOptions("hermes", None)
     off = ParserSetup("hermes", constrain_auto_tool_calls=False)
     assert plan_chat(off, ToolRequest(TOOLS, "auto"), None, None, "").grammar is None
+    # llama3_json calls open like any JSON answer: "auto" leaves them free, forced calls do not
+    llama = ParserSetup("llama3_json")
+    assert plan_chat(llama, ToolRequest(TOOLS, "auto"), None, None, "").grammar is None
+    assert plan_chat(llama, ToolRequest(TOOLS, "required"), None, None, "").grammar is not None
     # a response_format wins over the auto constraint
     assert plan_chat(HERMES, ToolRequest(TOOLS, "auto"), JSON, "response_format", "").grammar == JSON
 
