@@ -168,7 +168,7 @@ def load_weights(model: DecoderForCausalLM, files: list[Path], dtype: torch.dtyp
                 keep = torch.float32 if name.endswith(float32) else dtype
                 _set_param(model, name, tensor.to(device=device, dtype=keep))
                 loaded.add(name)
-    if tied:
+    if tied and model.lm_head is not None:   # a parallel rank may hold neither (tandem.parallel)
         model.lm_head.weight = model.model.embed_tokens.weight
         loaded.add("lm_head.weight")
     missing = sorted(set(params) - loaded)

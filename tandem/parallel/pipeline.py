@@ -90,7 +90,7 @@ class PipelineStage(nn.Module):
 
     @property
     def _dtype(self) -> torch.dtype:
-        return self.inner.model.embed_tokens.weight.dtype
+        return self.inner.model.layers[0].input_layernorm.weight.dtype   # every rank holds layers
 
     def _stage(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
                kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -10,7 +10,8 @@ indices become the stage's local ones, as its KV cache holds only its layers):
 - dense MLP: gate/up column-parallel, down row-parallel;
 - MoE: TP slices every expert's intermediate dimension; EP places whole experts on the ranks
   (contiguous ranges); shared experts are TP-sliced in both; one all-reduce sums the layer.
-Embeddings, norms, the router and the LM head are replicated.
+Norms and the router are replicated. The embeddings live on the first stage's ranks only, the
+final norm and the LM head on rank 0 only (it alone samples); elsewhere they are None.
 """
 
 from __future__ import annotations
@@ -88,6 +89,13 @@ def shard_model(model: DecoderForCausalLM, group: RankGroup) -> ShardPlan:
         if g.tp_size > 1:
             _shard_attention(p, f"{pre}.self_attn", attn, arch)
             layer.mlp = _shard_mlp(p, f"{pre}.mlp", layer.mlp, arch)
+    if g.stage > 0:
+        model.model.embed_tokens = None
+        p.skip.append("model.embed_tokens.")
+    if g.rank != 0:
+        model.lm_head = None
+        model.model.norm = None
+        p.skip.extend(("lm_head.", "model.norm."))
     return ShardPlan(slices=p.slices, skip=tuple(p.skip), layers=(start, end) if g.pp_size > 1 else None,
                      num_ranks=g.cfg.world_size)
 
