@@ -69,3 +69,16 @@ def test_handoff_of_latent_blocks_is_greedy_identical(tmp_path, make_engine):
     finally:
         prefill.shutdown()
         decode.shutdown()
+
+
+def test_fp8_latent_cache_reads_what_it_wrote(tmp_path, make_engine):
+    # the latent is rounded to fp8 when written; every path reads it back so, so a prompt gives
+    # the same tokens computed whole, in small chunks, or after a prefix-cache hit
+    path = write_test_model(tmp_path, "DeepseekV3ForCausalLM", seed=20)
+    whole = make_engine(path, kv_cache_dtype="fp8_e5m2", prefix_caching=False)
+    chunked = make_engine(path, kv_cache_dtype="fp8_e5m2", max_num_batched_tokens=8)
+    assert chunked.runner.kv_cache.dtype == torch.float8_e5m2
+    prompt = prompts(1, seed=34, min_len=30, max_len=30)[0]
+    want = tokens(run(whole, [r := request(prompt, max_tokens=6)])[r.request_id])
+    assert tokens(run(chunked, [r := request(prompt, max_tokens=6)])[r.request_id]) == want
+    assert tokens(run(chunked, [r := request(prompt, max_tokens=6)])[r.request_id]) == want   # prefix hit
