@@ -42,6 +42,9 @@ from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta
 
 log = logging.getLogger(__name__)
 
+# constrained rows up to which a step's grammar masks are filled on the engine thread
+_INLINE_MASK_ROWS = 8
+
 
 @dataclass
 class SpecCounters:
@@ -259,10 +262,15 @@ class Engine:
         return self.runner.execute(inputs, self._start_grammar_masks(inputs.sampled))
 
     def _start_grammar_masks(self, sampled: list[ScheduledSeq]) -> Callable[[], GrammarMasks] | None:
-        """Fill the constrained rows' token masks on a helper thread while the forward runs; the
-        runner waits for them only before sampling."""
-        if not any(seq.request.grammar is not None for seq in sampled):
+        """The constrained rows' token masks, for the runner to apply before sampling. Many rows
+        are filled on a helper thread while the forward runs; a few (~5 us each) are filled here,
+        since handing them to a thread costs more than filling them."""
+        rows = sum(seq.num_verified for seq in sampled if seq.request.grammar is not None)
+        if rows == 0:
             return None
+        if rows <= _INLINE_MASK_ROWS:
+            masks = self._grammar_masks(sampled)
+            return lambda: masks
         if self._mask_thread is None:
             self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
         return self._mask_thread.submit(self._grammar_masks, sampled).result

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from tandem.errors import InvalidRequest
 from tandem.grammar.request_grammar import RequestGrammar
+from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.types import GrammarSpec
 
 
@@ -75,7 +76,8 @@ class GrammarCompiler:
         compiler = self._compiler()
         try:
             if spec.kind == "json_schema":
-                return compiler.compile_json_schema(spec.text, any_whitespace=False, strict_mode=True)
+                schema = json_safe_strings(json.loads(spec.text))
+                return compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
             if spec.kind == "json_object":   # OpenAI's JSON mode: an object, not any JSON value
                 return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
             if spec.kind == "regex":

@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from tandem.server.fields import Fields, bad
-from tandem.server.schema_workarounds import json_safe_strings
+from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.types import GrammarSpec
 
 _STRUCTURED_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "ebnf",

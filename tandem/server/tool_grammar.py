@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from tandem.parsers import ReasoningParser
 from tandem.parsers.schema_values import param_kind
 from tandem.server.fields import bad
-from tandem.server.schema_workarounds import json_safe_strings
+from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.types import GrammarSpec
 
 # consecutive whitespace inside arguments (`{"a": 1}` needs 1); bounded so a sampled model cannot pad forever

@@ -38,8 +38,7 @@ def test_random_weights_at_temperature_1_always_match_the_schema(llama_dir, make
     for r in reqs:
         out = res[r.request_id]
         assert out[-1].finish_reason.value == "stop", _text(engine, out)
-        # strict=False: xgrammar's JSON strings admit raw control characters (as in vLLM)
-        assert _valid(json.loads(_text(engine, out), strict=False)), _text(engine, out)
+        assert _valid(json.loads(_text(engine, out))), _text(engine, out)
 
 
 @pytest.mark.parametrize("spec,check", [
@@ -47,7 +46,7 @@ def test_random_weights_at_temperature_1_always_match_the_schema(llama_dir, make
      lambda t: t in ("alpha", "beta", "gamma delta")),
     (GrammarSpec("regex", r"[a-f]{2,5}-[0-9]{1,3}"),
      lambda t: __import__("re").fullmatch(r"[a-f]{2,5}-[0-9]{1,3}", t) is not None),
-    (GrammarSpec("json_object"), lambda t: isinstance(json.loads(t, strict=False), dict)),
+    (GrammarSpec("json_object"), lambda t: isinstance(json.loads(t), dict)),
 ])
 def test_other_kinds_hold_at_temperature_1(llama_dir, make_engine, spec, check):
     engine = make_engine(llama_dir)

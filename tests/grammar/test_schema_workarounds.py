@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tandem.grammar.compiler import GrammarCompiler
-from tandem.server.schema_workarounds import json_safe_strings
+from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import GrammarSpec
 
