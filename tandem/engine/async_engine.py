@@ -105,6 +105,10 @@ class AsyncEngine:
             await asyncio.wrap_future(accepted)
         except BaseException:
             self._streams.pop(req.request_id, None)
+            # cancel() is atomic with the engine's set_running_or_notify_cancel: either the
+            # engine will skip the request, or it took it and must abort it
+            if not accepted.cancel() and not (accepted.done() and accepted.exception()):
+                self.abort(req.request_id)
             raise
         finished = False
         try:
@@ -172,6 +176,11 @@ class AsyncEngine:
                 return deltas
             kind, arg, accepted = cmd
             if kind == "add":
+                # a submitter cancelled before this point (client gone, queued job preempted)
+                # left: skip its request. Past it the future cannot be cancelled any more, and
+                # a submitter cancelled while waiting aborts the request it added (generate).
+                if not accepted.set_running_or_notify_cancel():
+                    continue
                 try:
                     self._engine.add_request(arg)
                 except BaseException as exc:  # noqa: BLE001 - handed to the submitting coroutine
