@@ -39,6 +39,7 @@ from tandem.asyncq.queue import JobQueue
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
+from tandem.server.queue_metrics import QueueCollector
 from tandem.server.queue_pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 
 JobRunner = Callable[[ServerContext, Job, "QueueConfig"], Awaitable[JSON]]
@@ -130,6 +131,13 @@ class QueueService:
             retry_delay_s=cfg.retry_delay_s)
         self.dispatcher: Dispatcher | None = None
         self.notifier: Notifier | None = None
+        ctx.metrics.registry.register(QueueCollector(self._metrics))
+
+    def _metrics(self) -> tuple[int, int, int]:
+        d = self.dispatcher
+        if d is None:
+            return 0, 0, self.load.in_flight
+        return d.running, d.preemptions, self.load.in_flight
 
     @property
     def queue(self) -> JobQueue:

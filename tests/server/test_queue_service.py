@@ -260,3 +260,13 @@ def test_subscription_urls_can_be_restricted(tmp_path):
             r = client.post(path, json={"destination": {"url": url}})
             assert r.status_code == 400 and "hooks.example.com" in r.json()["errors"][0]["message"]
         assert len(client.get(path).json()["result"]) == 1
+
+
+def test_queue_metrics(app_client):
+    client, _ = app_client
+    rid = client.post(QUEUED, json={"requests": [{"prompt": "a"}]}).json()["result"]["request_id"]
+    poll(client, rid)
+    text = client.get("/metrics").text
+    assert "tandem:queue_jobs_running 0.0" in text
+    assert "tandem:queue_preemptions_total 0.0" in text
+    assert "tandem:queue_interactive_requests 0.0" in text
