@@ -25,8 +25,13 @@ with these rules first, in order:
    pool serves whole requests while the prefill pool cannot;
 2. u(d) <= always_local_tokens: local ("short"): the old --local-prefill-tokens threshold;
 3. disabled (`enabled=False`): remote ("off"): every request goes through a prefill worker;
-4. local > max_local_tokens: remote ("decode_busy"): a decode worker never holds more than this
-   many tokens of local prefill, which bounds how long its streams can stall;
+4. remote ("decode_busy") when d decodes streams and u(d) > chunk_tokens, or when
+   local > max_local_tokens. The first keeps what a stream can lose to one local prefill at one
+   step carrying one chunk (the workers' chunk cap, long_prefill_token_threshold): a longer
+   remainder stalls every stream for several steps, which is what disaggregation exists to
+   avoid, and under a saturated prefill queue the comparison below would always pick local, so
+   the decode worker would turn into a colocated one. The second bounds the local backlog an
+   idle decode worker takes on, i.e. what streams arriving meanwhile wait behind;
 5. the comparison above: local ("idle_decode" when d decodes nothing, else "queue"), or remote
    ("remote").
 
@@ -37,7 +42,7 @@ prompt there overtakes part of the queue; the error sends some short prompts loc
 cost little stall.
 
 Settings (PlacementConfig): enabled, stall_weight (raise it to protect inter-token latency,
-lower it to favour time to first token), max_local_tokens, always_local_tokens.
+lower it to favour time to first token), chunk_tokens, max_local_tokens, always_local_tokens.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ from tandem.router.snapshot import RequestInfo, WorkerLoad
 class PlacementConfig:
     enabled: bool = True            # False: remote unless rule 1 or 2 applies (--prefill-placement remote)
     stall_weight: float = 1.0       # cost of one stream waiting one token's time, against the request's
-    max_local_tokens: int = 4096    # local prefill a decode worker may hold (queued + this prompt)
+    chunk_tokens: int = 256         # while d decodes streams, the longest remainder it prefills itself
+    max_local_tokens: int = 2048    # local prefill a decode worker may hold (queued + this prompt)
     always_local_tokens: int = 0    # a remainder this short is always local (--local-prefill-tokens)
 
 
@@ -86,7 +92,7 @@ def place(prefill: WorkerLoad | None, decode: WorkerLoad, req: RequestInfo,
         return Placement(True, "short", remote, local, stall)
     if not cfg.enabled:
         return Placement(False, "off", remote, local, stall)
-    if local > cfg.max_local_tokens:
+    if local > cfg.max_local_tokens or (streams(decode) > 0 and u_d > cfg.chunk_tokens):
         return Placement(False, "decode_busy", remote, local, stall)
     if remote - local > stall:
         return Placement(True, "idle_decode" if streams(decode) == 0 else "queue", remote, local, stall)

@@ -49,18 +49,27 @@ def test_short_remainder_beats_a_queue_unless_the_stall_is_worse():
 
 
 def test_streams_are_the_larger_of_the_gateways_count_and_the_report():
-    got = place(p(prefill_tokens=2000), d(in_flight=1, running=5), req(300), CFG)
-    # stall = 300 * 5 = 1500 < remote - local = 2300 - 300 = 2000
-    assert got == Placement(True, "queue", 2300, 300, 1500)
-    got = place(p(prefill_tokens=2000), d(in_flight=1, running=7), req(300), CFG)
-    assert got == Placement(False, "remote", 2300, 300, 2100)
+    got = place(p(prefill_tokens=2000), d(in_flight=1, running=5), req(200), CFG)
+    # stall = 200 * 5 = 1000 < remote - local = 2200 - 200 = 2000
+    assert got == Placement(True, "queue", 2200, 200, 1000)
+    got = place(p(prefill_tokens=2000), d(in_flight=1, running=11), req(200), CFG)
+    assert got == Placement(False, "remote", 2200, 200, 2200)
+
+
+def test_with_streams_decoding_only_one_chunk_goes_local_however_long_the_queue():
+    # 257 uncached tokens would take d's streams two steps with a chunk: remote, even behind 50k
+    got = place(p(prefill_tokens=50_000), d(in_flight=1), req(257), CFG)
+    assert got == Placement(False, "decode_busy", 50_257, 257, 257)
+    assert place(p(prefill_tokens=50_000), d(in_flight=1), req(256), CFG).reason == "queue"
+    # an idle decode worker takes it
+    assert place(p(prefill_tokens=50_000), d(), req(257), CFG).reason == "idle_decode"
 
 
 def test_local_backlog_on_the_decode_worker_is_bounded():
-    # d already prefills 3500 tokens locally: 3500 + 1000 > 4096, remote however long p's queue
-    got = place(p(prefill_tokens=50_000), d(prefill_tokens=3500), req(1000), CFG)
-    assert got == Placement(False, "decode_busy", 51_000, 4500, 0)
-    assert place(p(prefill_tokens=50_000), d(prefill_tokens=3000), req(1000), CFG).reason == "idle_decode"
+    # d already prefills 1100 tokens locally: 1100 + 1000 > 2048, remote however long p's queue
+    got = place(p(prefill_tokens=50_000), d(prefill_tokens=1100), req(1000), CFG)
+    assert got == Placement(False, "decode_busy", 51_000, 2100, 0)
+    assert place(p(prefill_tokens=50_000), d(prefill_tokens=1000), req(1000), CFG).reason == "idle_decode"
 
 
 def test_local_queue_counts_against_local():
