@@ -5,11 +5,15 @@ geometric one: with per-position acceptance a, the j-th draft token is used with
 Each request keeps decayed counts of accepted positions and tried positions (a miss ends the
 tries of a step), so a = accepted / tried, starting from a prior of 1/2. Its draft length is the
 largest j <= k_max with a^j >= `min_use_probability`: a draft token that would most likely be
-thrown away costs a verify position and buys nothing. A request whose drafts stopped paying gets
-none, except one probe token every `probe_every` steps, so it can recover when its text becomes
-predictable again (a tool call after prose). Finally the step's drafts are capped at
-`max_tokens_per_step` in total, longest-first trimming, so large batches (compute-bound steps)
-are not slowed down by verification work.
+thrown away costs a verify position and buys nothing. The default (0.1) is low because a verify
+position costs little next to the step it saves at small batches; at large batches, where rows
+cost, the speculation gate (tandem/spec/gate.py) decides whether to draft at all. A method that
+sizes each draft by its own estimate of the draft's probability (suffix decoding) is not
+shortened (`shorten=False`), only switched off when its acceptance is below the threshold.
+A request whose drafts stopped paying gets none, except one probe token every `probe_every`
+steps, so it can recover when its text becomes predictable again (a tool call after prose).
+Finally the step's drafts are capped at `max_tokens_per_step` in total, longest-first trimming,
+so large batches (compute-bound steps) are not slowed down by verification work.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ class _Record:
 
 
 class AdaptiveDraftLength:
-    def __init__(self, k_max: int, max_tokens_per_step: int, min_use_probability: float = 0.3,
-                 probe_every: int = 8, decay: float = 0.8) -> None:
+    def __init__(self, k_max: int, max_tokens_per_step: int, min_use_probability: float = 0.1,
+                 probe_every: int = 8, decay: float = 0.8, shorten: bool = True) -> None:
         self.k_max = k_max
         self.max_tokens_per_step = max_tokens_per_step
         self.min_use_probability = min_use_probability
         self.probe_every = probe_every
         self.decay = decay
+        self.shorten = shorten
         self._records: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def _record(self, req) -> _Record:
@@ -55,6 +60,8 @@ class AdaptiveDraftLength:
             while k < self.k_max and use * a >= self.min_use_probability:
                 use *= a
                 k += 1
+            if k and not self.shorten:
+                k = self.k_max
             if k == 0 and rec.steps_without + 1 >= self.probe_every:
                 k = 1   # a probe
             rec.steps_without = 0 if k else rec.steps_without + 1

@@ -36,6 +36,12 @@ from tandem.spec.target import SpecTarget
 from tandem.tokenization.tokenizer import Tokenizer
 
 
+# A catch-up of at most this many tokens runs as single-token decode rows (all rows write their
+# K/V before any row attends, so row j sees rows < j), batched with every other request's, rather
+# than as a prefill chunk of its own (one attention call per request and layer).
+_AS_DECODE_ROWS = 8
+
+
 @dataclass(frozen=True)
 class DraftModelConfig:
     catchup_tokens_per_step: int = 2048   # draft prefill tokens per call, all requests together
@@ -144,7 +150,10 @@ class DraftModelProposer:
         for seq, new, start in items:
             input_ids += new
             positions += range(start, start + len(new))
-            slices.append(SeqSlice(seq.block_ids, start, len(new)))
+            if len(new) <= _AS_DECODE_ROWS:   # batched with the other decodes, not a chunk of its own
+                slices += [SeqSlice(seq.block_ids, start + j, 1) for j in range(len(new))]
+            else:
+                slices.append(SeqSlice(seq.block_ids, start, len(new)))
             last_row[id(seq)] = len(input_ids) - 1
         dev = self.device
         batch = AttentionBatch.build(slices, self.layout.block_size, dev)

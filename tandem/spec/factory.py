@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tandem.config import SpeculativeConfig
 from tandem.spec.adaptive import AdaptiveDraftLength
+from tandem.spec.gate import SpeculationGate
 from tandem.spec.proposer import AdaptiveProposer
 from tandem.spec.target import SpecTarget
 
@@ -30,5 +31,8 @@ def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> A
     else:
         raise ValueError(f"speculative method {cfg.method!r} is not available in this build; "
                          "use 'ngram', 'suffix' or 'draft_model'")
-    lengths = AdaptiveDraftLength(k, cfg.max_draft_tokens_per_step) if cfg.adaptive else None
-    return AdaptiveProposer(method, k, lengths)
+    if not cfg.adaptive:
+        return AdaptiveProposer(method, k, None)
+    # suffix drafts are sized by their own probability estimates: acceptance only switches them off
+    lengths = AdaptiveDraftLength(k, cfg.max_draft_tokens_per_step, shorten=cfg.method != "suffix")
+    return AdaptiveProposer(method, k, lengths, SpeculationGate())
