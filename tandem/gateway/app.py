@@ -6,6 +6,7 @@ with the gateway's metrics added to /metrics, and
 - POST /internal/deregister {"url"}                      - a worker leaves (after draining)
 - POST /internal/drain      {"url"}                      - stop sending new requests to a worker
 - GET  /internal/workers                                 - the registry, for people and tests
+- GET  /internal/planner                                 - the planner's latest role switch (--slo-*)
 503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy inside each
 engine request's RequestContext (built by the server's routes, tandem.server.request_context).
 """
@@ -28,6 +29,7 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
+from tandem.gateway.planner_loop import PlannerLoop, planner_route
 from tandem.gateway.queue_headroom import gateway_headroom
 from tandem.gateway.registry import Registry
 from tandem.router.router import Router, pools_policies
@@ -164,10 +166,12 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []
+    planner: list[PlannerLoop] = []   # with --slo-ttft-ms / --slo-itl-ms, once the metrics exist
 
     async def startup() -> None:
         await monitor.poll_once()
         tasks.append(asyncio.create_task(monitor.run(stop)))
+        tasks.extend(asyncio.create_task(p.run(stop)) for p in planner)
 
     async def shutdown() -> None:
         stop.set()
@@ -185,8 +189,13 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
-                    extra_routes=_management_routes(registry, monitor), queue=queue)
+                    extra_routes=[*_management_routes(registry, monitor), planner_route(planner)],
+                    queue=queue)
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
+    if config.planner.enabled:
+        server_metrics = app.state.ctx.metrics
+        planner.append(PlannerLoop(config.planner, server_metrics.ttft, server_metrics.itl, registry,
+                                   tracker, server_metrics.registry))
     parts.metrics = metrics
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the

@@ -59,6 +59,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with prefill and decode workers: a request with at most N prompt tokens "
                         "uncached on its decode worker is always prefilled there (default 0: "
                         "only --prefill-placement decides)")
+    g.add_argument("--slo-ttft-ms", type=float, default=None, metavar="MS",
+                   help="planner target: p90 time to first token; with --slo-itl-ms, the planner "
+                        "moves workers between the prefill and decode pools (GET /internal/planner; "
+                        "tandem up carries the switches out)")
+    g.add_argument("--slo-itl-ms", type=float, default=None, metavar="MS",
+                   help="planner target: p90 inter-token latency")
+    g.add_argument("--planner-interval", type=float, default=10.0, metavar="S",
+                   help="seconds per planning round (the p90s are measured over one round)")
+    g.add_argument("--planner-cooldown", type=float, default=60.0, metavar="S",
+                   help="no role switch this soon after the previous one")
+    g.add_argument("--planner-min-samples", type=int, default=20, metavar="N",
+                   help="a round decides on at least N samples of the metric that is off target")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
@@ -68,6 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def gateway_config_from_args(args: argparse.Namespace):
     from tandem.gateway.config import GatewayConfig, RegistryConfig
     from tandem.router.admission import AdmissionLimits
+    from tandem.router.planner import PlannerConfig
     from tandem.router.policies.placement import PlacementConfig
 
     return GatewayConfig(
@@ -84,6 +97,9 @@ def gateway_config_from_args(args: argparse.Namespace):
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
                                   stall_weight=args.placement_stall_weight),
         local_prefill_tokens=args.local_prefill_tokens,
+        planner=PlannerConfig(slo_ttft_ms=args.slo_ttft_ms, slo_itl_ms=args.slo_itl_ms,
+                              interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,
+                              min_samples=args.planner_min_samples),
         queue=queue_config_from_args(args, args.port))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.router.admission import AdmissionLimits
+from tandem.router.planner import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.server.queue_service import QueueConfig
 from tandem.server.sampling_defaults import SamplingDefaults
@@ -46,6 +47,7 @@ class GatewayConfig:
     # this many tokens (uncached there) is always served whole by that decode worker, even with
     # placement.enabled=False. 0: only the placement policy decides.
     local_prefill_tokens: int = 0
+    planner: PlannerConfig = field(default_factory=PlannerConfig)  # off unless a --slo-* target is set
     max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
     max_migrations: int = 3           # a stream moves at most this many times
     retry_after_s: int = 1            # Retry-After on 503 and 429

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
 
 _PR_SET_PDEATHSIG = 1
@@ -178,9 +179,15 @@ class LocalCluster:
         self.running.pop(name, None)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.running.pop(name)
+        proc = self.running.pop(name, None)
+        if proc is None:
+            return   # not running (it died; the supervisor may be about to restart it)
         proc.send_signal(sig)
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM all (gateway first), wait, then SIGKILL what is left."""
@@ -251,11 +258,17 @@ def run_cluster(spec: ClusterSpec) -> int:
             gw = cluster.spec("gateway").url
             print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
                   f"  {curl_line(gw, name)}\n", flush=True)
-        supervisor = Supervisor(cluster, [p.name for p in cluster.procs], spec.restart,
-                                log=lambda line: print(line, file=sys.stderr, flush=True))
-        while not stopping:
-            supervisor.step()
-            time.sleep(0.2)
+        say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        supervisor = Supervisor(cluster, [p.name for p in cluster.procs], spec.restart, log=say)
+        with httpx.Client(timeout=2.0) as http:
+            switcher = RoleSwitcher(cluster, cluster.spec("gateway").url,
+                                    lambda url: http.get(url).raise_for_status().json(),
+                                    lambda url, body: http.post(url, json=body).raise_for_status().json(),
+                                    log=say)
+            while not stopping:
+                supervisor.step()
+                switcher.step()   # the gateway planner's role switches (--slo-ttft-ms / --slo-itl-ms)
+                time.sleep(0.2)
     except (RuntimeError, TimeoutError) as exc:
         print(f"tandem up: {exc}; stopping", file=sys.stderr, flush=True)
         code = 1

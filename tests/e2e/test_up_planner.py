@@ -1,0 +1,83 @@
+"""The planner end to end: `tandem up --prefill 1 --decode 2` with a TTFT target no request can
+meet and an ITL target every request meets. The gateway's planner asks for a decode worker to
+become a prefill worker; `tandem up` drains it, restarts it as a prefill worker, the gateway
+polls it back in; every request sent meanwhile succeeds with the same greedy text."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tandem.launcher.cluster import free_port
+from tests.e2e.test_up_supervision import ROOT, complete, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def roles(base: str) -> list[tuple[str, bool, bool]]:
+    ws = httpx.get(base + "/internal/workers", timeout=5).json()["workers"]
+    return sorted((w["role"], w["healthy"], w["draining"]) for w in ws)
+
+
+def test_planner_moves_a_decode_worker_to_prefill_without_losing_a_request(llama_dir, tmp_path):
+    port = free_port()
+    log = open(tmp_path / "up.log", "wb")
+    cmd = [sys.executable, "-m", "tandem", "up", "--model", str(llama_dir), "--prefill", "1",
+           "--decode", "2", "--port", str(port), "--ready-timeout", "200",
+           "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32",
+           "--worker-arg=--served-model-name=m", "--gateway-arg=--served-model-name=m",
+           "--gateway-arg=--poll-interval=0.2", "--gateway-arg=--slo-ttft-ms=0.001",
+           "--gateway-arg=--slo-itl-ms=100000", "--gateway-arg=--planner-interval=3",
+           "--gateway-arg=--planner-cooldown=600", "--gateway-arg=--planner-min-samples=3"]
+    up = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: roles(base) == [("decode", True, False)] * 2 + [("prefill", True, False)],
+                 200, "the cluster")
+        first = complete(base)
+        assert first.status_code == 200
+        want = first.json()["choices"][0]["text"]
+        answers: list[tuple[int, str]] = []
+        stop = threading.Event()
+
+        def client():
+            while not stop.is_set():
+                r = complete(base)
+                answers.append((r.status_code, r.json()["choices"][0]["text"] if r.status_code == 200
+                                else r.text))
+
+        t = threading.Thread(target=client)
+        t.start()
+        try:
+            wait_for(lambda: roles(base) == [("decode", True, False)] + [("prefill", True, False)] * 2,
+                     150, "the role switch")
+            n = len(answers)
+            wait_for(lambda: len(answers) >= n + 2, 60, "requests after the switch")
+        finally:
+            stop.set()
+            t.join(60)
+        assert answers and all(a == (200, want) for a in answers), \
+            [a for a in answers if a != (200, want)][:3]
+        planner = httpx.get(base + "/internal/planner", timeout=5).json()
+        assert planner["seq"] == 1 and planner["switch"]["to_role"] == "prefill"
+        assert up.poll() is None
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait(10)
+        log.close()
+    text = (tmp_path / "up.log").read_text()
+    assert "to switch it decode -> prefill (ttft)" in text and "restarted as prefill" in text, text[-2000:]
+    assert "exited with code" not in text   # the deliberate stop is no death to the supervisor
