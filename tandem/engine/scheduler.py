@@ -231,7 +231,7 @@ class Scheduler:
                 in_flight.update(self._unscheduled_prompt_hashes(req, hit.num_tokens + num_new))
                 budget -= num_new
         finally:
-            self.waiting.extendleft(reversed(deferred))   # back at the front, in arrival order
+            self.waiting.extendleft(reversed(deferred))   # back at the front, in their order
         return budget, len(deferred)
 
     def _in_flight_hashes(self, seqs: list[ScheduledSeq]) -> set[int]:
