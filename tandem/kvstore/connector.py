@@ -237,8 +237,9 @@ class TieredWorker(KVConnectorWorker):
                 self._dropped.discard(save.request_id)
                 self._released.append(save.request_id)
         host = self.stack.get("host")
-        if host is not None:
-            host.write(keys, rows)
+        if host is not None:   # in batches: a sync load on the engine thread waits for the tier's lock
+            for at in range(0, len(keys), self.config.batch_blocks):
+                host.write(keys[at:at + self.config.batch_blocks], rows[at:at + self.config.batch_blocks])
         lower = [t for t in self.stack.tiers if t.name != "host"]
         if not lower:
             return

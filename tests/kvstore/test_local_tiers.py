@@ -91,3 +91,19 @@ def test_a_slow_tier_is_not_used(llama_dir, make_engine, tmp_path):
         settle(engine)
     finally:
         engine.shutdown()
+
+
+def test_a_save_backlog_over_its_bound_skips_the_lower_tiers(llama_dir, tmp_path):
+    prompt = prompts(1, seed=73, min_len=20, max_len=20)[0]
+    cfg = KVStoreConfig(host_bytes=64 * 1024, disk_dir=str(tmp_path), max_pending_save_bytes=1)
+    engine = tiered_engine(llama_dir, cfg)
+    try:
+        run(engine, [request(prompt, max_tokens=4)])
+        settle(engine)
+        stack = tiers_of(engine).stack
+        n = (len(prompt) + 4 - 1) // 4
+        assert len(stack["host"].keys()) == n                  # host memory still gets them
+        assert stack["disk"].keys() == [] and stack["disk"].counters.skipped == n
+        assert_all_blocks_free(engine)
+    finally:
+        engine.shutdown()

@@ -130,3 +130,26 @@ def test_master_killed_mid_run_then_restarted(master, llama_dir, make_engine, ca
         assert_all_blocks_free(a)
     finally:
         a.shutdown()
+
+
+def test_the_store_stays_within_the_memory_its_clients_lend(master):
+    """A client lending 16 MiB holds at most 15 values of 1 MiB: puts past that are skipped (no
+    error, the tier stays available) or make the master evict older values."""
+    from tandem.kvstore.mooncake_store import MooncakeStoreTier
+
+    nb = 1 << 20
+    tier = MooncakeStoreTier(master.url, 16 << 20, nb, batch_blocks=8, retry_s=0.3)
+    try:
+        deadline = time.monotonic() + 20
+        while not tier.available:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        keys = [f"cap/-/{i:016x}" for i in range(40)]
+        src = torch.randint(0, 255, (40, nb), dtype=torch.uint8)
+        for at in range(0, 40, 8):
+            tier.write(keys[at:at + 8], src[at:at + 8])
+        held = sum(tier.contains_many(keys))
+        assert 0 < held <= (16 << 20) // (nb + HEADER_BYTES)
+        assert tier.counters.skipped >= 40 - 16 and tier.counters.errors == 0 and tier.available
+    finally:
+        tier.close()
