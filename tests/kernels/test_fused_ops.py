@@ -36,16 +36,16 @@ def torch_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor
 
 
 def assert_near(got: torch.Tensor, want: torch.Tensor) -> None:
-    """float32: a few ulps; bfloat16: at most one bf16 step, and in few elements."""
+    """float32: a few ulps; bfloat16: at most two bf16 steps, and in few elements."""
     assert got.dtype == want.dtype and got.shape == want.shape
     if got.dtype == torch.float32:
         torch.testing.assert_close(got, want, rtol=4e-6, atol=1e-6)
     else:
         g, w = got.float(), want.float()
-        # one bf16 step at the larger magnitude of the two (a result just below a power of two
-        # may round to the step above it, twice as coarse): 8 significant bits
+        # two bf16 steps (8 significant bits) at the larger magnitude: the reference rounds twice
+        # (the normalized value, then its product with the weight), the kernel once
         step = torch.exp2(torch.floor(torch.log2(torch.maximum(g.abs(), w.abs()).clamp_min(1e-30))) - 7)
-        assert bool(((g - w).abs() <= step + 1e-6).all()), (g - w).abs().max()
+        assert bool(((g - w).abs() <= 2 * step + 1e-6).all()), (g - w).abs().max()
         assert (got != want).float().mean().item() < 0.01
 
 
