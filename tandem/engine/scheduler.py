@@ -205,8 +205,9 @@ class Scheduler:
                 # a prompt to be scored is computed whole: cached blocks have no logits
                 hit = NO_HIT if req.scores_prompt else \
                     self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
-                match = None if self.connector is None or req.external_kv_failed else \
-                    self.connector.match(req, hit.num_tokens, self.kv.block_size)
+                # nor does KV from outside (a scored prompt is never offered to the connector)
+                match = None if self.connector is None or req.external_kv_failed or req.scores_prompt \
+                    else self.connector.match(req, hit.num_tokens, self.kv.block_size)
                 if match is not None and match.num_external_tokens > 0:
                     scheduled_tokens = self._admit_external(req, hit, match, loads, seqs, budget)
                     if scheduled_tokens is None:

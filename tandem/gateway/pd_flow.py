@@ -119,7 +119,8 @@ class GatewayBackend:
                 elif isinstance(v, (int, float)):
                     total[k] += v
         total["kv_cache_usage"] = total["kv_cache_usage"] / len(live) if live else 0.0
-        total["spec_accepted_per_pos"] = total["spec_accepted_per_pos"] or ()
+        for k in ("spec_accepted_per_pos", "kv_tier_stats"):   # none reported: empty, not 0
+            total[k] = total[k] or ()
         return EngineStats(**total)
 
 

@@ -159,6 +159,11 @@ class KVConnectorWorker(abc.ABC):
     def close(self) -> None:
         """Stop background work. Blocks stay the scheduler's to free."""
 
+    def tier_stats(self) -> tuple[float, ...]:
+        """Counters of storage tiers below the device (EngineStats.kv_tier_stats); () for a
+        connector with none."""
+        return ()
+
 
 @dataclass(frozen=True)
 class KVConnector:

@@ -41,6 +41,7 @@ from tandem.kv.events import KVEventLog
 from tandem.kvstore.cost import CostModel
 from tandem.kvstore.keys import KeySpace, block_hash_of
 from tandem.kvstore.stack import LoadPlan, TierStack
+from tandem.kvstore.stats import kv_tier_stats
 from tandem.types import FinishReason
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,8 @@ class TieredScheduler(KVConnectorScheduler):
 
     def match(self, req: KVRequest, num_local_tokens: int, block_size: int) -> ExternalMatch | None:
         self._plans.pop(req.request_id, None)
-        # the handoff pulls a handed-over request's KV; a scored prompt needs every token computed
-        if req.kv_handle is not None or getattr(req, "scores_prompt", False):
+        # the handoff pulls a handed-over request's KV (the scheduler never offers a scored prompt)
+        if req.kv_handle is not None:
             return None
         first = num_local_tokens // block_size
         last = (len(req.all_token_ids) - 1) // block_size   # the last token is always computed
@@ -320,6 +321,9 @@ class TieredWorker(KVConnectorWorker):
         for pool in (self._loader, self._saver, self._writer):
             pool.shutdown(wait=True)
         self.stack.close()
+
+    def tier_stats(self) -> tuple[float, ...]:
+        return kv_tier_stats(self.stack)
 
 
 def tiered_connector(stack: TierStack, kv_cache: torch.Tensor, keyspace: KeySpace, cost: CostModel,

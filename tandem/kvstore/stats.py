@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from tandem.kv.connector import KVConnector
-from tandem.kvstore.connector import TieredWorker
+from tandem.kvstore.stack import TierStack
 from tandem.types import KV_TIER_COUNTERS, KV_TIERS
 
 
-def tiered_worker(connector: KVConnector | None) -> TieredWorker | None:
-    """The tiers' worker side in `connector` (alone or in a ConnectorSet), if any."""
-    if connector is None:
-        return None
-    worker = connector.worker
-    for part in getattr(worker, "parts", (worker,)):   # a ConnectorSetWorker lists its parts
-        if isinstance(part, TieredWorker):
-            return part
-    return None
-
-
-def kv_tier_stats(connector: KVConnector | None) -> tuple[float, ...]:
-    """One value per (tier, counter), tier-major; () when the engine has no tiers."""
-    worker = tiered_worker(connector)
-    if worker is None:
-        return ()
+def kv_tier_stats(stack: TierStack) -> tuple[float, ...]:
+    """One value per (tier, counter), tier-major; zeros for a tier the stack does not have."""
     out: list[float] = []
     for name in KV_TIERS:
-        tier = worker.stack.get(name)
+        tier = stack.get(name)
         if tier is None:
             out.extend([0] * len(KV_TIER_COUNTERS))
             continue
