@@ -24,6 +24,7 @@ from tandem.config import EngineConfig
 from tandem.engine.engine import Engine
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.group import close_group, init_group
+from tandem.parallel.kv_handoff import handoff_engine
 from tandem.parallel.messages import CacheInit, broadcast
 from tandem.parallel.rank_model import load_rank_model
 from tandem.parallel.runner import ParallelRunner
@@ -45,11 +46,11 @@ def _terminate_self(reason: str) -> None:
 
 def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
                     on_rank_death: Callable[[str], None] = _terminate_self) -> Engine:
-    # KV loaded from outside (a handoff pull, a storage tier) lands in rank 0's cache only; the
-    # other ranks' caches would miss it. Saving (a prefill worker's handoff) reads rank 0's only.
-    if config.role == "decode" or config.kv_store.enabled:
-        raise ValueError("a parallel worker cannot load KV from outside yet: no --role decode and no "
-                         "KV store tiers with --tensor-parallel-size/--pipeline-parallel-size > 1")
+    # KV loaded from a storage tier would land in rank 0's cache only; the tiers also time a
+    # forward of rank 0 alone at start-up. The handoff reaches every rank (tandem.parallel.kv_handoff).
+    if config.kv_store.enabled:
+        raise ValueError("a parallel worker cannot use KV store tiers yet: no --kv-host-memory/--kv-disk-dir/"
+                         "--kv-store with --tensor-parallel-size/--pipeline-parallel-size > 1")
     port = pcfg.master_port or _free_port(pcfg.master_addr)
     threads = config.num_threads or torch.get_num_threads()
     ctx = mp.get_context("spawn")
@@ -61,11 +62,12 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     try:
         g = init_group(pcfg, 0, port, device)
         loaded = load_rank_model(config.model, g)
-        # as one process: transports, KV tiers, proposer; the cache has rank 0's shapes, so a
-        # handoff to another layout (dense TP or PP) is refused by KVLayout.check_compatible,
-        # while MLA's latent cache (replicated over TP ranks) hands over to any TP size
-        engine = Engine.from_config(config, loaded)
-        broadcast(CacheInit(engine.num_blocks, engine.layout.block_size, engine.layout.dtype))
+        kind = config.resolved_transport
+        if kind is None:   # as one process (the proposer); the cache has rank 0's shapes
+            engine = Engine.from_config(config, loaded)
+            broadcast(CacheInit(engine.num_blocks, engine.layout.block_size, engine.layout.dtype))
+        else:              # the handoff reads and writes every rank's cache
+            engine = handoff_engine(config, loaded, g, kind)
     except BaseException:
         for p in procs:
             p.kill()

@@ -1,4 +1,5 @@
-"""What rank 0 broadcasts to the other ranks: the cache to allocate once, then each step's
+"""What rank 0 broadcasts to the other ranks: the cache to allocate once (then, with a KV
+handoff, every rank gathers where its cache lives to rank 0), then each step's
 inputs (token ids, positions and the sequences' block slices, from which every rank builds the
 same AttentionBatch), then a stop. Plain Python values, pickled by broadcast_object_list."""
 
@@ -16,6 +17,8 @@ class CacheInit:
     num_blocks: int
     block_size: int
     dtype: str               # the cache's storage type name, e.g. "bfloat16"
+    shm_dir: str | None = None   # set: the worker hands KV over; each rank's cache lives in a file
+                                 # here, announced to rank 0 (tandem.parallel.kv_handoff)
 
 
 @dataclass(frozen=True)

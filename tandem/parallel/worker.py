@@ -13,6 +13,7 @@ from tandem.config import ModelConfig
 from tandem.layers.attention_batch import AttentionBatch
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.group import close_group, init_group
+from tandem.parallel.rank_kv import shared_rank_cache
 from tandem.parallel.messages import CacheInit, StepMessage, Stop, broadcast
 from tandem.parallel.rank_model import load_rank_model, rank_layout
 
@@ -29,7 +30,11 @@ def worker_main(model_cfg: ModelConfig, pcfg: ParallelConfig, rank: int, port: i
         loaded = load_rank_model(model_cfg, g)
         init = broadcast(None)
         assert isinstance(init, CacheInit), f"expected the cache first, got {init!r}"
-        kv_cache = rank_layout(loaded, init.block_size, init.dtype).allocate(init.num_blocks, device)
+        layout = rank_layout(loaded, init.block_size, init.dtype)
+        if init.shm_dir is None:
+            kv_cache = layout.allocate(init.num_blocks, device)
+        else:   # rank 0 maps it: the KV handoff reads and writes this rank's share of each block
+            kv_cache = shared_rank_cache(layout, init.num_blocks, init.shm_dir)
         run_steps(loaded.model, kv_cache, init.block_size, device)
     except Exception:   # noqa: BLE001 - logged; the exit code tells rank 0's monitor
         log.exception("rank %d failed", rank)

@@ -10,6 +10,10 @@ Protocol (one TCP connection per pull; messages framed by wire.py):
   src  -> {"ok": true}                           (the request is now released to the engine)
   sink -> {"op": "release", "request_id"}        (give up without pulling; any connection)
 
+Layouts in messages are the whole model's (tandem/transfer/shards.py): two workers whose ranks
+split the blocks differently (tensor or pipeline parallel) agree on it, and each converts at its
+own edge; a different model, dtype, block size or kind is a layout_mismatch.
+
 The source counts a connection that has an open read as a reader of the request: its blocks are not
 released while it is open; a closed or timed-out connection ends the read (the pin timeout applies).
 """
@@ -21,14 +25,12 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
-import torch
-
 from tandem.errors import KVLayoutMismatch
 from tandem.kv.layout import KVLayout
 from tandem.transfer.base import (KVSink, KVSource, TransferConfig, TransferConnectionError,
                                   TransferError, TransferSizeMismatch, UnknownTransfer)
-from tandem.transfer.blocks import check_kv
 from tandem.transfer.pins import PinTable
+from tandem.transfer.shards import ShardedKV
 from tandem.transfer.wire import recv_msg, send_msg
 from tandem.types import KVHandle
 
@@ -65,11 +67,10 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 class ControlSource(KVSource):
-    def __init__(self, kind: str, kv: torch.Tensor, layout: KVLayout, config: TransferConfig,
+    def __init__(self, kind: str, kv: ShardedKV, config: TransferConfig,
                  planes: dict[str, SourcePlane]) -> None:
-        check_kv(kv, layout)
         self.kind = kind
-        self._layout = layout
+        self._layout = kv.layout       # the whole model's block: what reads are checked against
         self._config = config
         self._planes = planes          # kind -> plane; "tcp" is always served
         self._pins = PinTable(config.pin_timeout_s)
@@ -230,11 +231,10 @@ def _error(code: str, message: str, layout: KVLayout) -> dict:
 
 
 class ControlSink(KVSink):
-    def __init__(self, kind: str, kv: torch.Tensor, layout: KVLayout, config: TransferConfig,
-                 plane: SinkPlane) -> None:
+    def __init__(self, kind: str, kv: ShardedKV, config: TransferConfig, plane: SinkPlane) -> None:
         self.kind = kind
-        self._num_blocks = check_kv(kv, layout)
-        self._layout = layout
+        self._num_blocks = kv.num_blocks
+        self._layout = kv.layout       # the whole model's block, whatever the ranks hold
         self._config = config
         self._plane = plane
         self._pool: ThreadPoolExecutor | None = None

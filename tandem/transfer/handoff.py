@@ -54,7 +54,7 @@ class HandoffScheduler(KVConnectorScheduler):
         if handle.num_tokens != expected:
             raise InvalidRequest(f"kv_handle covers {handle.num_tokens} tokens, expected {expected} "
                                  "(prompt plus resumed tokens but the last)", param="kv_handle")
-        KVLayout.from_dict(handle.layout).check_compatible(self.layout)
+        self.layout.check_compatible(KVLayout.from_dict(handle.layout))   # here: this worker
 
     def match(self, req: KVRequest, num_local_tokens: int, block_size: int) -> ExternalMatch | None:
         handle = req.kv_handle

@@ -1,7 +1,10 @@
 """"shm" data plane for workers on one host: the source's KV tensor lives in a file under /dev/shm.
 
-The source's read reply names the file and the byte offset of block 0; the sink maps the file once
-(cached) and copies the selected blocks with one tensor copy per run of consecutive blocks.
+The source's read reply names the file and the byte offset of block 0 of each of its ranks' KV
+(tandem/transfer/shards.py: a worker without ranks has one); the sink maps each file once (cached)
+and copies the selected blocks with one tensor copy per run of consecutive blocks and piece of a
+block (the intersection of a source rank's shard with a destination rank's: whole blocks between
+two workers without ranks), straight from the source rank's cache into the destination rank's.
 
 File lifetime: created by `allocate_shm_kv` as `tandem-kv-<pid>-<token>`; removed when the source closes
 or the process exits; files left by a killed process are removed by the next allocation on the host.
@@ -20,7 +23,7 @@ import torch
 
 from tandem.kv.layout import KVLayout
 from tandem.transfer.base import TransferError, TransferSizeMismatch
-from tandem.transfer.blocks import paired_runs
+from tandem.transfer.shards import KVShard, ShardedKV, copy_blocks
 
 PREFIX = "tandem-kv-"
 MAX_MAPPED_SOURCES = 16   # sink: shm files kept mapped at once (one per prefill worker)
@@ -92,43 +95,54 @@ def _unlink_quietly(path: str) -> None:
 class ShmSourcePlane:
     kind = "shm"
 
-    def __init__(self, path: str, offset: int, layout: KVLayout) -> None:
-        self._path, self._offset, self._nb = path, offset, layout.block_nbytes
+    def __init__(self, files: list[tuple[KVShard, str, int]], layout: KVLayout) -> None:
+        # (shard, file, byte offset of its block 0) per distinct shard of this worker's blocks
+        self._files, self._nb = files, layout.block_nbytes
 
     def start(self) -> None:
         pass
 
     def describe(self, block_ids: list[int]) -> dict:
-        return {"shm_path": self._path, "shm_offset": self._offset, "block_nbytes": self._nb}
+        return {"shm_parts": [{"path": p, "offset": o, "shard": s.to_list()} for s, p, o in self._files],
+                "block_nbytes": self._nb}
 
     def stream(self, sock: socket.socket, block_ids: list[int]) -> None:
-        pass    # the sink reads the shared file itself, while this read keeps the blocks pinned
+        pass    # the sink reads the shared files itself, while this read keeps the blocks pinned
 
     def close(self) -> None:
-        _unlink_quietly(self._path)   # mapped memory stays valid for this process and current sinks
+        for _, path, _ in self._files:
+            _unlink_quietly(path)   # mapped memory stays valid for its processes and current sinks
 
 
 class ShmSinkPlane:
     kind = "shm"
 
-    def __init__(self, kv: torch.Tensor, layout: KVLayout, shm_dir: str = "/dev/shm") -> None:
+    def __init__(self, kv: ShardedKV, shm_dir: str = "/dev/shm") -> None:
         self._shm_dir = os.path.normpath(shm_dir)
-        self._dst = kv.view(-1).view(torch.uint8)      # [num_blocks * block_nbytes] bytes, maybe on GPU
-        self._nb = layout.block_nbytes
+        self._kv = kv                                  # this worker's blocks, maybe split over ranks
+        self._nb = kv.layout.block_nbytes
         self._maps: OrderedDict[str, torch.Tensor] = OrderedDict()   # path -> uint8 view of the file
         self._lock = threading.Lock()     # pulls run on several threads
 
     def receive(self, sock: socket.socket, reply: dict, src_ids: list[int], dst_ids: list[int]) -> None:
-        path, offset = str(reply["shm_path"]), int(reply["shm_offset"])
         if int(reply["block_nbytes"]) != self._nb:
             raise TransferSizeMismatch(f"source blocks are {reply['block_nbytes']} bytes, here {self._nb}")
-        src = self._map(path)
-        need = offset + (max(src_ids, default=-1) + 1) * self._nb
-        if need > src.numel():
-            raise TransferSizeMismatch(f"shm file {path} has {src.numel()} bytes, blocks need {need}")
-        nb = self._nb
-        for s, d, c in paired_runs(src_ids, dst_ids):
-            self._dst[d * nb:(d + c) * nb].copy_(src[offset + s * nb:offset + (s + c) * nb])
+        layout = self._kv.layout
+        files = reply.get("shm_parts") or [{"path": reply["shm_path"], "offset": reply["shm_offset"],
+                                            "shard": KVShard.whole(layout).to_list()}]
+        num_blocks = max(src_ids, default=-1) + 1      # the source's views need reach no further
+        parts = []
+        for f in files:
+            shard = KVShard.from_list(f["shard"])
+            path, offset, part = str(f["path"]), int(f["offset"]), shard.layout(layout)
+            src = self._map(path)
+            need = offset + num_blocks * part.block_nbytes
+            if need > src.numel():
+                raise TransferSizeMismatch(f"shm file {path} has {src.numel()} bytes, blocks need {need}")
+            view = src[offset:need].view(part.torch_dtype).view(num_blocks, *part.block_shape)
+            parts.append((shard, view))
+        if num_blocks:
+            copy_blocks(ShardedKV(layout, tuple(parts)), src_ids, self._kv, dst_ids)
 
     def _map(self, path: str) -> torch.Tensor:
         with self._lock:

@@ -1,7 +1,11 @@
 """Built-in "tcp" data plane: block bytes follow the read reply on the control connection.
 
-Source: sendall() of memoryview slices of the KV tensor's storage, one per run of consecutive blocks
-(no per-block Python copy). Sink: recv_into() straight into the destination blocks' storage.
+The bytes on the wire are whole blocks of the model's layout (tandem/transfer/shards.py).
+One tensor holding whole blocks (a worker without ranks): the source sends memoryview slices of
+its storage, one per run of consecutive blocks, and the sink receives straight into its blocks'
+storage (no per-block Python copy). A worker split over ranks: the source assembles a few blocks
+at a time from the ranks' pieces into a staging buffer and sends it; the sink receives a few
+blocks into a staging buffer and copies each rank's piece into that rank's cache.
 A KV tensor on a GPU is staged through host memory, one run at a time.
 """
 
@@ -11,19 +15,26 @@ import socket
 
 import torch
 
-from tandem.kv.layout import KVLayout
 from tandem.transfer.base import TransferSizeMismatch
 from tandem.transfer.blocks import byte_view, runs
+from tandem.transfer.shards import ShardedKV, copy_blocks, staging
 from tandem.transfer.wire import recv_into_exact
+
+STAGING_BYTES = 4 * 2**20     # whole blocks assembled or received at a time by a split worker
+
+
+def _chunks(ids: list[int], n: int) -> list[list[int]]:
+    return [ids[i:i + n] for i in range(0, len(ids), n)]
 
 
 class TcpSourcePlane:
     kind = "tcp"
 
-    def __init__(self, kv: torch.Tensor, layout: KVLayout) -> None:
-        self._kv = kv                      # [num_blocks, *layout.block_shape]
-        self._nb = layout.block_nbytes
-        self._bytes = byte_view(kv) if kv.device.type == "cpu" else None
+    def __init__(self, kv: ShardedKV) -> None:
+        self._kv = kv
+        self._nb = kv.layout.block_nbytes
+        t = kv.tensor
+        self._bytes = byte_view(t) if t is not None and t.device.type == "cpu" else None
 
     def start(self) -> None:
         pass
@@ -32,12 +43,20 @@ class TcpSourcePlane:
         return {"nbytes": len(block_ids) * self._nb}
 
     def stream(self, sock: socket.socket, block_ids: list[int]) -> None:
+        t = self._kv.tensor
+        if t is None:
+            buf = staging(self._kv.layout, STAGING_BYTES)        # [n, *whole block shape]
+            whole = ShardedKV.single(buf, self._kv.layout)
+            view = byte_view(buf)
+            for chunk in _chunks(block_ids, buf.shape[0]):
+                copy_blocks(self._kv, chunk, whole, range(len(chunk)))
+                sock.sendall(view[:len(chunk) * self._nb])
+            return
         for first, count in runs(block_ids):
             if self._bytes is not None:
                 sock.sendall(self._bytes[first * self._nb:(first + count) * self._nb])
             else:
-                host = self._kv[first:first + count].cpu()
-                sock.sendall(byte_view(host))
+                sock.sendall(byte_view(t[first:first + count].cpu()))
 
     def close(self) -> None:
         pass
@@ -46,23 +65,34 @@ class TcpSourcePlane:
 class TcpSinkPlane:
     kind = "tcp"
 
-    def __init__(self, kv: torch.Tensor, layout: KVLayout) -> None:
-        self._kv = kv                      # [num_blocks, *layout.block_shape]
-        self._nb = layout.block_nbytes
-        self._bytes = byte_view(kv) if kv.device.type == "cpu" else None
+    def __init__(self, kv: ShardedKV) -> None:
+        self._kv = kv
+        self._nb = kv.layout.block_nbytes
+        t = kv.tensor
+        self._bytes = byte_view(t) if t is not None and t.device.type == "cpu" else None
 
     def receive(self, sock: socket.socket, reply: dict, src_ids: list[int], dst_ids: list[int]) -> None:
         expected = len(dst_ids) * self._nb
         if reply.get("nbytes") != expected:
             raise TransferSizeMismatch(f"source sends {reply.get('nbytes')} bytes, expected {expected} "
                                        f"({len(dst_ids)} blocks of {self._nb} bytes)")
+        t = self._kv.tensor
+        if t is None:
+            buf = staging(self._kv.layout, STAGING_BYTES)        # [n, *whole block shape]
+            whole = ShardedKV.single(buf, self._kv.layout)
+            view = byte_view(buf)
+            for chunk in _chunks(dst_ids, buf.shape[0]):
+                recv_into_exact(sock, view[:len(chunk) * self._nb])
+                copy_blocks(whole, range(len(chunk)), self._kv, chunk)
+            return
         for first, count in runs(dst_ids):
             if self._bytes is not None:
                 recv_into_exact(sock, self._bytes[first * self._nb:(first + count) * self._nb])
             else:
-                host = torch.empty_like(self._kv[first:first + count], device="cpu")
+                host = torch.empty_like(t[first:first + count], device="cpu")
                 recv_into_exact(sock, byte_view(host))
-                self._kv[first:first + count].copy_(host)
+                t[first:first + count].copy_(host)
 
     def close(self) -> None:
         pass
+

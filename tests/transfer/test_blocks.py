@@ -8,6 +8,7 @@ import torch
 from tandem.kv.layout import KVLayout
 from tandem.transfer import TransferSizeMismatch
 from tandem.transfer.blocks import byte_view, check_kv, paired_runs, runs
+from tandem.transfer.shards import ShardedKV
 from tandem.transfer.tcp import TcpSinkPlane, TcpSourcePlane
 from tandem.transfer.wire import MAX_MESSAGE_BYTES, PeerClosed, recv_msg, send_msg
 
@@ -50,7 +51,7 @@ def test_framing_roundtrip_and_limits():
 def test_tcp_plane_streams_runs_into_other_blocks():
     src_kv, dst_kv = LAYOUT.allocate(6), LAYOUT.allocate(6)
     src_kv.copy_(torch.randn(src_kv.shape).to(torch.bfloat16))
-    src, dst = TcpSourcePlane(src_kv, LAYOUT), TcpSinkPlane(dst_kv, LAYOUT)
+    src, dst = TcpSourcePlane(ShardedKV.single(src_kv, LAYOUT)), TcpSinkPlane(ShardedKV.single(dst_kv, LAYOUT))
     a, b = socket.socketpair()
     with a, b:
         ids = [4, 5, 0]
@@ -61,6 +62,6 @@ def test_tcp_plane_streams_runs_into_other_blocks():
 
 
 def test_tcp_plane_rejects_a_size_mismatch():
-    dst = TcpSinkPlane(LAYOUT.allocate(2), LAYOUT)
+    dst = TcpSinkPlane(ShardedKV.single(LAYOUT.allocate(2), LAYOUT))
     with pytest.raises(TransferSizeMismatch, match="expected 64"):
         dst.receive(None, {"nbytes": 32}, [0, 1], [0, 1])

@@ -7,6 +7,7 @@ import torch
 
 from tandem.kv.layout import KVLayout
 from tandem.transfer import TransferConfig, TransferError, TransferSizeMismatch, allocate_kv, make_transport
+from tandem.transfer.shards import ShardedKV
 from tandem.transfer.shm import PREFIX, ShmSinkPlane, find_shm_file, remove_stale_files
 
 LAYOUT = KVLayout(model="m", dtype="float32", block_size=2, num_layers=1, num_kv_heads=1, head_dim=4)
@@ -53,7 +54,7 @@ def test_sink_checks_the_file(tmp_path):
     cfg = TransferConfig(shm_dir=str(tmp_path))
     src = allocate_kv(LAYOUT, 2, "shm", config=cfg)
     path, _ = find_shm_file(src, str(tmp_path))
-    sink = ShmSinkPlane(LAYOUT.allocate(4), LAYOUT, str(tmp_path))
+    sink = ShmSinkPlane(ShardedKV.single(LAYOUT.allocate(4), LAYOUT), str(tmp_path))
     reply = {"shm_path": path, "shm_offset": 0, "block_nbytes": LAYOUT.block_nbytes}
     with pytest.raises(TransferSizeMismatch, match="blocks need"):
         sink.receive(None, reply, [0, 3], [0, 1])
