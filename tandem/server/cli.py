@@ -20,6 +20,7 @@ from tandem.config import (
     EngineConfig,
     ModelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     TransferConfig,
 )
 from tandem.server.config import ServerConfig
@@ -54,6 +55,14 @@ def _positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text}")
     return value
+
+
+def speculative_config(text: str) -> SpeculativeConfig:
+    """--speculative-config JSON (vLLM's form); a bad value is a usage error naming the problem."""
+    try:
+        return SpeculativeConfig.from_json(text)
+    except (ValueError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -107,6 +116,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-transfer-port", type=int, default=0,
                    help="port of the KV transfer control server (0: a free port)")
     add_kv_store_arguments(p)
+    p.add_argument("--speculative-config", type=speculative_config, default=None, metavar="JSON",
+                   help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model", '
+                        '"num_speculative_tokens": 4, "model": DRAFT_DIR, "prompt_lookup_min": 2, '
+                        '"prompt_lookup_max": 5}')
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
     p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
@@ -152,7 +165,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
                                 port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout),
-        kv_store=kv_store_config_from_args(args))
+        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config)
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
                           **parser_settings(args),

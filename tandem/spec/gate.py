@@ -4,10 +4,11 @@ A draft token costs a verify row (and the proposer's own work); it pays when it 
 often enough to save a step. At batch 1 a step's time is mostly fixed costs, so almost any
 acceptance pays; at large batches a step's time grows with its rows (compute-bound), and only
 near-perfect drafts pay, by an amount that depends on the hardware, the model and the proposer.
-Below `min_batch` decoding requests the gate always speculates: small batches are latency-bound
-on every device, which is what speculation is for, and the per-request draft length
-(tandem/spec/adaptive.py) already stops drafts that are not accepted. From `min_batch` on, the
-gate measures it: per batch-size bucket (decoding requests, by powers of two), it keeps
+A single decoding request always speculates: it is the latency-bound case speculation is for on
+every device, and the per-request draft length (tandem/spec/adaptive.py) already stops drafts
+that are not accepted. From `min_batch` (2) requests on, the gate measures whether it pays
+(a few requests left at the end of a batch may still not pay for a draft model's catch-up
+prefill): per batch-size bucket (decoding requests, by powers of two), it keeps
 the seconds per generated token of recent steps with speculation on and off, and runs the
 faster mode. The slower one is probed now and then (one step every `probe_every` steps; the
 interval doubles, up to `max_probe_every`, each time a probe confirms the choice, and starts
@@ -40,7 +41,7 @@ class _Bucket:
 
 
 class SpeculationGate:
-    def __init__(self, min_batch: int = 8, min_samples: int = 3, window: int = 8, probe_every: int = 16,
+    def __init__(self, min_batch: int = 2, min_samples: int = 3, window: int = 8, probe_every: int = 16,
                  max_probe_every: int = 256, max_step_s: float = 5.0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.min_batch = min_batch
