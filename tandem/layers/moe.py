@@ -6,10 +6,13 @@ Parameter names follow the checkpoints': `gate.weight` [E, hidden] (and
 `gate.e_score_correction_bias` [E]), `experts.<e>.{gate,up,down}_proj.weight`,
 `shared_experts.{gate,up,down}_proj.weight`.
 
-Expert parallelism: `experts` holds only this rank's experts (a ModuleDict keyed by expert id);
-every rank routes all tokens the same way, computes its experts' share and `reduce` (an
-all-reduce over the ranks; None alone) sums the shares. Tensor parallelism shards each expert's
-intermediate dimension instead, and the same `reduce` sums the partial products.
+Expert parallelism: `experts` holds only this rank's experts (a ModuleDict keyed by expert id).
+Either every rank routes all tokens the same way, computes its experts' share and `reduce` (an
+all-reduce over the ranks; None alone) sums the shares; or `dispatch` (tandem.parallel's
+all-to-all) replaces the whole forward: each rank routes its slice of the tokens, sends each
+choice to the rank of its expert, which runs `expert_rows` on what it received and sends the
+outputs back to be combined. Tensor parallelism shards each expert's intermediate dimension
+instead, and the same `reduce` sums the partial products.
 """
 
 from __future__ import annotations
@@ -58,9 +61,22 @@ class SparseMoE(nn.Module):
                                if spec.num_shared_experts else None)
         # sums the ranks' partial outputs (set by tandem.parallel); None: this rank holds everything
         self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+        # expert parallel with all-to-all token dispatch (set by tandem.parallel): the whole forward
+        self.dispatch: Callable[["SparseMoE", torch.Tensor], torch.Tensor] | None = None
+
+    def expert_rows(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        # x [m, hidden], ids [m] (experts of this rank) -> [m, hidden]: row i through expert ids[i],
+        # unweighted; experts in ascending id order
+        out = torch.empty_like(x)
+        for e in torch.unique(ids).tolist():
+            rows = torch.where(ids == e)[0]
+            out.index_copy_(0, rows, self.experts[str(e)](x.index_select(0, rows)))
+        return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x [T, hidden] -> [T, hidden]
+        if self.dispatch is not None:
+            return self.dispatch(self, x)
         weights, ids = self.gate(x)                                     # [T, k] float32, [T, k]
         if not self.spec.weights_float32:
             weights = weights.to(x.dtype)

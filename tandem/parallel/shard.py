@@ -9,7 +9,9 @@ indices become the stage's local ones, as its KV cache holds only its layers):
   same latent);
 - dense MLP: gate/up column-parallel, down row-parallel;
 - MoE: TP slices every expert's intermediate dimension; EP places whole experts on the ranks
-  (contiguous ranges); shared experts are TP-sliced in both; one all-reduce sums the layer.
+  (contiguous ranges); shared experts are TP-sliced in both and one all-reduce sums the layer,
+  except with EP's all-to-all dispatch (tandem/parallel/expert_dispatch.py), where each rank
+  combines its own tokens and holds the shared experts whole.
 Norms and the router are replicated. The embeddings live on the first stage's ranks only, the
 final norm and the LM head on rank 0 only (it alone samples); elsewhere they are None.
 """
@@ -26,6 +28,7 @@ from tandem.models.arch import ModelArch
 from tandem.models.deepseek_v3 import LatentUpProjection, MLAttention
 from tandem.models.llama import DecoderAttention, DecoderForCausalLM
 from tandem.models.shard_plan import ShardPlan
+from tandem.parallel.expert_dispatch import AllToAllDispatch
 from tandem.parallel.group import RankGroup
 
 
@@ -137,6 +140,10 @@ def _shard_mlp(p: _Planner, pre: str, mlp: nn.Module, arch: ModelArch) -> nn.Mod
         moe = SparseMoE(arch.hidden_size, spec)
         for e, expert in moe.experts.items():
             p.mlp(f"{pre}.experts.{e}", expert, reduce=False)
+    if p.g.cfg.enable_expert_parallel and p.g.cfg.expert_dispatch == "alltoall":
+        # each rank combines its own tokens: shared experts whole on every rank, no all-reduce
+        moe.dispatch = AllToAllDispatch(p.g, spec.num_experts // n)
+        return moe
     if moe.shared_experts is not None:
         p.mlp(f"{pre}.shared_experts", moe.shared_experts, reduce=False)
     moe.reduce = p.g.all_reduce

@@ -1,5 +1,5 @@
 """A worker spread over 2 ranks (gloo, 2 processes) gives the same greedy tokens as one process:
-TP 2 (dense, MoE and MLA models), EP 2 (MoE), PP 2; and a rank that dies takes the worker down
+TP 2 (dense, MoE and MLA models), EP 2 (MoE; all-reduce or all-to-all dispatch), PP 2; and a rank that dies takes the worker down
 without a hang."""
 
 from __future__ import annotations
@@ -52,6 +52,28 @@ def test_tensor_parallel_2_equals_1(tmp_path, make_engine, arch):
 def test_expert_parallel_2_equals_1(tmp_path, make_engine, arch):
     pcfg = ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True)
     _check(write_test_model(tmp_path, arch, seed=14), pcfg, make_engine)
+
+
+@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "DeepseekV3ForCausalLM"])
+def test_expert_parallel_all_to_all_equals_all_reduce(tmp_path, make_engine, arch):
+    """Token dispatch and combine give the all-reduce version's tokens (and one process's),
+    batches of 1 to 4 sequences: a rank may own no token of a step."""
+    path = write_test_model(tmp_path, arch, seed=14)
+    ps = prompts(4, seed=22, min_len=5, max_len=30)
+    want = _greedy(make_engine(path), ps) + _greedy(make_engine(path), ps[:1], n=4)
+    for dispatch in ("allreduce", "alltoall"):
+        pcfg = ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True, expert_dispatch=dispatch)
+        engine = parallel_engine(_config(path, max_num_batched_tokens=24), pcfg)
+        try:
+            assert _greedy(engine, ps) + _greedy(engine, ps[:1], n=4) == want, dispatch
+            assert_all_blocks_free(engine)
+        finally:
+            engine.shutdown()
+
+
+def test_all_to_all_needs_expert_parallel():
+    with pytest.raises(ValueError, match="enable_expert_parallel"):
+        ParallelConfig(tensor_parallel_size=2, expert_dispatch="alltoall")
 
 
 @pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "DeepseekV3ForCausalLM"])

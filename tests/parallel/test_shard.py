@@ -47,6 +47,15 @@ def test_expert_parallel_places_whole_experts(tmp_path):
     assert mla.num_heads == 2 and mla.kv_b_proj.weight.shape == (2 * (16 + 16), 32)
 
 
+def test_all_to_all_dispatch_keeps_shared_experts_whole(tmp_path):
+    model, plan = _sharded(write_test_model(tmp_path, "DeepseekV3ForCausalLM", extra_config={"n_routed_experts": 8}),
+                           1, tensor_parallel_size=2, enable_expert_parallel=True, expert_dispatch="alltoall")
+    moe = model.model.layers[1].mlp
+    assert sorted(moe.experts) == ["4", "5", "6", "7"] and moe.reduce is None and moe.dispatch.per == 4
+    assert moe.shared_experts.gate_proj.weight.shape == (32, 64)       # whole on every rank
+    assert "model.layers.1.mlp.shared_experts.gate_proj.weight" not in plan.slices
+
+
 def test_pipeline_stage_2_renumbers_its_layers(tmp_path):
     assert [stage_layers(5, 2, s) for s in range(2)] == [(0, 3), (3, 5)]
     model, plan = _sharded(write_test_model(tmp_path, num_layers=5), 1, pipeline_parallel_size=2)
