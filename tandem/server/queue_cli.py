@@ -7,7 +7,7 @@ and the one place they become a QueueConfig.
                         several gateways
   --no-queue            no queue: queueRequest answers 400, /v1/files and /v1/batches 404
   --queue-concurrency N, --queue-lease S, --queue-headroom-tokens N,
-  --queue-interactive-limit N, --event-url-allow PREFIX (repeatable)
+  --queue-interactive-limit N, --queue-prefill-concurrency N, --event-url-allow PREFIX (repeatable)
 The queue is on by default for `tandem gateway` and a standalone `tandem serve` (its own
 gateway); a worker under a gateway (`tandem serve --gateway URL`, or role prefill/decode) has
 none unless --queue-db or --queue-url names one. `tandem up` gives its gateway the queue
@@ -40,6 +40,9 @@ def add_queue_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-headroom-tokens", type=int, default=QueueConfig.headroom_prefill_tokens,
                    metavar="N", help="queued work is taken only while some worker has at most N "
                                      "prompt tokens waiting to be computed")
+    p.add_argument("--queue-prefill-concurrency", type=int, default=QueueConfig.prefill_concurrency,
+                   metavar="N", help="queued requests computing their prompts at once (default 1: "
+                                     "the next starts once one has its first token)")
     p.add_argument("--queue-interactive-limit", type=int, default=QueueConfig.interactive_limit,
                    metavar="N", help="queued work runs only while at most N interactive requests "
                                      "are in flight here; beyond N it is preempted back to the "
@@ -81,6 +84,7 @@ def queue_config_from_args(args: argparse.Namespace, port: int,
     return QueueConfig(target=target, max_concurrency=args.queue_concurrency,
                        lease_s=args.queue_lease, headroom_prefill_tokens=args.queue_headroom_tokens,
                        interactive_limit=args.queue_interactive_limit,
+                       prefill_concurrency=args.queue_prefill_concurrency,
                        event_url_allow=tuple(url_prefix(u) for u in args.event_url_allow))
 
 
@@ -97,7 +101,9 @@ def forwarded_queue_args(args: argparse.Namespace) -> tuple[str, ...]:
             ("--queue-concurrency", args.queue_concurrency, QueueConfig.max_concurrency),
             ("--queue-lease", args.queue_lease, QueueConfig.lease_s),
             ("--queue-headroom-tokens", args.queue_headroom_tokens, QueueConfig.headroom_prefill_tokens),
-            ("--queue-interactive-limit", args.queue_interactive_limit, QueueConfig.interactive_limit)):
+            ("--queue-interactive-limit", args.queue_interactive_limit, QueueConfig.interactive_limit),
+            ("--queue-prefill-concurrency", args.queue_prefill_concurrency,
+             QueueConfig.prefill_concurrency)):
         if value != default:
             out += [flag, str(value)]
     for prefix in args.event_url_allow:

@@ -9,8 +9,10 @@ for lack of capacity); anything else is retried until the job's attempts are spe
 
 Interactive requests first (queue_pressure.py): the service puts a `GaugedBackend` in front of
 the app's backend (`ctx.backend`), so it sees every interactive request start and end. Queued
-work is taken only while the pools have headroom and few interactive requests are in flight,
-and is preempted back to the queue (no attempt counted) when more arrive. Queued requests run
+work is taken only while the pools have headroom, few interactive requests are in flight and
+fewer than `prefill_concurrency` of this app's queued requests are still computing their
+prompts (their runners report the first token through `JobProgress`), and is preempted back to
+the queue (no attempt counted) when interactive requests arrive. Queued requests run
 at `background_priority` (+ a batch line's own vLLM `priority`, if positive): the engine's
 scheduler orders by it where it honours priorities.
 
@@ -42,7 +44,24 @@ from tandem.server.context import ServerContext
 from tandem.server.queue_metrics import QueueCollector
 from tandem.server.queue_pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 
-JobRunner = Callable[[ServerContext, Job, "QueueConfig"], Awaitable[JSON]]
+JobRunner = Callable[[ServerContext, Job, "QueueConfig", "JobProgress"], Awaitable[JSON]]
+
+
+class JobProgress:
+    """Handed to a job's runner, which calls `prefilled()` once every engine request of the job
+    has its first delta (its prompt is computed). Counts the app's jobs still before that."""
+
+    def __init__(self, counts: dict[str, int], wake: Callable[[], None]) -> None:
+        self._counts = counts
+        self._wake = wake
+        self._done = False
+        counts["prefilling"] += 1
+
+    def prefilled(self) -> None:
+        if not self._done:
+            self._done = True
+            self._counts["prefilling"] -= 1
+            self._wake()      # the next queued prompt may start
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,11 @@ class QueueConfig:
     # headroom: queued work is taken only while some worker has at most this many prompt tokens
     # waiting to be computed (and, on a worker, its KV cache below headroom_kv_usage)
     headroom_prefill_tokens: int = 2048
+    # queued requests of this app computing their prompts at once: the next one is taken once a
+    # running one has its first token, so an interactive request that arrives waits for at most
+    # this many queued prompts' prefill (docs/benchmarks.md 9: eight at once raised interactive
+    # p90 TTFT by ~65% on two CPU cores)
+    prefill_concurrency: int = 1
     headroom_kv_usage: float = 0.8
     # queued work runs only while at most this many interactive requests are in flight in this
     # app; beyond it every running queued request is preempted back to the queue (0: queued
@@ -121,6 +145,7 @@ class QueueService:
                                                "openai": run_openai_job}
         self.load = InteractiveLoad()
         self.policy = PressurePolicy(cfg.interactive_limit, setup.headroom)
+        self._counts = {"prefilling": 0}   # this app's running jobs whose prompts are not computed
         # every route's requests (and the queued ones) now pass the gauge
         ctx.backend = GaugedBackend(ctx.backend, cfg.background_priority, self.load,
                                     on_start=self._interactive_started,
@@ -145,6 +170,10 @@ class QueueService:
             raise RuntimeError("the queue is not open yet: QueueService.start() opens it")
         return self._queue
 
+    def _can_take(self) -> bool:
+        return (self._counts["prefilling"] < self.config.prefill_concurrency
+                and self.policy.can_take(self.load))
+
     def _interactive_started(self) -> None:
         if self.dispatcher is not None:
             self.dispatcher.check_pressure()
@@ -165,7 +194,7 @@ class QueueService:
     async def start(self) -> None:
         self._queue = await asyncio.wrap_future(self._opening)
         self.dispatcher = Dispatcher(
-            self._queue, self._run, lambda: self.policy.can_take(self.load),
+            self._queue, self._run, self._can_take,
             self._dispatcher_config,
             pressure=lambda running: self.policy.to_preempt(self.load, running))
         self.notifier = Notifier(self._queue, self.config.notifier)
@@ -194,14 +223,17 @@ class QueueService:
         if runner is None:
             raise JobFailed({"message": f"unknown job kind {job.body.get('api')!r}",
                              "type": "invalid_request_error", "status": 400})
+        progress = JobProgress(self._counts, self.dispatcher.wake)
         try:
-            return await runner(self.ctx, job, self.config)
+            return await runner(self.ctx, job, self.config, progress)
         except (CapacityExceeded, NoHealthyWorker) as exc:
             raise Preempted() from exc
         except TandemError as exc:
             error = {"message": exc.message, "type": exc.error_type, "param": exc.param,
                      "code": exc.code, "status": exc.status}
             raise JobFailed(error, retryable=exc.status >= 500) from exc
+        finally:
+            progress.prefilled()
 
 
 class NotFound(TandemError):

@@ -16,7 +16,7 @@ def test_the_queue_is_on_by_default_under_the_state_directory(monkeypatch, tmp_p
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     cfg = queue_config_from_args(parse(), 8000)
     assert cfg.target == str(tmp_path / "tandem" / "queue-8000.db")
-    assert (cfg.interactive_limit, cfg.event_url_allow) == (0, ())
+    assert (cfg.interactive_limit, cfg.prefill_concurrency, cfg.event_url_allow) == (0, 1, ())
     assert queue_config_from_args(parse("--no-queue"), 8000) is None
     # a worker under a gateway: off unless named
     assert queue_config_from_args(parse(), 8000, default_on=False) is None

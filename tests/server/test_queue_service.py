@@ -270,3 +270,23 @@ def test_queue_metrics(app_client):
     assert "tandem:queue_jobs_running 0.0" in text
     assert "tandem:queue_preemptions_total 0.0" in text
     assert "tandem:queue_interactive_requests 0.0" in text
+
+
+def test_queued_prompts_start_one_at_a_time(tmp_path):
+    backend = FakeBackend(reply="abcdef", token_delay=0.05)
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"), poll_s=0.05, lease_s=5.0),
+                       headroom=lambda: True)
+    with TestClient(build_app(backend, ServerConfig(), queue=setup)) as client:
+        rid = client.post(QUEUED, json={"requests": [{"prompt": f"q{i}"} for i in range(4)]}
+                          ).json()["result"]["request_id"]
+        most = 0
+        deadline = time.monotonic() + 10
+        while not (r := client.post(QUEUED, json={"request_id": rid}).json()["result"]).get("responses"):
+            most = max(most, len(backend.running))
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    starts = sorted(s.arrival_time for s in backend.seen)
+    # each starts once the previous one has its first token (one token_delay later) ...
+    assert all(b - a >= 0.04 for a, b in zip(starts, starts[1:])), starts
+    assert most >= 2    # ... while the earlier ones go on decoding beside it
+    assert all(x["success"] for x in r["responses"])

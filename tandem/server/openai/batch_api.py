@@ -26,7 +26,8 @@ from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
 from tandem.server.openai.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai.openai_protocol import parse_chat, parse_completion
-from tandem.server.queue_service import NotFound, QueueConfig, QueueService, idempotency_key
+from tandem.server.queue_service import (JobProgress, NotFound, QueueConfig, QueueService,
+                                         idempotency_key)
 from tandem.server.request_body import parse_off_loop, read_json_object
 from tandem.server.responses import json_response
 from tandem.server.run import check_delta
@@ -112,7 +113,8 @@ def _read_input(content: str, endpoint: str) -> list[JSON]:
     return requests
 
 
-async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig) -> JSON:
+async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
+                         progress: JobProgress) -> JSON:
     """One batch line through the app's backend -> the response body the endpoint would send.
     It runs at the queue's background priority, lowered further by the line's own vLLM
     `priority` when positive (OpenAI's Batch API has no priority field of its own)."""
@@ -127,6 +129,7 @@ async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig) -> J
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     try:
         await run.start()
+        progress.prefilled()   # every request has its first token
         async for i, d in run.deltas():
             fmt.add(i, check_delta(d))
     finally:

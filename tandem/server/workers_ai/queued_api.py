@@ -23,7 +23,8 @@ from tandem.errors import InvalidRequest, ModelNotFound
 from tandem.server.auth import tenant_of
 from tandem.server.context import ServerContext
 from tandem.server.openai.openai_format import make_id, usage_dict
-from tandem.server.queue_service import NotFound, QueueConfig, QueueService, idempotency_key
+from tandem.server.queue_service import (JobProgress, NotFound, QueueConfig, QueueService,
+                                         idempotency_key)
 from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.responses import json_response
 from tandem.server.run import check_delta
@@ -92,7 +93,8 @@ def responses(batch: Batch, jobs: list[Job]) -> JSON:
                                         "total_tokens": prompt + completion}}
 
 
-async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig) -> JSON:
+async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig,
+                             progress: JobProgress) -> JSON:
     """One queued request through the app's backend -> its `result` ({"response", "usage"}).
     It runs at the queue's background priority (Workers AI's API has no priority field)."""
     body, model = job.body["request"], job.body["model"]
@@ -103,6 +105,7 @@ async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig) 
     texts, final, counted = [], None, 0
     try:
         await run.start()
+        progress.prefilled()   # every request has its first token
         async for _, d in run.deltas():
             texts.append(check_delta(d).new_text)
             counted += len(d.new_token_ids)
