@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tandem.config import CacheConfig, EngineConfig
+from tandem.config import EngineConfig
 from tandem.engine.detokenizer import IncrementalDetokenizer
 from tandem.engine.proposer import Proposer
 from tandem.engine.request import Request, RequestStatus
@@ -32,7 +32,7 @@ from tandem.kv.connector import FinishedKV, KVConnector
 from tandem.kv.connector_set import connector_set
 from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
-from tandem.kv.layout import KVLayout
+from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel, load_model
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.runner.model_runner import ModelRunner, StepResult
@@ -63,15 +63,6 @@ class SpecCounters:
             self.accepted_per_pos.extend([0] * (num_proposed - len(self.accepted_per_pos)))
         for pos in range(num_accepted):
             self.accepted_per_pos[pos] += 1
-
-
-def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
-    a = loaded.arch
-    identity = f"{a.architecture}/L{a.num_layers}/H{a.hidden_size}/V{a.vocab_size}"
-    dtype = loaded.dtype if cache.kv_cache_dtype == "auto" else torch.float8_e5m2
-    return KVLayout(model=identity, dtype=str(dtype).removeprefix("torch."),
-                    block_size=cache.block_size, num_layers=a.num_layers,
-                    num_kv_heads=a.kv_heads_cached, head_dim=a.kv_dim_cached, kind=a.kv_kind)
 
 
 class Engine:

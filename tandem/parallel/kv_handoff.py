@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from tandem.config import EngineConfig
-from tandem.engine.engine import Engine, layout_of
+from tandem.engine.engine import Engine
+from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
 from tandem.parallel.group import RankGroup
 from tandem.parallel.messages import CacheInit, broadcast

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.config import EngineConfig
+from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
 from tandem.tokenization.tokenizer import Tokenizer
 
@@ -19,8 +20,6 @@ class SpecTarget:
     @property
     def kv_tokens(self) -> int:
         """Tokens the target's KV cache holds: running requests never hold more."""
-        from tandem.engine.engine import layout_of
-
         cache = self.config.cache
         num_blocks = cache.num_blocks or cache.kv_cache_bytes // layout_of(self.loaded, cache).block_nbytes
         return num_blocks * cache.block_size

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from tandem.engine.engine import Engine, layout_of
+from tandem.engine.engine import Engine
+from tandem.models.kv_layout import layout_of
 from tandem.kv.connector_set import connector_set
 from tandem.models.loader import load_model
 from tandem.tokenization.tokenizer import Tokenizer
