@@ -1,4 +1,4 @@
-"""TP 1 vs TP 2 vs EP 2 on a small MoE + MLA model (DeepSeek-V3 architecture, random weights):
+"""TP 1 vs TP 2 vs EP 2 (all-reduce and all-to-all dispatch) on a small MoE + MLA model (DeepSeek-V3 architecture, random weights):
 output tokens/s, weights and resident memory per rank, cold start to ready against the raw
 read time of the shards; KV bytes per token of MLA against the dense equivalent.
 
@@ -73,7 +73,9 @@ def main() -> None:
                        scheduler=SchedulerConfig(max_num_batched_tokens=512), num_threads=1)
     rows = []
     for name, pcfg in (("TP 1", None), ("TP 2", ParallelConfig(tensor_parallel_size=2)),
-                       ("EP 2", ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True))):
+                       ("EP 2", ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True)),
+                       ("EP 2 all-to-all", ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True,
+                                                          expert_dispatch="alltoall"))):
         t0 = time.perf_counter()
         engine = Engine.from_config(cfg) if pcfg is None else parallel_engine(cfg, pcfg)
         ready = time.perf_counter() - t0
