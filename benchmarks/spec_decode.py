@@ -1,5 +1,6 @@
 """Speculative decoding on the demo models: decode tokens/s at batch 1, 8 and 32 for each proposer
-(ngram, suffix, draft_model) beside no speculation, on (a) tool-call turns and (b) prose, greedy,
+(ngram, suffix, draft_model, and suffix_draft: suffix decoding with the draft model behind it,
+`{"method": "suffix", "model": DRAFT}`) beside no speculation, on (a) tool-call turns and (b) prose, greedy,
 every output checked identical to the no-speculation run.
 
   python benchmarks/spec_decode.py --reps 3 --out spec_decode.json
@@ -42,11 +43,13 @@ from tandem.engine.engine import Engine
 from tandem.spec.adaptive import AdaptiveDraftLength
 from tandem.spec.factory import make_proposer
 from tandem.spec.gate import SpeculationGate
+from tandem.spec.suffix import SuffixProposer
+from tandem.spec.suffix_draft import SuffixWithDraftModel
 from tandem.spec.proposer import AdaptiveProposer
 from tandem.spec.target import SpecTarget
 from tandem.types import EngineRequest, SamplingParams
 
-PROPOSERS = ("none", "ngram", "suffix", "draft_model")
+PROPOSERS = ("none", "ngram", "suffix", "draft_model", "suffix_draft")
 
 
 def tool_call_prompts(n: int) -> list[str]:
@@ -107,6 +110,9 @@ def proposer_for(name: str, engine: Engine, args, draft_method, gate: Speculatio
     k = getattr(args, f"k_{name}")
     if name == "draft_model":   # the loaded draft is reused; its state is per request and freed
         return AdaptiveProposer(draft_method, k, AdaptiveDraftLength(k, 64), gate)
+    if name == "suffix_draft":  # {"method": "suffix", "model": DRAFT}: the same draft behind suffix
+        method = SuffixWithDraftModel(SuffixProposer(k), draft_method)
+        return AdaptiveProposer(method, k, AdaptiveDraftLength(k, 64, shorten=False), gate)
     cfg = SpeculativeConfig(name, num_speculative_tokens=k, prompt_lookup_min=args.prompt_lookup_min)
     proposer = make_proposer(cfg, SpecTarget.of_engine(engine))
     proposer.gate = gate
@@ -149,6 +155,8 @@ def main() -> None:
     p.add_argument("--k-ngram", type=int, default=8)
     p.add_argument("--k-suffix", type=int, default=16)
     p.add_argument("--k-draft-model", dest="k_draft_model", type=int, default=6)
+    p.add_argument("--k-suffix-draft", dest="k_suffix_draft", type=int, default=16,
+                   help="suffix drafts; the draft model behind them drafts at most --k-draft-model")
     p.add_argument("--prompt-lookup-min", type=int, default=2)
     p.add_argument("--dtype", default="auto")
     p.add_argument("--out", default="spec_decode.json")
@@ -162,7 +170,7 @@ def main() -> None:
         num_threads=1))
     engine.loaded.wait_packed()
     draft_method = None
-    if "draft_model" in names:
+    if "draft_model" in names or "suffix_draft" in names:
         cfg = SpeculativeConfig("draft_model", model=args.draft, num_speculative_tokens=args.k_draft_model)
         draft_method = make_proposer(cfg, SpecTarget.of_engine(engine)).method
         draft_method.loaded.wait_packed()

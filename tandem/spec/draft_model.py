@@ -44,7 +44,9 @@ _AS_DECODE_ROWS = 8
 
 @dataclass(frozen=True)
 class DraftModelConfig:
-    catchup_tokens_per_step: int = 2048   # draft prefill tokens per call, all requests together
+    # draft prefill tokens per call, all requests together: bounds the stall of one step (and the
+    # cost of a step the speculation gate probes while the draft has fallen behind)
+    catchup_tokens_per_step: int = 512
 
 
 def check_same_tokenizer(draft: Tokenizer, target: Tokenizer, draft_path: str) -> None:

@@ -8,6 +8,9 @@ from tandem.spec.gate import SpeculationGate
 from tandem.spec.proposer import AdaptiveProposer
 from tandem.spec.target import SpecTarget
 
+# the most greedy steps of a draft model behind suffix decoding (each one a forward of the draft)
+_FALLBACK_DRAFT_K = 6
+
 
 def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> AdaptiveProposer:
     """`target`: the engine's model and config; a draft model needs it (device, dtype, the
@@ -21,6 +24,14 @@ def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> A
         from tandem.spec.suffix import SuffixProposer
 
         method = SuffixProposer(k)
+        if cfg.model:   # a draft model behind the suffix tree: its greedy steps are the costly part
+            from tandem.spec.draft_model import DraftModelProposer
+            from tandem.spec.suffix_draft import SuffixWithDraftModel
+
+            if target is None:
+                raise ValueError("speculative method 'suffix' with a 'model' needs the target engine "
+                                 "(make_proposer(cfg, SpecTarget(...)))")
+            method = SuffixWithDraftModel(method, DraftModelProposer(min(k, _FALLBACK_DRAFT_K), cfg.model, target))
     elif cfg.method == "draft_model":
         if target is None:
             raise ValueError("speculative method 'draft_model' needs the target engine "

@@ -31,6 +31,7 @@ def _with(engine, method, **cfg):
     ("ngram", dict(prompt_lookup_min=1)),
     ("suffix", {}),
     ("draft_model", dict(model="SELF")),
+    ("suffix", dict(model="SELF")),      # suffix decoding with a draft model behind it
 ])
 def test_greedy_output_is_identical(llama_dir, make_engine, method, cfg):
     batch = _repetitive(5, seed=90) + prompts(3, seed=91)
