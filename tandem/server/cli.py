@@ -109,6 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="ranks holding consecutive stages of the layers")
     p.add_argument("--enable-expert-parallel", action="store_true",
                    help="MoE models: whole experts per tensor-parallel rank instead of slices of every expert")
+    p.add_argument("--expert-dispatch", choices=("allreduce", "alltoall"), default="allreduce",
+                   help="with --enable-expert-parallel: combine expert outputs with one all-reduce, or "
+                        "dispatch tokens to their experts' ranks and back (all-to-all)")
     p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
                    help="KV handoff transport (prefill/decode roles default to tcp)")
     p.add_argument("--kv-pin-timeout", type=float, default=TransferConfig.pin_timeout_s,
@@ -222,9 +225,13 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
     """The engine of a worker spread over ranks (tandem.parallel), started now; None for one process."""
     from tandem.parallel.config import ParallelConfig
 
-    pcfg = ParallelConfig(tensor_parallel_size=args.tensor_parallel_size,
-                          pipeline_parallel_size=args.pipeline_parallel_size,
-                          enable_expert_parallel=args.enable_expert_parallel)
+    try:
+        pcfg = ParallelConfig(tensor_parallel_size=args.tensor_parallel_size,
+                              pipeline_parallel_size=args.pipeline_parallel_size,
+                              enable_expert_parallel=args.enable_expert_parallel,
+                              expert_dispatch=args.expert_dispatch)
+    except ValueError as exc:
+        raise SystemExit(f"tandem serve: {exc}") from None
     if not pcfg.enabled:
         return None
     from tandem.parallel.launch import parallel_engine
