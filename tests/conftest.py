@@ -3,6 +3,9 @@ blocks are checked to be free again when the test ends."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -10,6 +13,10 @@ from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfi
 from tandem.testing.tiny_model import write_test_model
 
 torch.set_num_threads(1)
+
+# servers keep their queue database under $XDG_STATE_HOME/tandem: the tests' own directory, not the
+# user's home (set before any server, in-process or child, is started; children inherit it)
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tandem-test-state-")
 
 
 @pytest.fixture(scope="session")
