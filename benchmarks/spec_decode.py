@@ -162,6 +162,11 @@ def main() -> None:
     p.add_argument("--out", default="spec_decode.json")
     args = p.parse_args()
     torch.set_num_threads(1)
+    # the code under test is what this process imported now
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "tandem", "benchmarks/spec_decode.py"],
+                           capture_output=True, text=True).stdout.strip()
+    start_load = os.getloadavg()
     batches = [int(b) for b in args.batches.split(",")]
     names = args.proposers.split(",")
     engine = Engine.from_config(EngineConfig(
@@ -207,8 +212,8 @@ def main() -> None:
                     "output_tokens": sum(len(t) for t in rs[0]["outputs"].values()),
                     **{key: rs[0][key] for key in ("draft_tokens", "accepted_tokens", "acceptance",
                                                    "mean_accepted_per_draft")}})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"date": datetime.date.today().isoformat(), "commit": commit,
+    meta = {"date": datetime.date.today().isoformat(), "commit": commit, "uncommitted_in_tandem": dirty,
+            "started_loadavg": start_load,
             "machine": f"{platform.machine()}, {os.cpu_count()} cores", "loadavg_end": os.getloadavg(),
             "args": vars(args)}
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
