@@ -249,7 +249,10 @@ def test_prefill_blocks_freed_at_once_when_no_decode_worker_takes_them(model):
         c.kill("w1")
         body = {"model": "m", "prompt": PROMPT + "again", "max_tokens": 4, "temperature": 0}
         r = httpx.post(g + "/v1/completions", json=body, timeout=120)
-        assert r.status_code >= 500 or "error" in r.text
+        # the decode pool is gone: the prefill worker serves the request whole (the surviving pool
+        # serves both roles), and the blocks it had kept for the dead decode worker are released
+        # by the gateway, not by the 600 s pin timeout
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4
         assert_no_blocks_held(c, timeout_s=10)
 
 
