@@ -110,8 +110,9 @@ class Engine:
         proposer = None
         if config.speculative is not None:
             from tandem.spec.factory import make_proposer
+            from tandem.spec.target import SpecTarget
 
-            proposer = make_proposer(config.speculative)
+            proposer = make_proposer(config.speculative, SpecTarget(config, loaded, tokenizer))
         kind = config.resolved_transport
         if kind is None and not config.kv_store.enabled:
             return cls(config, loaded, tokenizer, proposer=proposer)

@@ -61,10 +61,12 @@ def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind
 
     transport = make_sharded_transport(kind, kv, config.transfer)
     transport.source.start()
+    tokenizer = Tokenizer.from_dir(config.model.path)
     proposer = None
     if config.speculative is not None:
         from tandem.spec.factory import make_proposer
+        from tandem.spec.target import SpecTarget
 
-        proposer = make_proposer(config.speculative)
-    return Engine(config, loaded, Tokenizer.from_dir(config.model.path), own,
+        proposer = make_proposer(config.speculative, SpecTarget(config, loaded, tokenizer))
+    return Engine(config, loaded, tokenizer, own,
                   handoff_connector(transport, whole), proposer, transport_address=transport.source.address)

@@ -121,3 +121,17 @@ def test_speculation_on_a_decode_worker_after_the_handoff(llama_dir, make_engine
     finally:
         prefill.shutdown()
         decode.shutdown()
+
+
+def test_engine_from_config_builds_a_draft_model_proposer(llama_dir, make_engine):
+    """--speculative-config with method draft_model: the engine's own start-up builds it."""
+    prompt = prompts(1, seed=90)[0] * 2
+    ref = tokens(run(make_engine(llama_dir), [r := request(prompt, max_tokens=12)])[r.request_id])
+    cfg = dataclasses.replace(engine_config(llama_dir), speculative=SpeculativeConfig(
+        "draft_model", model=str(llama_dir), num_speculative_tokens=3, adaptive=False))
+    engine = Engine.from_config(cfg)
+    try:
+        assert tokens(run(engine, [r := request(prompt, max_tokens=12)])[r.request_id]) == ref
+        assert engine.stats().spec_num_accepted_tokens > 0
+    finally:
+        engine.shutdown()
