@@ -66,11 +66,13 @@ class Scheduler:
         self.loading: dict[str, tuple[Request, int]] = {}  # admitted, waiting for an asynchronous
         # KV load: the request and the number of tokens its KV covers once loaded
         self.kept: set[str] = set()             # finished; blocks kept by the connector until released
+        self._waiting_unsorted = False   # requests joined the queue since it was last sorted
         self.num_preemptions = 0
 
     # --- bookkeeping ----------------------------------------------------------------
     def add(self, request: Request) -> None:
         self.waiting.append(request)
+        self._waiting_unsorted = True
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -128,6 +130,7 @@ class Scheduler:
         request.num_computed_tokens = 0
         request.status = RequestStatus.WAITING
         self.waiting.appendleft(request)
+        self._waiting_unsorted = True
 
     @staticmethod
     def computed(seq: ScheduledSeq, num_accepted: int) -> None:
@@ -310,8 +313,12 @@ class Scheduler:
 
     def _sort_waiting(self) -> None:
         """Waiting requests by key, their remaining work estimated from the prefix cache now."""
-        if len(self.waiting) < 2 or not self._ordered():
+        # only when requests joined: admission pops from the front and deferral keeps the order,
+        # and aging moves every key alike, so the order holds until the queue gains a request
+        # (re-sorting every step would look every waiting prompt up in the prefix cache each step)
+        if not self._waiting_unsorted or len(self.waiting) < 2 or not self._ordered():
             return
+        self._waiting_unsorted = False
         ordered = sorted(self.waiting, key=lambda r: self.order.key(r, self._waiting_work(r)))
         self.waiting.clear()
         self.waiting.extend(ordered)
@@ -394,3 +401,4 @@ class Scheduler:
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
+        self._waiting_unsorted = True
