@@ -227,7 +227,10 @@ def test_client_disconnect_mid_stream_aborts_the_request_on_the_worker(model):
 
 
 def test_prefill_worker_killed_request_succeeds_elsewhere(model):
-    c = build(model, ["prefill", "prefill", "decode"], {"g": ([0, 1, 2], "round_robin")})
+    # placement remote: the decode worker holds PROMPT after the first request, so the default
+    # policy would serve the repeats whole there whenever the rotation offers the uncached w1
+    c = build(model, ["prefill", "prefill", "decode"],
+              {"g": ([0, 1, 2], "round_robin", ("--prefill-placement", "remote"))})
     with running(c):
         g = url(c, "g")
         expected = text_of(complete(g, PROMPT, 16))        # prefill on w0
