@@ -10,6 +10,11 @@ Invariants:
   when the lease is lost (renew refused: the job was cancelled or its lease expired and another
   owner may hold it; the run is cancelled and nothing is recorded).
 - A requeue does not count an attempt: a job preempted any number of times never fails for it.
+- Progress: `run(job, checkpoint)` may `checkpoint.track(snapshot)`; the dispatcher saves
+  `snapshot()` with the job when it goes back to the queue (preempted, or the dispatcher
+  stopped) and with every lease renewal (so a crashed owner's successor continues from it),
+  after the run has ended or between its awaits, never concurrently with a change to it. The
+  next run finds it in `job.progress`.
 - Interactive traffic is the caller's concern: it answers `headroom()` (may we take more?) and
   `pressure()` (how many running jobs must yield now?), asked before every take and on every
   `check_pressure()`; a job that must yield is cancelled where it awaits (its `run` closes its
@@ -56,7 +61,28 @@ class DispatcherConfig:
     retry_delay_s: float = 1.0      # a failed, retryable job is takeable again after this
 
 
-RunFn = Callable[[Job], Awaitable[JSON]]
+class Checkpoint:
+    """A running job's progress, for the dispatcher to save with the job (see the invariants):
+    the run registers a function that returns it as JSON, called only when it is saved."""
+
+    def __init__(self) -> None:
+        self._snapshot: Callable[[], JSON | None] | None = None
+
+    def track(self, snapshot: Callable[[], JSON | None]) -> None:
+        self._snapshot = snapshot
+
+    def value(self) -> JSON | None:
+        """The progress to save now; None: nothing new (the job's saved progress stays)."""
+        if self._snapshot is None:
+            return None
+        try:
+            return self._snapshot()
+        except Exception:
+            log.exception("asyncq: a job's progress could not be read; it is not saved")
+            return None
+
+
+RunFn = Callable[[Job, Checkpoint], Awaitable[JSON]]
 PressureFn = Callable[[int], int]   # running jobs (not yet yielding) -> how many must yield now
 
 
@@ -70,6 +96,7 @@ class _Held:
     `preempt()` chose it; `recording` once its run ended (too late to preempt)."""
     job: Job
     lease: Lease
+    checkpoint: Checkpoint
     task: asyncio.Task | None = None
     lost: bool = False
     preempted: bool = False
@@ -158,7 +185,7 @@ class Dispatcher:
                 except Exception:
                     log.exception("asyncq: take failed; trying again in %.1f s", self._cfg.idle_poll_s)
             for claim in claims:
-                held = _Held(claim.job, claim.lease)
+                held = _Held(claim.job, claim.lease, Checkpoint())
                 self._running[claim.job.id] = held
                 held.task = asyncio.create_task(self._run_one(held))
             if claims and not self._stopping:
@@ -176,7 +203,7 @@ class Dispatcher:
         renewer = asyncio.create_task(self._keep_leased(held, asyncio.current_task()))
         try:
             try:
-                outcome: JSON | BaseException = await self._run(job)
+                outcome: JSON | BaseException = await self._run(job, held.checkpoint)
             except asyncio.CancelledError:
                 if not (held.lost or held.preempted):
                     raise                  # stop(): handled below
@@ -189,11 +216,11 @@ class Dispatcher:
             held.recording = True
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
-            await self._record(held.lease, outcome)
+            await self._record(held, outcome)
         except asyncio.CancelledError:     # stop(): put the job back for another dispatcher
             renewer.cancel()
             if not held.lost:
-                await asyncio.shield(self._queue.requeue(held.lease))
+                await asyncio.shield(self._queue.requeue(held.lease, held.checkpoint.value()))
             raise
         except Exception:
             log.exception("asyncq: recording job %s failed; its lease will expire", job.id)
@@ -206,7 +233,8 @@ class Dispatcher:
         while True:
             await asyncio.sleep(self._cfg.renew_every_s)
             try:
-                renewed = await self._queue.renew(held.lease, self._cfg.lease_s)
+                renewed = await self._queue.renew(held.lease, self._cfg.lease_s,
+                                                  held.checkpoint.value())
             except Exception:
                 log.exception("asyncq: renewing job %s failed; retrying", held.lease.job_id)
                 continue
@@ -216,7 +244,8 @@ class Dispatcher:
                 return
             held.lease = renewed
 
-    async def _record(self, lease: Lease, outcome: JSON | BaseException) -> None:
+    async def _record(self, held: _Held, outcome: JSON | BaseException) -> None:
+        lease = held.lease
         exc = outcome if isinstance(outcome, BaseException) else None
         if exc is None:
             if not await self._queue.complete(lease, outcome):
@@ -224,7 +253,7 @@ class Dispatcher:
                             lease.job_id)
         elif isinstance(exc, Preempted):
             self._preempted = True
-            await self._queue.requeue(lease)
+            await self._queue.requeue(lease, held.checkpoint.value())
         elif isinstance(exc, JobFailed):
             await self._queue.fail(lease, exc.error, exc.retryable, self._cfg.retry_delay_s)
         else:

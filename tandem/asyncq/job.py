@@ -95,6 +95,9 @@ class Job:
     error: JSON | None              # the last error (FAILED, or a retry pending)
     owner: str | None               # lease holder while RUNNING
     lease_expires_at: float | None
+    # what earlier runs produced (saved when one was preempted or renewed its lease), for the
+    # next run to continue from; opaque to the queue (tandem/asyncq/resume.py writes it)
+    progress: JSON | None = None
 
 
 @dataclass(frozen=True)

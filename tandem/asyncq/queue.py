@@ -6,6 +6,8 @@ Invariants every backend keeps (tests/asyncq/test_queue.py runs the same tests o
 - A job is RUNNING under at most one unexpired lease. `take` first returns jobs whose lease expired
   to the queue (or fails them when their attempts are spent), then leases queued jobs in
   (priority, enqueue order).
+- A job's `progress` changes only through `renew` and `requeue` under its current lease; the
+  other transitions keep it (a retried job continues from it too).
 - `complete`, `fail`, `requeue` and `renew` act only for the current lease (same owner and attempt,
   not expired, job still RUNNING); otherwise they change nothing and return False / None. So a
   result is recorded at most once, and never by an owner whose lease expired.
@@ -29,9 +31,10 @@ class JobQueue(Protocol):
     async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
         """Lease up to n jobs to `owner` for `lease_s` seconds; each take counts one attempt."""
 
-    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
-        """Extend a current lease to now + lease_s; None if it is no longer current (expired,
-        cancelled, taken by someone else): the holder must stop working on the job."""
+    async def renew(self, lease: Lease, lease_s: float, progress: JSON | None = None) -> Lease | None:
+        """Extend a current lease to now + lease_s, and save `progress` (when not None) as the
+        job's progress; None if the lease is no longer current (expired, cancelled, taken by
+        someone else): the holder must stop working on the job, and nothing is saved."""
 
     async def complete(self, lease: Lease, result: JSON) -> bool:
         """Record the result (RUNNING -> SUCCEEDED) if the lease is current."""
@@ -41,8 +44,9 @@ class JobQueue(Protocol):
         """RUNNING -> QUEUED (available after retry_delay_s) when retryable and attempts remain,
         else -> FAILED. None if the lease is not current."""
 
-    async def requeue(self, lease: Lease) -> bool:
-        """Preempted: RUNNING -> QUEUED at once, and the attempt is not counted."""
+    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
+        """Preempted: RUNNING -> QUEUED at once, and the attempt is not counted; `progress`
+        (when not None) replaces the job's saved progress, which the next run continues from."""
 
     async def cancel(self, batch_id: str) -> int:
         """Cancel the batch's unfinished jobs (queued or running: a running job's lease stops

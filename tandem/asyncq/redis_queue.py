@@ -51,7 +51,13 @@ def _job(h: dict) -> Job:
                created_at=float(h["created_at"]), started_at=_opt_float(h, "started_at"),
                finished_at=_opt_float(h, "finished_at"), result=_opt_json(h, "result"),
                error=_opt_json(h, "error"), owner=h.get("owner"),
-               lease_expires_at=_opt_float(h, "lease_expires_at"))
+               lease_expires_at=_opt_float(h, "lease_expires_at"),
+               progress=_opt_json(h, "progress"))
+
+
+def _progress(progress: JSON | None) -> str:
+    """A script's progress argument: '' = keep the saved progress."""
+    return "" if progress is None else orjson.dumps(progress).decode()
 
 
 def _subscription(h: dict) -> Subscription:
@@ -100,15 +106,17 @@ class RedisQueue:
         jobs = [_job(_pairs(flat)) for flat in await self._call("TAKE", n, owner, lease_s)]
         return [Claim(j, Lease(j.id, owner, j.attempts, j.lease_expires_at)) for j in jobs]
 
-    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
-        expires = await self._call("RENEW", lease.job_id, lease.owner, lease.attempt, lease_s)
+    async def renew(self, lease: Lease, lease_s: float, progress: JSON | None = None) -> Lease | None:
+        expires = await self._call("RENEW", lease.job_id, lease.owner, lease.attempt, lease_s,
+                                   _progress(progress))
         return None if expires is None else Lease(lease.job_id, lease.owner, lease.attempt,
                                                   float(expires))
 
     async def _finish(self, lease: Lease, mode: str, payload: JSON | None, retryable: bool = False,
-                      retry_delay_s: float = 0.0) -> JobStatus | None:
+                      retry_delay_s: float = 0.0, progress: JSON | None = None) -> JobStatus | None:
         status = await self._call("FINISH", lease.job_id, lease.owner, lease.attempt, mode,
-                                  orjson.dumps(payload).decode(), int(retryable), retry_delay_s)
+                                  orjson.dumps(payload).decode(), int(retryable), retry_delay_s,
+                                  _progress(progress))
         return None if status is None else JobStatus(status)
 
     async def complete(self, lease: Lease, result: JSON) -> bool:
@@ -118,8 +126,8 @@ class RedisQueue:
                    retry_delay_s: float = 0.0) -> JobStatus | None:
         return await self._finish(lease, "fail", error, retryable, retry_delay_s)
 
-    async def requeue(self, lease: Lease) -> bool:
-        return await self._finish(lease, "requeue", None) is not None
+    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
+        return await self._finish(lease, "requeue", None, progress=progress) is not None
 
     async def cancel(self, batch_id: str) -> int:
         return int(await self._call("CANCEL", batch_id))

@@ -2,7 +2,8 @@
 server (no other client's command runs in between) and reads the server's clock.
 
 Keys (P = the prefix, passed as KEYS[1]; one Redis server, not Redis Cluster):
-  P..'job:'..id            hash: the job's fields; absent field = None
+  P..'job:'..id            hash: the job's fields; absent field = None (`progress`: set by
+                           RENEW and FINISH's requeue only)
   P..'batch:'..id          hash: the batch's fields and counters; 'event:'..type marks a recorded event
   P..'batch:'..id..':jobs' list: job ids in index order
   P..'batches:'..account  sorted set of the account's batch ids, score = created_at
@@ -141,18 +142,20 @@ end
 return out
 """
 
-# ARGV: job_id, owner, attempt, lease_s -> new expiry (string) or nil
+# ARGV: job_id, owner, attempt, lease_s, progress JSON ('' = keep) -> new expiry (string) or nil
 RENEW = _COMMON + """
 local id, lease_s = ARGV[1], tonumber(ARGV[4])
 local t = now()
 if not current(id, ARGV[2], tonumber(ARGV[3]), t) then return false end
 redis.call('HSET', P .. 'job:' .. id, 'lease_expires_at', num(t + lease_s))
+if ARGV[5] ~= '' then redis.call('HSET', P .. 'job:' .. id, 'progress', ARGV[5]) end
 redis.call('ZADD', P .. 'leased', num(t + lease_s), id)
 return num(t + lease_s)
 """
 
 # ARGV: job_id, owner, attempt, mode (complete|fail|requeue), payload JSON, retryable 0|1,
-# retry_delay_s -> the new status, or nil if the lease is not current
+# retry_delay_s, progress JSON ('' = keep; requeue only) -> the new status, or nil if the
+# lease is not current
 FINISH = _COMMON + """
 local id, mode, payload = ARGV[1], ARGV[4], ARGV[5]
 local t = now()
@@ -166,6 +169,7 @@ if mode == 'complete' then
   count_terminal(j[1], 'succeeded', 1, t)
   return 'succeeded'
 elseif mode == 'requeue' then
+  if ARGV[8] ~= '' then redis.call('HSET', jk, 'progress', ARGV[8]) end
   redis.call('HINCRBY', jk, 'attempts', -1)
   redis.call('HSET', jk, 'status', 'queued')
   redis.call('ZADD', P .. 'ready', rank(jk), id)

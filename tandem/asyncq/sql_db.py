@@ -99,6 +99,30 @@ class SqlDb:
             cur.close()
         self._pool.submit(run).result()
 
+    def add_missing_columns(self, columns: Sequence[tuple[str, str, str]]) -> None:
+        """At open: ALTER TABLE ... ADD COLUMN for each (table, column, type) the table lacks
+        (SQLite has no ADD COLUMN IF NOT EXISTS). Two processes opening an old store at once:
+        the loser's ALTER fails on the duplicate column, which is what it wanted anyway."""
+        def run() -> None:
+            cur = self._conn.cursor()
+            try:
+                for table, column, kind in columns:
+                    cur.execute(f"SELECT * FROM {table} LIMIT 0")
+                    if column in {d[0] for d in cur.description}:
+                        continue
+                    try:
+                        cur.execute(self.dialect.begin)
+                        cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                        cur.execute("COMMIT")
+                    except Exception:
+                        _rollback(cur)
+                        cur.execute(f"SELECT * FROM {table} LIMIT 0")
+                        if column not in {d[0] for d in cur.description}:
+                            raise
+            finally:
+                cur.close()
+        self._pool.submit(run).result()
+
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._pool, self._conn.close)

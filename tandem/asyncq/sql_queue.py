@@ -19,7 +19,7 @@ from tandem.asyncq.event import (
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
 from tandem.asyncq.sql_db import SqlDb, Tx
 from tandem.asyncq.sql_schema import (
-    BATCH_COLUMNS, JOB_COLUMNS, SCHEMA, batch_from_row, dumps, job_from_row,
+    ADDED_COLUMNS, BATCH_COLUMNS, JOB_COLUMNS, SCHEMA, batch_from_row, dumps, job_from_row,
 )
 
 _TERMINAL_COLUMN = {JobStatus.SUCCEEDED: "succeeded", JobStatus.FAILED: "failed",
@@ -32,6 +32,7 @@ class SqlQueue:
     def __init__(self, db: SqlDb) -> None:
         self._db = db
         db.script(SCHEMA)
+        db.add_missing_columns(ADDED_COLUMNS)
 
     # --- jobs -----------------------------------------------------------------------------
     async def enqueue(self, spec: BatchSpec) -> tuple[Batch, bool]:
@@ -40,8 +41,8 @@ class SqlQueue:
     async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
         return await self._db.transact(_take, n, owner, lease_s)
 
-    async def renew(self, lease: Lease, lease_s: float) -> Lease | None:
-        return await self._db.transact(_renew, lease, lease_s)
+    async def renew(self, lease: Lease, lease_s: float, progress: JSON | None = None) -> Lease | None:
+        return await self._db.transact(_renew, lease, lease_s, progress)
 
     async def complete(self, lease: Lease, result: JSON) -> bool:
         return await self._db.transact(_finish, lease, JobStatus.SUCCEEDED, result, None) is not None
@@ -50,8 +51,8 @@ class SqlQueue:
                    retry_delay_s: float = 0.0) -> JobStatus | None:
         return await self._db.transact(_fail, lease, error, retryable, retry_delay_s)
 
-    async def requeue(self, lease: Lease) -> bool:
-        return await self._db.transact(_requeue, lease)
+    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
+        return await self._db.transact(_requeue, lease, progress)
 
     async def cancel(self, batch_id: str) -> int:
         return await self._db.transact(_cancel, batch_id)
@@ -236,10 +237,16 @@ def _current(tx: Tx, lease: Lease) -> tuple | None:
     return rows[0] if rows else None
 
 
-def _renew(tx: Tx, lease: Lease, lease_s: float) -> Lease | None:
+def _save_progress(tx: Tx, job_id: str, progress: JSON | None) -> None:
+    if progress is not None:
+        tx.rows("UPDATE asyncq_jobs SET progress = ? WHERE id = ?", (dumps(progress), job_id))
+
+
+def _renew(tx: Tx, lease: Lease, lease_s: float, progress: JSON | None) -> Lease | None:
     if _current(tx, lease) is None:
         return None
     tx.rows("UPDATE asyncq_jobs SET lease_expires_at = ? WHERE id = ?", (tx.now + lease_s, lease.job_id))
+    _save_progress(tx, lease.job_id, progress)
     return Lease(lease.job_id, lease.owner, lease.attempt, tx.now + lease_s)
 
 
@@ -270,9 +277,10 @@ def _fail(tx: Tx, lease: Lease, error: JSON, retryable: bool,
     return JobStatus.QUEUED
 
 
-def _requeue(tx: Tx, lease: Lease) -> bool:
+def _requeue(tx: Tx, lease: Lease, progress: JSON | None) -> bool:
     if _current(tx, lease) is None:
         return False
+    _save_progress(tx, lease.job_id, progress)
     tx.rows("UPDATE asyncq_jobs SET status = 'queued', attempts = attempts - 1, owner = NULL, "
             "lease_expires_at = NULL, available_at = ? WHERE id = ?", (tx.now, lease.job_id))
     return True

@@ -23,7 +23,7 @@ SCHEMA = (
         max_attempts INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL,
         available_at DOUBLE PRECISION NOT NULL, started_at DOUBLE PRECISION,
         finished_at DOUBLE PRECISION, result TEXT, error TEXT, owner TEXT,
-        lease_expires_at DOUBLE PRECISION)""",
+        lease_expires_at DOUBLE PRECISION, progress TEXT)""",
     "CREATE INDEX IF NOT EXISTS asyncq_batches_account ON asyncq_batches (account, created_at)",
     "CREATE INDEX IF NOT EXISTS asyncq_jobs_ready ON asyncq_jobs (status, priority, created_at, idx)",
     "CREATE INDEX IF NOT EXISTS asyncq_jobs_lease ON asyncq_jobs (status, lease_expires_at)",
@@ -46,11 +46,15 @@ SCHEMA = (
         bytes INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, content TEXT NOT NULL)""",
 )
 
+# Columns added after a table's first release: (table, column, type), added to a store created
+# before them when it is opened (CREATE TABLE IF NOT EXISTS leaves an existing table as it was).
+ADDED_COLUMNS = (("asyncq_jobs", "progress", "TEXT"),)
+
 BATCH_COLUMNS = ("id, account, model, client_key, priority, created_at, total, succeeded, failed, "
                  "cancelled, meta")
 JOB_COLUMNS = ("id, batch_id, idx, account, model, priority, body, external_reference, status, "
                "attempts, max_attempts, created_at, started_at, finished_at, result, error, owner, "
-               "lease_expires_at")
+               "lease_expires_at, progress")
 EVENT_COLUMNS = "e.id, e.type, e.batch_id, e.account, e.model, e.payload, e.created_at"
 DELIVERY_COLUMNS = ("d.id, d.subscription_id, d.url, d.secret, d.status, d.attempts, d.next_at, "
                     "d.last_error, " + EVENT_COLUMNS)
@@ -74,7 +78,7 @@ def job_from_row(r: tuple) -> Job:
                body=orjson.loads(r[6]), external_reference=r[7], status=JobStatus(r[8]),
                attempts=r[9], max_attempts=r[10], created_at=r[11], started_at=r[12],
                finished_at=r[13], result=_loads(r[14]), error=_loads(r[15]), owner=r[16],
-               lease_expires_at=r[17])
+               lease_expires_at=r[17], progress=_loads(r[18]))
 
 
 def event_from_row(r: tuple) -> Event:

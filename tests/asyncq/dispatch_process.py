@@ -19,7 +19,7 @@ async def main(target: str, owner: str, idle_exit_s: float) -> None:
     sys.stdin.readline()
     last = {"t": time.monotonic()}
 
-    async def run(job):
+    async def run(job, checkpoint):
         print(job.id, flush=True)
         await asyncio.sleep(0.02)
         last["t"] = time.monotonic()

@@ -44,7 +44,7 @@ def test_two_dispatchers_never_run_a_job_twice(queue_target):
         by_owner: collections.Counter[str] = collections.Counter()
 
         def runner(owner):
-            async def run(job: Job):
+            async def run(job: Job, checkpoint):
                 runs[job.id] += 1
                 by_owner[owner] += 1
                 await asyncio.sleep(0.03)
@@ -73,7 +73,7 @@ def test_no_job_taken_without_headroom(tmp_path):
         room = {"free": False}
         started = []
 
-        async def run(job):
+        async def run(job, checkpoint):
             started.append(job.id)
             room["free"] = False   # the pools fill up with this job
             return {}
@@ -103,7 +103,7 @@ def test_lease_renewed_while_a_long_job_runs(queue_target):
         qa, qb = open_queue(queue_target), open_queue(queue_target)
         runs: collections.Counter[str] = collections.Counter()
 
-        async def slow(job):
+        async def slow(job, checkpoint):
             runs[job.id] += 1
             await asyncio.sleep(1.0)   # 2.5 leases
             return {"ok": True}
@@ -128,7 +128,7 @@ def test_preempted_job_goes_back_to_the_queue(tmp_path):
         q = open_queue(str(tmp_path / "q.db"))
         calls: collections.Counter[str] = collections.Counter()
 
-        async def run(job):
+        async def run(job, checkpoint):
             calls[job.id] += 1
             if calls[job.id] == 1:
                 raise Preempted()
@@ -154,7 +154,7 @@ def test_crashed_owners_job_is_taken_up(queue_target):
         assert len(crashed) == 2
         ran = []
 
-        async def run(job):
+        async def run(job, checkpoint):
             ran.append(job.id)
             return {"ok": 1}
 
@@ -174,7 +174,7 @@ def test_failures_retry_until_attempts_are_spent(tmp_path):
         q = open_queue(str(tmp_path / "q.db"))
         calls: collections.Counter[int] = collections.Counter()
 
-        async def run(job):
+        async def run(job, checkpoint):
             i = job.body["i"]
             calls[i] += 1
             if i == 0:
@@ -205,7 +205,7 @@ def test_cancel_stops_a_running_job(tmp_path):
         q = open_queue(str(tmp_path / "q.db"))
         cancelled = asyncio.Event()
 
-        async def run(job):
+        async def run(job, checkpoint):
             try:
                 await asyncio.sleep(30)
             except asyncio.CancelledError:
@@ -231,7 +231,7 @@ def test_stop_puts_running_jobs_back(tmp_path):
     async def main():
         q = open_queue(str(tmp_path / "q.db"))
 
-        async def forever(job):
+        async def forever(job, checkpoint):
             await asyncio.sleep(30)
 
         batch, _ = await q.enqueue(spec(2))
@@ -256,7 +256,7 @@ def test_pressure_preempts_running_jobs_lowest_priority_then_newest(tmp_path):
         cancelled: list[str] = []
         gate = {"keep": 3, "open": True}   # pressure: at most `keep` jobs may run
 
-        async def run(job):
+        async def run(job, checkpoint):
             started.append(job.body["name"])
             try:
                 await asyncio.sleep(30 if len(started) <= 3 else 0)
@@ -293,5 +293,41 @@ def test_pressure_preempts_running_jobs_lowest_priority_then_newest(tmp_path):
                 if j.body["name"] != "high":
                     assert (j.status, j.attempts) == (JobStatus.SUCCEEDED, 1)   # max_attempts=1
         await d.stop(grace_s=0.1)
+        await q.close()
+    asyncio.run(main())
+
+
+def test_preempted_and_renewed_jobs_save_their_checkpoint(queue_target):
+    async def main():
+        q = open_queue(queue_target)
+        seen: list = []
+        produced = {"n": 0}
+
+        async def run(job, checkpoint):
+            seen.append(job.progress)
+            start = (job.progress or {}).get("n", 0)
+            produced["n"] = start
+            checkpoint.track(lambda: {"n": produced["n"]})
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                produced["n"] += 1
+                if produced["n"] == start + 20 and len(seen) < 3:
+                    await asyncio.sleep(30)     # preempted here
+            return {"n": produced["n"]}
+
+        batch, _ = await q.enqueue(spec(1, max_attempts=1))
+        d = Dispatcher(q, run, lambda: True, config("a", lease_s=1.0, renew_every_s=0.2))
+        d.start()
+        for k in (1, 2):
+            await until(lambda: _true(len(seen) == k and produced["n"] == 20 * k))
+            if k == 1:    # the lease was renewed with the progress meanwhile
+                (job,) = await q.list_batch(batch.id)
+                assert 0 < job.progress["n"] <= 20
+            assert d.preempt(1) == 1
+        await until(batch_done(q, batch.id))
+        await d.stop()
+        assert seen == [None, {"n": 20}, {"n": 40}]
+        (job,) = await q.list_batch(batch.id)
+        assert job.status is JobStatus.SUCCEEDED and job.result == {"n": 140} and job.attempts == 1
         await q.close()
     asyncio.run(main())

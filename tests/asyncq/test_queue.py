@@ -271,3 +271,58 @@ def test_uploaded_files_are_stored_listed_and_deleted(queue_target):
         assert await q.get_file(f1.id) is None
         assert [f.id for f in await q.list_files("acct")] == [f2.id]
     run(body, queue_target)
+
+
+def test_progress_is_saved_by_requeue_and_renew_and_kept_otherwise(queue_target):
+    saved = {"outputs": [{"new_token_ids": [5, 6, 7], "new_text": "a\u00e9\U0001f600"}], "n": 1}
+
+    async def body(q):
+        await q.enqueue(spec(1, max_attempts=3))
+        (claim,) = await q.take(1, "o", 30)
+        assert claim.job.progress is None
+        assert await q.requeue(claim.lease, saved)
+        assert (await q.get(claim.job.id)).progress == saved
+        (claim,) = await q.take(1, "o", 30)
+        assert claim.job.progress == saved              # the next run is handed it
+        assert await q.requeue(claim.lease)             # None: the saved progress stays
+        (claim,) = await q.take(1, "o", 30)
+        assert claim.job.progress == saved
+        more = {**saved, "n": 2}
+        lease = await q.renew(claim.lease, 30, more)
+        assert lease is not None and (await q.get(claim.job.id)).progress == more
+        assert await q.renew(claim.lease, 30) is not None
+        assert (await q.get(claim.job.id)).progress == more
+        assert await q.fail(lease, {"message": "x"}, True) is JobStatus.QUEUED
+        (claim,) = await q.take(1, "o", 30)
+        assert claim.job.progress == more               # a retry continues from it too
+        assert not await q.requeue(lease, {"stale": True})   # an old lease saves nothing
+        assert await q.renew(lease, 30, {"stale": True}) is None
+        assert (await q.get(claim.job.id)).progress == more
+    run(body, queue_target)
+
+    async def reopened(q):
+        (job,) = [j for b in await q.list_batches("acct") for j in await q.list_batch(b.id)]
+        assert job.progress == {**saved, "n": 2}         # durable
+    run(reopened, queue_target)
+
+
+def test_a_store_from_before_progress_gets_the_column(tmp_path):
+    import sqlite3
+
+    from tandem.asyncq.sql_schema import SCHEMA
+    path = str(tmp_path / "old.db")
+    old_jobs = SCHEMA[1].replace(", progress TEXT", "")
+    assert old_jobs != SCHEMA[1]
+    conn = sqlite3.connect(path)
+    for stmt in (SCHEMA[0], old_jobs, *SCHEMA[2:]):
+        conn.execute(stmt)
+    conn.commit()
+    conn.close()
+
+    async def body(q):
+        await q.enqueue(spec(1))
+        (claim,) = await q.take(1, "o", 30)
+        assert await q.requeue(claim.lease, {"k": 1})
+        assert (await q.get(claim.job.id)).progress == {"k": 1}
+    run(body, path)
+    run(body, path)    # opening again: the column is there, nothing to add
