@@ -14,7 +14,9 @@ fewer than `prefill_concurrency` of this app's queued requests are still computi
 prompts (their runners report the first token through `JobProgress`), and is preempted back to
 the queue (no attempt counted) when interactive requests arrive. Queued requests run
 at `background_priority` (+ a batch line's own vLLM `priority`, if positive): the engine's
-scheduler orders by it where it honours priorities.
+scheduler orders by it where it honours priorities. A preempted job loses no work: its run is
+cancelled at once (closing its streams aborts its engine requests), what it produced is saved
+with the job, and its next run continues from there (`run_job`, tandem/asyncq/resume.py).
 
 The store is opened on a thread from construction on (a new SQLite file costs ~50 ms, a
 PostgreSQL connection a network round trip), so that it overlaps the rest of the start-up;
@@ -33,28 +35,35 @@ from dataclasses import dataclass, field
 
 from starlette.routing import BaseRoute
 
-from tandem.asyncq.dispatcher import Dispatcher, DispatcherConfig, JobFailed, Preempted
+from tandem.asyncq.dispatcher import Checkpoint, Dispatcher, DispatcherConfig, JobFailed, Preempted
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job
 from tandem.asyncq.notifier import Notifier, NotifierConfig
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.queue import JobQueue
+from tandem.asyncq.resume import JobOutputs
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
 from tandem.server.queue_metrics import QueueCollector
 from tandem.server.queue_pressure import GaugedBackend, InteractiveLoad, PressurePolicy
+from tandem.server.run import check_delta
+from tandem.types import EngineRequest
 
 JobRunner = Callable[[ServerContext, Job, "QueueConfig", "JobProgress"], Awaitable[JSON]]
 
 
 class JobProgress:
     """Handed to a job's runner, which calls `prefilled()` once every engine request of the job
-    has its first delta (its prompt is computed). Counts the app's jobs still before that."""
+    has its first delta (its prompt is computed); counts the app's jobs still before that.
+    `checkpoint`: where the runner registers what it has produced (`run_job` does), which the
+    dispatcher saves with the job when it is preempted."""
 
-    def __init__(self, counts: dict[str, int], wake: Callable[[], None]) -> None:
+    def __init__(self, counts: dict[str, int], wake: Callable[[], None],
+                 checkpoint: Checkpoint | None = None) -> None:
         self._counts = counts
         self._wake = wake
         self._done = False
+        self.checkpoint = checkpoint if checkpoint is not None else Checkpoint()
         counts["prefilling"] += 1
 
     def prefilled(self) -> None:
@@ -218,12 +227,12 @@ class QueueService:
             self.notifier.wake()
         return batch, created
 
-    async def _run(self, job: Job) -> JSON:
+    async def _run(self, job: Job, checkpoint: Checkpoint) -> JSON:
         runner = self._runners.get(job.body.get("api"))
         if runner is None:
             raise JobFailed({"message": f"unknown job kind {job.body.get('api')!r}",
                              "type": "invalid_request_error", "status": 400})
-        progress = JobProgress(self._counts, self.dispatcher.wake)
+        progress = JobProgress(self._counts, self.dispatcher.wake, checkpoint)
         try:
             return await runner(self.ctx, job, self.config, progress)
         except (CapacityExceeded, NoHealthyWorker) as exc:
@@ -234,6 +243,27 @@ class QueueService:
             raise JobFailed(error, retryable=exc.status >= 500) from exc
         finally:
             progress.prefilled()
+
+
+async def run_job(ctx: ServerContext, job: Job, reqs: list[EngineRequest],
+                  progress: JobProgress) -> JobOutputs:
+    """A job's engine requests through the app's backend, continuing what earlier runs of the
+    job produced (tandem/asyncq/resume.py) -> every request's output, for the API's formatter.
+    Preempted (the task cancelled): closing the run aborts its engine requests at once, and the
+    dispatcher saves the outputs so far with the job."""
+    outputs = JobOutputs(len(reqs), job.progress)
+    progress.checkpoint.track(outputs.snapshot)
+    todo = outputs.pending()
+    if todo:
+        run = ctx.run(outputs.requests(reqs))
+        try:
+            await run.start()
+            progress.prefilled()   # every request has its first token
+            async for j, d in run.deltas():
+                outputs.add(todo[j], check_delta(d))
+        finally:
+            await run.aclose()
+    return outputs
 
 
 class NotFound(TandemError):

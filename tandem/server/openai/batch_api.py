@@ -20,17 +20,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job, JobSpec, JobStatus
-from tandem.errors import InvalidRequest
+from tandem.errors import InvalidRequest, TandemError
 from tandem.server.auth import tenant_of
 from tandem.server.context import ServerContext
 from tandem.server.errors import openai_error_response
+from tandem.server.openai.openai_api import name_grammar_param
 from tandem.server.openai.openai_format import OpenAIFormatter, make_id
 from tandem.server.openai.openai_protocol import parse_chat, parse_completion
 from tandem.server.queue_service import (JobProgress, NotFound, QueueConfig, QueueService,
-                                         idempotency_key)
+                                         idempotency_key, run_job)
 from tandem.server.request_body import parse_off_loop, read_json_object
 from tandem.server.responses import json_response
-from tandem.server.run import check_delta
 from tandem.types import RequestContext
 
 ENDPOINTS = {"/v1/chat/completions": parse_chat, "/v1/completions": parse_completion}
@@ -117,23 +117,23 @@ async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
                          progress: JobProgress) -> JSON:
     """One batch line through the app's backend -> the response body the endpoint would send.
     It runs at the queue's background priority, lowered further by the line's own vLLM
-    `priority` when positive (OpenAI's Batch API has no priority field of its own)."""
+    `priority` when positive (OpenAI's Batch API has no priority field of its own); a run
+    after a preemption continues the tokens the earlier ones produced."""
     body = job.body["request"]
     parse = ENDPOINTS[job.body["url"]]
     parsed = await parse_off_loop(parse, body, ctx.parse_context(), len(str(body)))
     parsed = replace(parsed, stream=False, include_usage=False, continuous_usage=False)
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
     context = RequestContext(tenant=job.body.get("tenant"), cache_salt=parsed.cache_salt,
-                             priority=config.engine_priority(parsed.priority))
-    run = ctx.run(parsed.engine_requests(rid, context))
-    fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
+                             priority=config.engine_priority(parsed.priority),
+                             parser=parsed.parser_options)
     try:
-        await run.start()
-        progress.prefilled()   # every request has its first token
-        async for i, d in run.deltas():
-            fmt.add(i, check_delta(d))
-    finally:
-        await run.aclose()
+        outputs = await run_job(ctx, job, parsed.engine_requests(rid, context), progress)
+    except TandemError as exc:
+        raise name_grammar_param(exc, parsed.grammar_param)
+    fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
+    for i, d in outputs.deltas():
+        fmt.add(i, d)
     return fmt.response()
 
 

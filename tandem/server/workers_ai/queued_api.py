@@ -7,7 +7,9 @@
       -> {"result": {"status": "queued" | "running", "request_id", "model"}, ...} until every
          request has ended, then {"result": {"responses": [{"id", "result", "success",
          "external_reference"}], "usage": {...}}, ...}; `id` is the request's index.
-A body over QueueConfig.max_payload_bytes (10 MB) is a 413 in Workers AI's envelope. The
+Each `result` is what the synchronous route answers for the same body (workers_ai_output.py:
+parsed tool calls and reasoning included). A body over QueueConfig.max_payload_bytes (10 MB)
+is a 413 in Workers AI's envelope. The
 request list and the model are checked when queued; each request is parsed when it runs, and
 one that is invalid ends with "success": false and its error. An `Idempotency-Key` header
 makes the enqueue idempotent. The account is the path's account_id.
@@ -19,16 +21,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job, JobSpec, JobStatus
-from tandem.errors import InvalidRequest, ModelNotFound
+from tandem.errors import InvalidRequest, ModelNotFound, TandemError
 from tandem.server.auth import tenant_of
 from tandem.server.context import ServerContext
-from tandem.server.openai.openai_format import make_id, usage_dict
+from tandem.server.openai.openai_api import name_grammar_param
+from tandem.server.openai.openai_format import make_id
 from tandem.server.queue_service import (JobProgress, NotFound, QueueConfig, QueueService,
-                                         idempotency_key)
+                                         idempotency_key, run_job)
 from tandem.server.request_body import parse_off_loop, read_json_body
 from tandem.server.responses import json_response
-from tandem.server.run import check_delta
 from tandem.server.workers_ai.workers_ai_api import model_matches, parse_workers_ai
+from tandem.server.workers_ai.workers_ai_output import WorkersAIResult
 from tandem.types import RequestContext
 
 MAX_REQUESTS = 100_000
@@ -95,25 +98,22 @@ def responses(batch: Batch, jobs: list[Job]) -> JSON:
 
 async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig,
                              progress: JobProgress) -> JSON:
-    """One queued request through the app's backend -> its `result` ({"response", "usage"}).
-    It runs at the queue's background priority (Workers AI's API has no priority field)."""
+    """One queued request through the app's backend -> its `result`, as the synchronous route
+    answers the same body ({"response", "usage"}, + "tool_calls" and "reasoning_content" through
+    the output parsers). It runs at the queue's background priority (Workers AI's API has no
+    priority field); a run after a preemption continues the tokens the earlier ones produced."""
     body, model = job.body["request"], job.body["model"]
     parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                   ctx.parse_context(), len(str(body)))
-    context = RequestContext(tenant=job.body.get("tenant"), priority=config.engine_priority())
-    run = ctx.run(parsed.engine_requests(make_id("wai"), context))
-    texts, final, counted = [], None, 0
+    context = RequestContext(tenant=job.body.get("tenant"), priority=config.engine_priority(),
+                             parser=parsed.parser_options)
+    rid = make_id("wai")
+    reqs = parsed.engine_requests(rid, context)
     try:
-        await run.start()
-        progress.prefilled()   # every request has its first token
-        async for _, d in run.deltas():
-            texts.append(check_delta(d).new_text)
-            counted += len(d.new_token_ids)
-            final = d if d.finished else final
-    finally:
-        await run.aclose()
-    n_out = (final.num_output_tokens if final is not None else 0) or counted
-    n_prompt = (final.num_prompt_tokens if final is not None else 0) or \
-        len(run.requests[0].prompt_token_ids)
-    cached = final.num_cached_tokens if final is not None else 0
-    return {"response": "".join(texts), "usage": usage_dict(n_prompt, n_out, cached)}
+        outputs = await run_job(ctx, job, reqs, progress)
+    except TandemError as exc:
+        raise name_grammar_param(exc, parsed.grammar_param)
+    result = WorkersAIResult(parsed.output, rid, len(reqs[0].prompt_token_ids))
+    for _, d in outputs.deltas():
+        result.add(d)
+    return result.result()

@@ -33,7 +33,7 @@ from tandem.server.errors import (
 )
 from tandem.server.fields import Fields, bad
 from tandem.server.openai.openai_api import name_grammar_param
-from tandem.server.openai.openai_format import make_id, usage_dict
+from tandem.server.openai.openai_format import make_id
 from tandem.server.openai.openai_protocol import (ParseContext, ParsedRequest, check_prompt_fits,
                                                   prompt_tail, with_plan)
 from tandem.server.request_body import parse_off_loop, read_json_body
@@ -42,8 +42,8 @@ from tandem.server.responses import SSE_DONE, json_response, sse_event, sse_resp
 from tandem.server.run import GenerationRun, check_delta
 from tandem.server.structured_output import read_structured_output
 from tandem.server.tool_request import ToolRequest, read_tools
-from tandem.server.workers_ai.workers_ai_output import WorkersAIOutput
-from tandem.types import RequestDelta, SamplingParams
+from tandem.server.workers_ai.workers_ai_output import UsageTally, WorkersAIOutput, WorkersAIResult
+from tandem.types import SamplingParams
 
 WORKERS_AI_PATH = "/client/v4/accounts/{account_id}/ai/run/{model:path}"
 DEFAULT_MAX_TOKENS = 256   # Workers AI's documented defaults
@@ -99,35 +99,16 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
                                    stream=f.bool("stream", False)), plan)
 
 
-class _Usage:
-    """Usage of the one engine request; counts tokens itself for backends that do not."""
-
-    def __init__(self, num_prompt: int) -> None:
-        self.num_prompt = num_prompt
-        self.counted = 0
-
-    def add(self, d: RequestDelta) -> dict | None:
-        self.counted += len(d.new_token_ids)
-        if not d.finished:
-            return None
-        return usage_dict(d.num_prompt_tokens or self.num_prompt,
-                          d.num_output_tokens or self.counted, d.num_cached_tokens)
-
-
 async def collect_result(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> dict:
     """The `result` of a finished run: {"response", "usage"} (+ "tool_calls", "reasoning_content")."""
-    texts, usage = [], None
-    tally = _Usage(len(run.requests[0].prompt_token_ids))
-    out = WorkersAIOutput(parsed.output, request_id)
+    result = WorkersAIResult(parsed.output, request_id, len(run.requests[0].prompt_token_ids))
     try:
         await run.start()
         async for _, d in run.deltas():
-            check_delta(d)
-            texts.append(out.content(d.new_text, d.finished))
-            usage = tally.add(d) or usage
+            result.add(check_delta(d))
     finally:
         await run.aclose()
-    return {"response": "".join(texts), **out.extra(), "usage": usage}
+    return result.result()
 
 
 async def _collect(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> dict:
@@ -136,7 +117,7 @@ async def _collect(run: GenerationRun, parsed: ParsedRequest, request_id: str) -
 
 
 async def _stream(run: GenerationRun, parsed: ParsedRequest, request_id: str) -> AsyncIterator[bytes]:
-    tally = _Usage(len(run.requests[0].prompt_token_ids))
+    tally = UsageTally(len(run.requests[0].prompt_token_ids))
     out = WorkersAIOutput(parsed.output, request_id)
     try:
         async for _, d in run.deltas():

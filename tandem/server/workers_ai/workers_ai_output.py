@@ -2,7 +2,8 @@
 (markup of calls and think blocks removed) and the calls come as Workers AI writes them,
 `"tool_calls": [{"name": ..., "arguments": {...}}]` (arguments an object), beside a
 `reasoning_content` when a reasoning parser split one off. Streamed: content deltas as
-`{"response": ...}` events, the calls (and reasoning) with the final event.
+`{"response": ...}` events, the calls (and reasoning) with the final event. Whole:
+`WorkersAIResult`, the `result` of the synchronous route and of a queued request alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 
 from tandem.parsers import ContentDelta, ReasoningDelta
 from tandem.server.chat_output import ChatOutputSpec
+from tandem.server.openai.openai_format import usage_dict
+from tandem.types import RequestDelta
 
 
 class WorkersAIOutput:
@@ -37,3 +40,37 @@ class WorkersAIOutput:
         if self._reasoning:
             out["reasoning_content"] = "".join(self._reasoning)
         return out
+
+
+class UsageTally:
+    """Usage of one engine request; counts tokens itself for backends that do not."""
+
+    def __init__(self, num_prompt: int) -> None:
+        self.num_prompt = num_prompt
+        self.counted = 0
+
+    def add(self, d: RequestDelta) -> dict | None:
+        """-> the usage once `d` is the final delta, else None."""
+        self.counted += len(d.new_token_ids)
+        if not d.finished:
+            return None
+        return usage_dict(d.num_prompt_tokens or self.num_prompt,
+                          d.num_output_tokens or self.counted, d.num_cached_tokens)
+
+
+class WorkersAIResult:
+    """A run's deltas -> its whole `result`: {"response", "usage"} (+ "tool_calls",
+    "reasoning_content")."""
+
+    def __init__(self, spec: ChatOutputSpec | None, request_id: str, num_prompt: int) -> None:
+        self._out = WorkersAIOutput(spec, request_id)
+        self._tally = UsageTally(num_prompt)
+        self._texts: list[str] = []
+        self._usage: dict | None = None
+
+    def add(self, d: RequestDelta) -> None:
+        self._texts.append(self._out.content(d.new_text, d.finished))
+        self._usage = self._tally.add(d) or self._usage
+
+    def result(self) -> dict:
+        return {"response": "".join(self._texts), **self._out.extra(), "usage": self._usage}
