@@ -6,7 +6,8 @@ with the gateway's metrics added to /metrics, and
 - POST /internal/deregister {"url"}                      - a worker leaves (after draining)
 - POST /internal/drain      {"url"}                      - stop sending new requests to a worker
 - GET  /internal/workers                                 - the registry, for people and tests
-- GET  /internal/planner                                 - the planner's latest role switch (--slo-*)
+- GET  /internal/planner                                 - the planner's latest role switch (--slo-*);
+  the gateway carries out those of self-registered workers (tandem/gateway/role_executor.py)
 503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy inside each
 engine request's RequestContext (built by the server's routes, tandem.server.request_context).
 """
@@ -32,6 +33,7 @@ from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.planner_loop import PlannerLoop, planner_route
 from tandem.gateway.queue_headroom import gateway_headroom
 from tandem.gateway.registry import Registry
+from tandem.gateway.role_executor import ExecutorConfig, RoleExecutor
 from tandem.router.router import Router, pools_policies
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ClientConfig, HTTPClient
@@ -133,7 +135,7 @@ def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
         load = monitor.tracker.load
         return json_response({"workers": [
             {"url": w.url, "role": w.role, "healthy": w.healthy, "draining": w.draining,
-             "static": w.static, "failures": w.failures,
+             "static": w.static, "failures": w.failures, "switching_to": w.switching_to,
              "cached_blocks": monitor.index.num_blocks(w.url),
              "inflight_prefill_tokens": load(w.url).prefill_tokens,
              "inflight_decode_tokens": load(w.url).decode_tokens,
@@ -194,8 +196,10 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
     if config.planner.enabled:
         server_metrics = app.state.ctx.metrics
+        executor = RoleExecutor(registry, http, server_metrics.registry,
+                                ExecutorConfig(drain_timeout_s=config.role_switch_drain_s))
         planner.append(PlannerLoop(config.planner, server_metrics.ttft, server_metrics.itl, registry,
-                                   tracker, server_metrics.registry))
+                                   tracker, server_metrics.registry, executor=executor))
     parts.metrics = metrics
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the

@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--slo-ttft-ms", type=float, default=None, metavar="MS",
                    help="planner target: p90 time to first token; with --slo-itl-ms, the planner "
                         "moves workers between the prefill and decode pools (GET /internal/planner; "
-                        "tandem up carries the switches out)")
+                        "the gateway switches self-registered workers, tandem up restarts its own)")
     g.add_argument("--slo-itl-ms", type=float, default=None, metavar="MS",
                    help="planner target: p90 inter-token latency")
     g.add_argument("--planner-interval", type=float, default=10.0, metavar="S",
@@ -71,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="no role switch this soon after the previous one")
     g.add_argument("--planner-min-samples", type=int, default=20, metavar="N",
                    help="a round decides on at least N samples of the metric that is off target")
+    g.add_argument("--planner-drain-timeout", type=float, default=120.0, metavar="S",
+                   help="a self-registered worker being switched drains at most S seconds, then "
+                        "switches anyway (in-process: what still runs finishes)")
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
@@ -100,6 +103,7 @@ def gateway_config_from_args(args: argparse.Namespace):
         planner=PlannerConfig(slo_ttft_ms=args.slo_ttft_ms, slo_itl_ms=args.slo_itl_ms,
                               interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,
                               min_samples=args.planner_min_samples),
+        role_switch_drain_s=args.planner_drain_timeout,
         queue=queue_config_from_args(args, args.port))
 
 

@@ -48,6 +48,8 @@ class GatewayConfig:
     # placement.enabled=False. 0: only the placement policy decides.
     local_prefill_tokens: int = 0
     planner: PlannerConfig = field(default_factory=PlannerConfig)  # off unless a --slo-* target is set
+    # a self-registered worker the planner switches drains at most this long, then switches anyway
+    role_switch_drain_s: float = 120.0
     max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
     max_migrations: int = 3           # a stream moves at most this many times
     retry_after_s: int = 1            # Retry-After on 503 and 429

@@ -4,11 +4,16 @@ Every `interval_s` the loop reads the app's TTFT and inter-token latency histogr
 gateway's clients saw), takes the round's p90s from the difference with the previous reading,
 builds the workers' load view and asks `plan`. A switch is logged, counted
 (`tandem:gateway_planner_switches{from_role,to_role,reason}`) and published with a sequence number at
-`GET /internal/planner`, where an executor (`tandem up`: tandem/launcher/role_switch.py) picks it
-up, drains the worker, restarts it in its new role and lets the monitor poll it back in. Without
-an executor (workers started by hand) the switch is advice in the log and the metric.
+`GET /internal/planner`. Who carries it out:
+- a worker that registered itself (`tandem serve --gateway`): the gateway, at once
+  (tandem/gateway/role_executor.py: drain, POST /internal/role, follow it to its new role);
+- a worker from a flag: `tandem up`'s executor (tandem/launcher/role_switch.py) picks it up,
+  drains the worker, restarts it in its new role and lets the monitor poll it back in. Without
+  one (workers started by hand) the switch is advice in the log and the metric.
 
-The cooldown counts from the published switch, so a switch being carried out is not repeated.
+The cooldown counts from the published switch, and again from the end of a switch the gateway
+carried out (its effect shows only from then). While the gateway carries one out, rounds measure
+but plan nothing: one switch at a time.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.gateway.registry import Registry
+from tandem.gateway.role_executor import Outcome, RoleExecutor
 from tandem.router.latency_window import HistogramWindow, Reading, quantile
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
@@ -49,8 +55,11 @@ def reading(hist: Histogram) -> Reading:
 class PlannerLoop:
     def __init__(self, config: PlannerConfig, ttft: Histogram, itl: Histogram, registry: Registry,
                  tracker: LoadTracker, prom: CollectorRegistry,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 executor: RoleExecutor | None = None) -> None:
+        """`executor`: carries out switches of self-registered workers (None: publish only)."""
         self.config = config
+        self.executor = executor
         self.ttft, self.itl = ttft, itl
         self.registry, self.tracker = registry, tracker
         self.clock = clock
@@ -82,6 +91,8 @@ class PlannerLoop:
     def round(self) -> RoleSwitch | None:
         """One planning round; returns the switch it published, if any."""
         m = self.advance()
+        if self.executor is not None and self.executor.busy:
+            return None
         now = self.clock()
         since = None if self.last_switch_at is None else now - self.last_switch_at
         switch = plan(m, self.workers(), self.config, since)
@@ -92,13 +103,23 @@ class PlannerLoop:
             self.switches.labels(switch.from_role, switch.to_role, switch.reason).inc()
             log.warning("planner: %s %s -> %s (%s: p90 TTFT %s ms, p90 ITL %s ms)", switch.worker_id,
                         switch.from_role, switch.to_role, switch.reason, m.ttft_p90_ms, m.itl_p90_ms)
+            if self.executor is not None:
+                self.executor.start(switch, self._switch_ended)
         return switch
+
+    def _switch_ended(self, outcome: Outcome) -> None:
+        self.last_switch_at = self.clock()   # the cooldown runs from when the new role took effect
 
     def state(self) -> dict:
         """GET /internal/planner."""
+        ex = self.executor
         return {"enabled": self.config.enabled, "config": asdict(self.config), "seq": self.seq,
                 "switch": None if self.switch is None else asdict(self.switch),
-                "measured": asdict(self.measured)}
+                "measured": asdict(self.measured),
+                "in_flight": None if ex is None or ex.current is None else asdict(ex.current),
+                "last_outcome": None if ex is None or ex.last is None else {
+                    "worker_id": ex.last.switch.worker_id, "to_role": ex.last.switch.to_role,
+                    "done": ex.last.done, "detail": ex.last.detail}}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

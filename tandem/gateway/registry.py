@@ -7,6 +7,13 @@ Pure bookkeeping with an explicit clock (`now` arguments); the polling I/O lives
 Health: a worker starts unhealthy and becomes healthy on its first successful stats poll;
 `unhealthy_after` consecutive failures make it unhealthy again. Draining workers take no new
 requests but finish theirs.
+
+Role: a heartbeat names the role the worker registers with; once a stats poll has answered, the
+role in the worker's stats wins (a worker switched at runtime, POST /internal/role, reports its new
+role there while its heartbeats still name the one it started with).
+Draining (`draining`, what routing reads) is any of: a drain asked of the gateway (POST
+/internal/drain; a heartbeat's own `draining` replaces it), a role switch the gateway is carrying
+out (`switching_to`: no heartbeat lifts it), or a switch the worker reports under way in its stats.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ class Worker:
     role: str | None                 # None until its stats say (a --worker flag)
     static: bool                     # from a flag: never expires
     healthy: bool = False
-    draining: bool = False
+    draining: bool = False           # takes no new requests: derived, see `_settle`
     failures: int = 0                # consecutive failed polls
     last_ok: float | None = None
     last_heartbeat: float | None = None
@@ -38,6 +45,8 @@ class Worker:
     kv_since: int = 0                # next `since` for /internal/kv_events
     epoch: int = 0                   # bumped each time it turns unhealthy (index must resync)
     restarts: int = 0                # new instances seen at this URL (its stats' instance_id changed)
+    drain_asked: bool = False        # POST /internal/drain, or the worker's heartbeat said so
+    switching_to: str | None = None  # a role switch the gateway is carrying out (role_executor.py)
 
     @property
     def block_size(self) -> int | None:
@@ -73,9 +82,11 @@ class Registry:
         w = self._workers.get(url)
         if w is None:
             w = self._workers[url] = Worker(url, role, static=False)
-        w.role = role
+        if w.stats.get("role") not in ROLES:   # no stats yet: the heartbeat's role stands
+            w.role = role
         w.last_heartbeat = now
-        w.draining = draining
+        w.drain_asked = draining
+        _settle(w)
         return w
 
     def remove(self, url: str) -> Worker | None:
@@ -85,8 +96,39 @@ class Registry:
         w = self._workers.get(normalize_url(url))
         if w is None:
             return False
-        w.draining = True
+        w.drain_asked = True
+        _settle(w)
         return True
+
+    def undrain(self, url: str) -> None:
+        """Lift a drain asked of the gateway (a restarted worker's old drain)."""
+        w = self._workers.get(normalize_url(url))
+        if w is not None:
+            w.drain_asked = False
+            _settle(w)
+
+    # --- role switches (tandem/gateway/role_executor.py) -----------------------------------
+    def begin_switch(self, url: str, to_role: str) -> Worker | None:
+        """Hold the worker drained until `end_switch`, whatever its heartbeats say."""
+        _check_role(to_role)
+        w = self._workers.get(normalize_url(url))
+        if w is not None:
+            w.switching_to = to_role
+            _settle(w)
+        return w
+
+    def end_switch(self, url: str, report: dict | None) -> Worker | None:
+        """The switch is over; `report` is the worker's GET /internal/role answer (None: it gave
+        none), whose role and switch state stand until the next stats poll."""
+        w = self._workers.get(normalize_url(url))
+        if w is None:
+            return None
+        w.switching_to = None
+        if report is not None and report.get("role") in ROLES:
+            w.role = report["role"]
+            w.stats = {**w.stats, "role": report["role"], "switching_to": report.get("switching_to")}
+        _settle(w)
+        return w
 
     def expire(self, now: float) -> list[Worker]:
         """Drop self-registered workers whose heartbeats stopped; returns them."""
@@ -108,6 +150,7 @@ class Registry:
         w.failures = 0
         w.last_ok = now
         w.healthy = w.role is not None
+        _settle(w)
         return w
 
     def poll_failed(self, url: str) -> bool:
@@ -147,6 +190,12 @@ class Registry:
 
     def has_live(self, role: str) -> bool:
         return any(w.healthy and not w.draining for w in self.pool(role))
+
+
+def _settle(w: Worker) -> None:
+    """`draining` from its sources (see the module doc)."""
+    w.draining = (w.drain_asked or w.switching_to is not None
+                  or w.stats.get("switching_to") in ROLES)
 
 
 def _check_role(role: str | None) -> None:

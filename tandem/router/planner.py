@@ -17,9 +17,12 @@ than `min_samples` samples of the metric that triggers it):
 `margin` < 1 keeps the move from pushing the other metric straight over its target, and the
 cooldown lets the moved worker's effect show before the next decision (no flapping).
 
-A metric with no target (None) counts as met. A move is a `RoleSwitch`; the executor drains the
-worker (no new requests), waits for its requests and KV handoffs to finish, restarts it with the
-new role and lets the gateway poll it back in, so no request is lost.
+A metric with no target (None) counts as met. A move is a `RoleSwitch`; its executor drains the
+worker (no new requests), waits for its requests and KV handoffs to finish and changes its role,
+so no request is lost: `tandem up` restarts its own workers with the new --role
+(tandem/launcher/role_switch.py); the gateway switches self-registered workers in-process over
+their POST /internal/role (tandem/gateway/role_executor.py). A worker being switched is draining,
+so it counts in no pool until its switch ends: the pool rules above hold throughout.
 """
 
 from __future__ import annotations

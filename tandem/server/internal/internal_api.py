@@ -11,6 +11,11 @@ POST /internal/kv_release {"request_id"}: a prefill worker's handed-over blocks 
 (the gateway could not start the decode call); they are freed without waiting for the pin timeout.
 GET /internal/kv_events?since=SEQ: the backend's KV event batch (tandem.kv.events); 404 for a
 backend without events.
+POST /internal/role {"role", "drain_timeout_s"?}: switch this worker's role at runtime (drain, then
+switch in-process: tandem/server/internal/role_switch.py); 202 while it drains, 200 if it already
+has that role, 409 while another switch is under way. GET /internal/role: the role and the switch
+under way. /internal/stats reports the same `role` and `switching_to`. 404 on a backend without a
+KV cache (the gateway's).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tandem.server.errors import as_tandem_error, openai_error_response
 from tandem.server.request_body import read_json_object
 from tandem.server.responses import json_response, ndjson_response
 from tandem.server.run import GenerationRun
+from tandem.server.internal.role_switch import WorkerRole
 from tandem.server.internal.wire import delta_to_dict, request_from_dict
 from tandem.types import FinishReason, RequestDelta
 
@@ -48,7 +54,12 @@ async def _lines(run: GenerationRun) -> AsyncIterator[bytes]:
 
 
 def internal_routes(ctx: ServerContext) -> list[Route]:
+    # a worker's role, switchable at runtime; None on a backend without a KV cache
+    roles = WorkerRole(ctx.worker) if ctx.worker is not None else None
+
     async def generate(request: Request) -> Response:
+        if roles is not None:
+            roles.admitting += 1   # until the engine has the request (run.start saw its first delta)
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
             run = ctx.run([request_from_dict(body)])
@@ -58,11 +69,30 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
             return Response(status_code=499)
         except Exception as exc:
             return openai_error_response(exc)
+        finally:
+            if roles is not None:
+                roles.admitting -= 1
 
     async def stats(request: Request) -> Response:
         body = asdict(ctx.backend.stats())
-        body.update(_worker_facts(ctx))
+        body.update(_worker_facts(ctx, roles))
         return json_response(body)
+
+    async def role(request: Request) -> Response:
+        if roles is None:
+            return openai_error_response(NotFound("this backend has no role (it is not a worker)"))
+        if request.method == "GET":
+            return json_response(roles.report())
+        try:
+            body = await read_json_object(request, 65536)
+            timeout = body.get("drain_timeout_s")
+            if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+                raise InvalidRequest("'drain_timeout_s' must be a non-negative number of seconds",
+                                     param="drain_timeout_s")
+            started = roles.request(body.get("role"), timeout)
+        except Exception as exc:
+            return openai_error_response(exc)
+        return json_response(roles.report(), status=202 if started else 200)
 
     async def kv_events(request: Request) -> Response:
         if ctx.kv_events is None:
@@ -89,7 +119,8 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
     return [Route("/internal/generate", generate, methods=["POST"]),
             Route("/internal/kv_release", kv_release, methods=["POST"]),
             Route("/internal/stats", stats, methods=["GET"]),
-            Route("/internal/kv_events", kv_events, methods=["GET"])]
+            Route("/internal/kv_events", kv_events, methods=["GET"]),
+            Route("/internal/role", role, methods=["GET", "POST"])]
 
 
 class NotFound(TandemError):
@@ -97,16 +128,18 @@ class NotFound(TandemError):
     error_type = "not_found_error"
 
 
-def _worker_facts(ctx: ServerContext) -> dict:
+def _worker_facts(ctx: ServerContext, roles: WorkerRole | None) -> dict:
     """What the gateway routes by. A backend without its own KV cache (the gateway's) has no
-    layout, role, hash seed or transport: null."""
-    facts = {"kv_layout": None, "role": None, "instance_id": ctx.instance_id,
+    layout, role, hash seed or transport: null. `switching_to`: a role switch under way (the
+    worker drains: send it nothing new)."""
+    facts = {"kv_layout": None, "role": None, "switching_to": None, "instance_id": ctx.instance_id,
              "model": ctx.served_name, "max_model_len": ctx.backend.max_model_len,
              "hash_seed": None, "enable_prefix_caching": None, "transport_address": None}
     w = ctx.worker
     if w is not None:
         cache = w.config.cache
-        facts.update(kv_layout=w.kv_layout.to_dict(), role=w.role, hash_seed=cache.hash_seed,
+        facts.update(kv_layout=w.kv_layout.to_dict(), role=roles.role,
+                     switching_to=roles.switching_to, hash_seed=cache.hash_seed,
                      enable_prefix_caching=cache.enable_prefix_caching,
                      transport_address=w.transport_address)
     return facts
