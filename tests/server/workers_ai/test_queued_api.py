@@ -1,0 +1,161 @@
+"""Queued Workers AI requests over a real engine (tiny random model, greedy): the queued result
+is the synchronous route's result for the same body, tool calls included, and a job preempted
+in the middle of its answer continues it (resume_output_ids) and ends with the same result."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from starlette.testclient import TestClient
+
+from tandem.engine.async_engine import AsyncEngine
+from tandem.engine.engine import Engine
+from tandem.server.app import build_app
+from tandem.server.config import ServerConfig
+from tandem.server.queue_service import QueueConfig, QueueSetup
+from tests.conftest import engine_config
+
+MODEL = "tiny"
+URL = f"/client/v4/accounts/acc1/ai/run/{MODEL}"
+QUEUED = URL + "?queueRequest=true"
+TOOLS = [{"name": "get_weather", "description": "weather of a city",
+          "parameters": {"type": "object", "required": ["city"],
+                         "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}}}}]
+FORCED = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
+          "tool_choice": "required", "max_tokens": 80, "temperature": 0}
+PROSE = {"prompt": "Tell me a story about a cat", "max_tokens": 40, "temperature": 0}
+
+
+class PreemptingBackend:
+    """The engine's backend, logging each stream's start and end; once armed (`after`), it
+    preempts the queued job running through it after that many of its output tokens."""
+
+    def __init__(self, inner: AsyncEngine) -> None:
+        self.inner = inner
+        self.after: int | None = None
+        self.service = None
+        self.log: list[tuple] = []
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.inner.max_model_len
+
+    @property
+    def tokenizer(self):
+        return self.inner.tokenizer
+
+    def abort(self, request_id: str) -> None:
+        self.inner.abort(request_id)
+
+    def stats(self):
+        return self.inner.stats()
+
+    async def generate(self, req, info=None):
+        queued = req.context.priority >= QueueConfig.background_priority
+        self.log.append(("start", req.request_id, queued, len(req.resume_output_ids)))
+        n, finished = len(req.resume_output_ids), False
+        gen = self.inner.generate(req, info)
+        try:
+            async for d in gen:
+                n += len(d.new_token_ids)
+                finished = d.finished
+                yield d
+                if queued and self.after is not None and n >= self.after and not finished:
+                    self.after = None
+                    self.log.append(("preempt", req.request_id, n))
+                    self.service.dispatcher.preempt(1)   # cancels the job's task, ours
+        finally:
+            await gen.aclose()
+            self.log.append(("end", req.request_id, finished))
+
+
+@pytest.fixture(scope="module")
+def live(llama_dir, tmp_path_factory):
+    config = engine_config(llama_dir, num_blocks=96, max_num_batched_tokens=64)
+    front = AsyncEngine(config, engine=Engine.from_config(config))
+    backend = PreemptingBackend(front)
+    setup = QueueSetup(QueueConfig(target=str(tmp_path_factory.mktemp("q") / "queue.db"),
+                                   poll_s=0.05, lease_s=10.0), headroom=lambda: True)
+    app = build_app(backend, ServerConfig(served_model_name=MODEL, tool_call_parser="hermes"),
+                    startup=front.start, shutdown=front.shutdown, queue=setup)
+    with TestClient(app) as client:
+        backend.service = app.state.queue
+        yield client, backend
+
+
+def queued(client, body: dict, timeout_s: float = 60.0) -> dict:
+    r = client.post(QUEUED, json={"requests": [body]})
+    assert r.status_code == 200, r.text
+    rid = r.json()["result"]["request_id"]
+    deadline = time.monotonic() + timeout_s
+    while "responses" not in (result := client.post(QUEUED, json={"request_id": rid}).json()["result"]):
+        assert time.monotonic() < deadline, "queued request not done in time"
+        time.sleep(0.05)
+    (response,) = result["responses"]
+    assert response["success"] is True, response
+    return response["result"]
+
+
+def sync(client, body: dict) -> dict:
+    r = client.post(URL, json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["result"]
+
+
+def same(a: dict, b: dict) -> None:
+    """Equal results; cached prompt tokens aside (the second run hits the prefix cache)."""
+    strip = lambda r: {**r, "usage": {k: v for k, v in r["usage"].items()
+                                      if k != "prompt_tokens_details"}}
+    assert strip(a) == strip(b)
+
+
+@pytest.mark.parametrize("body", [PROSE, FORCED], ids=["prose", "forced-tool-call"])
+def test_queued_result_equals_the_synchronous_one(live, body):
+    client, _ = live
+    expected = sync(client, body)
+    if body is FORCED:
+        assert expected["tool_calls"][0]["name"] == "get_weather"
+        assert expected["tool_calls"][0]["arguments"]["city"] in ("Paris", "Rome")
+    same(queued(client, body), expected)
+
+
+@pytest.mark.parametrize("body,after", [(PROSE, 12), (FORCED, 9)], ids=["prose", "mid-tool-call"])
+def test_a_preempted_job_continues_its_tokens_to_the_same_result(live, body, after):
+    client, backend = live
+    expected = sync(client, body)
+    assert expected["usage"]["completion_tokens"] > after
+    service = backend.service
+    before = service.dispatcher.preemptions
+    backend.log.clear()
+    backend.after = after
+    got = queued(client, body)
+    same(got, expected)
+    assert service.dispatcher.preemptions == before + 1
+    runs = [e for e in backend.log if e[0] == "start" and e[2]]
+    # the second run resumed what the first had received: the `after` tokens, or one more
+    # when the next delta was already waiting as the cancellation came
+    assert len(runs) == 2 and runs[0][3] == 0 and after <= runs[1][3] <= after + 1, backend.log
+    first, second = runs[0][1], runs[1][1]
+    events = [e[:2] for e in backend.log]
+    # the preempted stream was closed unfinished (its engine request aborted) before the job
+    # went back to the queue and ran again
+    assert events.index(("end", first)) < events.index(("start", second))
+    assert ("end", first, False) in backend.log and ("end", second, True) in backend.log
+    (job,) = asyncio.run(_jobs(service))
+    assert job.attempts == 1 and len(job.progress["outputs"][0]["new_token_ids"]) >= runs[1][3]
+
+
+async def _jobs(service):
+    from tandem.asyncq.open_queue import open_queue
+    q = open_queue(service.config.target)
+    try:
+        (batch,) = (await q.list_batches("acc1"))[:1]
+        return await q.list_batch(batch.id)
+    finally:
+        await q.close()
