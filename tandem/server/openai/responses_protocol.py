@@ -11,7 +11,9 @@ over from a previous response, as OpenAI), function `tools` `{"type": "function"
 `user`; vLLM's extras `top_k`, `seed`, `cache_salt`, `priority`. Accepted and not acted on:
 `reasoning`, `include`, `truncation: "disabled"`, `prompt_cache_key`, `safety_identifier`,
 `service_tier`, `max_tool_calls` (hosted tools only). Refused (400, not supported): `background`,
-`conversation`, `prompt`, `top_logprobs`, `truncation: "auto"`, hosted tools, `allowed_tools`.
+`conversation`, `prompt`, `top_logprobs`, `truncation: "auto"`, hosted tools (`tools[i].type`
+other than function: web_search, file_search, code_interpreter, computer_use, mcp...),
+`allowed_tools`.
 """
 
 from __future__ import annotations
@@ -118,8 +120,27 @@ def _refuse_unsupported(f: Fields) -> None:
         raise NotSupportedYet("truncation", f"value {truncation!r} (only 'disabled')")
 
 
+# Tools OpenAI runs on its side: a server of open models has no search index, sandbox or
+# browser to run them with.
+HOSTED_TOOLS = ("web_search", "web_search_preview", "web_search_preview_2025_03_11",
+                "file_search", "code_interpreter", "computer_use", "computer_use_preview", "mcp",
+                "image_generation", "local_shell", "shell", "apply_patch")
+
+
+def _not_a_function_tool(param: str, kind: str) -> NotSupportedYet:
+    """A 400 (code not_supported) naming `tools[i].type`, saying what to offer instead."""
+    exc = NotSupportedYet(param)
+    what = "a hosted tool, which tandem does not run" if kind in HOSTED_TOOLS else \
+        "not a tool type tandem serves"
+    exc.message = (f"'{param}' is {kind!r}: {what}. Only function tools are supported "
+                   "({\"type\": \"function\", \"name\": ..., \"parameters\": {...}}): offer one "
+                   "and run the tool in your own code")
+    return exc
+
+
 def _tools(raw: Any) -> list[dict] | None:
-    """Responses function tools -> chat tools."""
+    """Responses function tools -> chat tools; any other type (hosted tools: web_search,
+    file_search, code_interpreter, computer_use, mcp...) is a 400 naming `tools[i].type`."""
     if raw is None:
         return None
     if not isinstance(raw, list):
@@ -132,7 +153,7 @@ def _tools(raw: Any) -> list[dict] | None:
         kind = tool.get("type")
         if kind != "function":
             if isinstance(kind, str):
-                raise NotSupportedYet(f"{p}.type", f"value {kind!r} (function tools only)")
+                raise _not_a_function_tool(f"{p}.type", kind)
             raise bad(f"{p}.type", "must be 'function'")
         fn = {"name": tool.get("name")}
         for key in ("description", "parameters", "strict"):

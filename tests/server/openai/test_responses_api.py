@@ -146,6 +146,34 @@ def test_errors_are_openai_shaped(client, backend):
     assert client.get("/v1/responses/resp_nope").status_code == 404
 
 
+HOSTED = [{"type": "web_search"}, {"type": "web_search_preview"},
+          {"type": "file_search", "vector_store_ids": ["vs_1"]},
+          {"type": "code_interpreter", "container": {"type": "auto"}},
+          {"type": "computer_use_preview", "display_width": 800, "display_height": 600,
+           "environment": "browser"},
+          {"type": "mcp", "server_label": "deepwiki", "server_url": "https://mcp.deepwiki.com/mcp",
+           "require_approval": "never"},
+          {"type": "image_generation"}, {"type": "local_shell"},
+          {"type": "custom", "name": "grep"}]
+
+
+@pytest.mark.parametrize("tool", HOSTED, ids=[t["type"] for t in HOSTED])
+def test_hosted_tools_are_a_400_naming_the_tool_type_with_the_official_client(client, backend, tool):
+    import openai
+
+    oa = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=client,
+                       max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        oa.responses.create(model="fake-model", input="find it", tools=[TOOLS[0], tool])
+    err = caught.value
+    assert err.status_code == 400 and err.param == "tools[1].type" and err.code == "not_supported"
+    assert err.type == "invalid_request_error"
+    assert repr(tool["type"]) in err.message and "function tools" in err.message
+    hosted = "hosted tool" in err.message
+    assert hosted == (tool["type"] != "custom")
+    assert backend.seen == []                  # refused before anything ran
+
+
 def test_a_failure_mid_stream_ends_with_response_failed(client, backend):
     backend.fail_after = 3
     r = client.post("/v1/responses", json={"input": "hi", "stream": True})
