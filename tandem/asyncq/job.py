@@ -96,7 +96,8 @@ class Job:
     owner: str | None               # lease holder while RUNNING
     lease_expires_at: float | None
     # what earlier runs produced (saved when one was preempted or renewed its lease), for the
-    # next run to continue from; opaque to the queue (tandem/asyncq/resume.py writes it)
+    # next run to continue from; None once the job has ended. Opaque to the queue
+    # (tandem/asyncq/resume.py writes it)
     progress: JSON | None = None
 
 

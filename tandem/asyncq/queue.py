@@ -6,8 +6,9 @@ Invariants every backend keeps (tests/asyncq/test_queue.py runs the same tests o
 - A job is RUNNING under at most one unexpired lease. `take` first returns jobs whose lease expired
   to the queue (or fails them when their attempts are spent), then leases queued jobs in
   (priority, enqueue order).
-- A job's `progress` changes only through `renew` and `requeue` under its current lease; the
-  other transitions keep it (a retried job continues from it too).
+- A job's `progress` is set only by `renew` and `requeue` under its current lease, kept by a
+  retry (a retried job continues from it too), and removed when the job ends (succeeded,
+  failed or cancelled: its result supersedes it).
 - `complete`, `fail`, `requeue` and `renew` act only for the current lease (same owner and attempt,
   not expired, job still RUNNING); otherwise they change nothing and return False / None. So a
   result is recorded at most once, and never by an owner whose lease expired.

@@ -3,7 +3,7 @@ server (no other client's command runs in between) and reads the server's clock.
 
 Keys (P = the prefix, passed as KEYS[1]; one Redis server, not Redis Cluster):
   P..'job:'..id            hash: the job's fields; absent field = None (`progress`: set by
-                           RENEW and FINISH's requeue only)
+                           RENEW and FINISH's requeue, removed when the job ends)
   P..'batch:'..id          hash: the batch's fields and counters; 'event:'..type marks a recorded event
   P..'batch:'..id..':jobs' list: job ids in index order
   P..'batches:'..account  sorted set of the account's batch ids, score = created_at
@@ -116,6 +116,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'leased', '-inf', num(t))) 
   redis.call('HDEL', jk, 'owner', 'lease_expires_at')
   local j = redis.call('HMGET', jk, 'attempts', 'max_attempts', 'batch_id')
   if tonumber(j[1]) >= tonumber(j[2]) then
+    redis.call('HDEL', jk, 'progress')
     redis.call('HSET', jk, 'status', 'failed', 'finished_at', num(t), 'error',
                cjson.encode({message = 'lease expired on the last attempt', type = 'lease_expired'}))
     spent[j[3]] = (spent[j[3]] or 0) + 1
@@ -165,6 +166,7 @@ redis.call('ZREM', P .. 'leased', id)
 redis.call('HDEL', jk, 'owner', 'lease_expires_at')
 local j = redis.call('HMGET', jk, 'batch_id', 'attempts', 'max_attempts')
 if mode == 'complete' then
+  redis.call('HDEL', jk, 'progress')
   redis.call('HSET', jk, 'status', 'succeeded', 'result', payload, 'finished_at', num(t))
   count_terminal(j[1], 'succeeded', 1, t)
   return 'succeeded'
@@ -183,6 +185,7 @@ if ARGV[6] == '1' and tonumber(j[2]) < tonumber(j[3]) then
   else redis.call('ZADD', P .. 'ready', rank(jk), id) end
   return 'queued'
 end
+redis.call('HDEL', jk, 'progress')
 redis.call('HSET', jk, 'status', 'failed', 'finished_at', num(t))
 count_terminal(j[1], 'failed', 1, t)
 return 'failed'
@@ -200,7 +203,7 @@ for _, id in ipairs(redis.call('LRANGE', P .. 'batch:' .. batch_id .. ':jobs', 0
     redis.call('ZREM', P .. 'ready', id)
     redis.call('ZREM', P .. 'delayed', id)
     redis.call('ZREM', P .. 'leased', id)
-    redis.call('HDEL', jk, 'owner', 'lease_expires_at')
+    redis.call('HDEL', jk, 'owner', 'lease_expires_at', 'progress')
     redis.call('HSET', jk, 'status', 'cancelled', 'finished_at', num(t))
     k = k + 1
   end

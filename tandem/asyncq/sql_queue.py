@@ -203,7 +203,7 @@ def _reap_expired(tx: Tx) -> None:
     for job_id, batch_id, exhausted in expired:
         if exhausted:
             tx.rows("UPDATE asyncq_jobs SET status = 'failed', finished_at = ?, owner = NULL, "
-                    "lease_expires_at = NULL, error = ? WHERE id = ?",
+                    "lease_expires_at = NULL, progress = NULL, error = ? WHERE id = ?",
                     (tx.now, dumps({"message": "lease expired on the last attempt",
                                     "type": "lease_expired"}), job_id))
             counts = spent.setdefault(batch_id, {})
@@ -256,7 +256,7 @@ def _finish(tx: Tx, lease: Lease, status: JobStatus, result: JSON | None,
     if current is None:
         return None
     tx.rows("UPDATE asyncq_jobs SET status = ?, finished_at = ?, result = ?, error = ?, "
-            "owner = NULL, lease_expires_at = NULL WHERE id = ?",
+            "owner = NULL, lease_expires_at = NULL, progress = NULL WHERE id = ?",
             (status.value, tx.now, None if result is None else dumps(result),
              None if error is None else dumps(error), lease.job_id))
     _count_terminal(tx, {current[0]: {status: 1}})
@@ -288,7 +288,7 @@ def _requeue(tx: Tx, lease: Lease, progress: JSON | None) -> bool:
 
 def _cancel(tx: Tx, batch_id: str) -> int:
     cancelled = tx.rows("UPDATE asyncq_jobs SET status = 'cancelled', finished_at = ?, "
-                        "owner = NULL, lease_expires_at = NULL WHERE batch_id = ? AND "
+                        "owner = NULL, lease_expires_at = NULL, progress = NULL WHERE batch_id = ? AND "
                         "status IN ('queued', 'running') RETURNING id", (tx.now, batch_id))
     if cancelled:
         _count_terminal(tx, {batch_id: {JobStatus.CANCELLED: len(cancelled)}})

@@ -298,12 +298,38 @@ def test_progress_is_saved_by_requeue_and_renew_and_kept_otherwise(queue_target)
         assert not await q.requeue(lease, {"stale": True})   # an old lease saves nothing
         assert await q.renew(lease, 30, {"stale": True}) is None
         assert (await q.get(claim.job.id)).progress == more
+        assert await q.requeue(claim.lease, {**more, "n": 3})
     run(body, queue_target)
 
     async def reopened(q):
         (job,) = [j for b in await q.list_batches("acct") for j in await q.list_batch(b.id)]
-        assert job.progress == {**saved, "n": 2}         # durable
+        assert job.progress == {**saved, "n": 3}         # durable
+        (claim,) = await q.take(1, "o", 30)
+        assert claim.job.progress == {**saved, "n": 3}
+        assert await q.complete(claim.lease, {"done": True})
+        assert (await q.get(job.id)).progress is None    # the result supersedes it
     run(reopened, queue_target)
+
+
+def test_progress_is_removed_when_a_job_fails_or_is_cancelled(queue_target):
+    async def body(q):
+        failing, _ = await q.enqueue(spec(1, max_attempts=1))
+        (claim,) = await q.take(1, "o", 30)
+        assert await q.renew(claim.lease, 30, {"n": 1})
+        assert await q.fail(claim.lease, {"message": "x"}, True) is JobStatus.FAILED
+        assert (await q.get(claim.job.id)).progress is None
+        expiring, _ = await q.enqueue(spec(1, max_attempts=1))
+        (claim,) = await q.take(1, "o", 0.3)
+        assert await q.renew(claim.lease, 0.3, {"n": 2})
+        await asyncio.sleep(0.5)
+        assert await q.take(1, "o", 30) == []              # reaped: its last attempt expired
+        assert (await q.get(claim.job.id)).progress is None
+        cancelled, _ = await q.enqueue(spec(1))
+        (claim,) = await q.take(1, "o", 30)
+        assert await q.requeue(claim.lease, {"n": 3})
+        assert await q.cancel(cancelled.id) == 1
+        assert (await q.get(claim.job.id)).progress is None
+    run(body, queue_target)
 
 
 def test_a_store_from_before_progress_gets_the_column(tmp_path):

@@ -148,7 +148,7 @@ def test_a_preempted_job_continues_its_tokens_to_the_same_result(live, body, aft
     assert events.index(("end", first)) < events.index(("start", second))
     assert ("end", first, False) in backend.log and ("end", second, True) in backend.log
     (job,) = asyncio.run(_jobs(service))
-    assert job.attempts == 1 and len(job.progress["outputs"][0]["new_token_ids"]) >= runs[1][3]
+    assert job.attempts == 1 and job.progress is None   # ended: the result supersedes it
 
 
 async def _jobs(service):
