@@ -64,6 +64,7 @@ class Monitor:
 
     async def poll_worker(self, w: Worker) -> None:
         polled_at = self.tracker.now()
+        role_seq = w.role_seq
         try:
             status, stats = await self._get_json(w.url, "/internal/stats")
             failure = None if isinstance(stats, dict) else f"/internal/stats answered {status}"
@@ -75,6 +76,8 @@ class Monitor:
                             w.url, w.failures, failure)
                 self.forget(w.url)
             return
+        if w.role_seq != role_seq:
+            return   # a role switch began or ended while we waited: this reply may predate it
         was_healthy = w.healthy
         old_instance = w.stats.get("instance_id")
         if old_instance is not None and stats.get("instance_id") != old_instance:

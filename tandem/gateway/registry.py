@@ -47,6 +47,7 @@ class Worker:
     restarts: int = 0                # new instances seen at this URL (its stats' instance_id changed)
     drain_asked: bool = False        # POST /internal/drain, or the worker's heartbeat said so
     switching_to: str | None = None  # a role switch the gateway is carrying out (role_executor.py)
+    role_seq: int = 0                # bumped when a switch begins or ends: older stats replies are stale
 
     @property
     def block_size(self) -> int | None:
@@ -114,6 +115,7 @@ class Registry:
         w = self._workers.get(normalize_url(url))
         if w is not None:
             w.switching_to = to_role
+            w.role_seq += 1
             _settle(w)
         return w
 
@@ -123,7 +125,9 @@ class Registry:
         w = self._workers.get(normalize_url(url))
         if w is None:
             return None
-        w.switching_to = None
+        if w.switching_to is not None:
+            w.switching_to = None
+            w.role_seq += 1
         if report is not None and report.get("role") in ROLES:
             w.role = report["role"]
             w.stats = {**w.stats, "role": report["role"], "switching_to": report.get("switching_to")}
@@ -150,6 +154,11 @@ class Registry:
         w.failures = 0
         w.last_ok = now
         w.healthy = w.role is not None
+        if w.switching_to is not None and role == w.switching_to and stats.get("switching_to") is None:
+            # the worker says its switch is over: lift the hold now, not when the executor next
+            # asks (a worker of its new role held draining would empty its pool meanwhile)
+            w.switching_to = None
+            w.role_seq += 1
         _settle(w)
         return w
 

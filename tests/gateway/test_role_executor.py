@@ -163,3 +163,42 @@ def test_registry_role_and_drain_sources():
     assert reg.drain(P0) and w.draining               # a drain asked of the gateway
     reg.undrain(P0)
     assert not w.draining
+
+
+def test_worker_reporting_its_new_role_lifts_the_hold_at_once():
+    reg = Registry(RegistryConfig())
+    w = reg.heartbeat(P0, "prefill", 0.0)
+    reg.poll_ok(P0, {"role": "prefill"}, 0.0)
+    reg.begin_switch(P0, "decode")
+    reg.poll_ok(P0, {"role": "prefill", "switching_to": "decode"}, 0.5)   # draining
+    assert w.draining and w.switching_to == "decode"
+    seq = w.role_seq
+    # done by the worker's word before the executor asks again: a decode worker held draining
+    # would leave the decode pool "emptied on purpose" (503) until then
+    reg.poll_ok(P0, {"role": "decode", "switching_to": None}, 1.0)
+    assert (w.role, w.draining, w.switching_to) == ("decode", False, None) and w.role_seq == seq + 1
+    reg.end_switch(P0, {"role": "decode", "switching_to": None})          # the executor, later
+    assert (w.role, w.draining, w.role_seq) == ("decode", False, seq + 1)
+
+
+def test_monitor_drops_a_stats_reply_that_a_switch_overtook():
+    from tandem.gateway.monitor import Monitor
+    from tandem.router.prefix_index import PrefixIndex
+
+    async def go():
+        reg = Registry(RegistryConfig())
+        w = reg.heartbeat(P0, "prefill", 0.0)
+        reg.poll_ok(P0, {"role": "prefill"}, 0.0)
+        reg.begin_switch(P0, "decode")
+
+        async def handle(request: httpx.Request) -> httpx.Response:
+            if request.url.path == "/internal/kv_events":
+                return httpx.Response(404)
+            # answered as the switch was under way; the executor ends it before the reply lands
+            reg.end_switch(P0, {"role": "decode", "switching_to": None})
+            return httpx.Response(200, json={"role": "prefill", "switching_to": "decode"})
+
+        http = HttpxWorkerHTTP(httpx.AsyncClient(transport=httpx.MockTransport(handle)))
+        await Monitor(reg, PrefixIndex(), LoadTracker(), http).poll_worker(w)
+        assert (w.role, w.draining) == ("decode", False)     # the stale reply was not applied
+    asyncio.run(go())
