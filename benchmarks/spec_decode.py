@@ -1,6 +1,7 @@
 """Speculative decoding on the demo models: decode tokens/s at batch 1, 8 and 32 for each proposer
-(ngram, suffix, draft_model, and suffix_draft: suffix decoding with the draft model behind it,
-`{"method": "suffix", "model": DRAFT}`) beside no speculation, on (a) tool-call turns and (b) prose, greedy,
+(ngram, suffix, draft_model, suffix_draft: suffix decoding with the draft model behind it,
+`{"method": "suffix", "model": DRAFT}`, and eagle3: the EAGLE-3 head of models/tandem-demo-eagle3
+fed with the target's hidden states) beside no speculation, on (a) tool-call turns and (b) prose, greedy,
 every output checked identical to the no-speculation run.
 
   python benchmarks/spec_decode.py --reps 3 --out spec_decode.json
@@ -49,7 +50,7 @@ from tandem.spec.proposer import AdaptiveProposer
 from tandem.spec.target import SpecTarget
 from tandem.types import EngineRequest, SamplingParams
 
-PROPOSERS = ("none", "ngram", "suffix", "draft_model", "suffix_draft")
+PROPOSERS = ("none", "ngram", "suffix", "draft_model", "suffix_draft", "eagle3")
 
 
 def tool_call_prompts(n: int) -> list[str]:
@@ -113,8 +114,9 @@ def proposer_for(name: str, engine: Engine, args, draft_method, gate: Speculatio
     if name == "suffix_draft":  # {"method": "suffix", "model": DRAFT}: the same draft behind suffix
         method = SuffixWithDraftModel(SuffixProposer(k), draft_method)
         return AdaptiveProposer(method, k, AdaptiveDraftLength(k, 64, shorten=False), gate)
-    cfg = SpeculativeConfig(name, num_speculative_tokens=k, prompt_lookup_min=args.prompt_lookup_min)
-    proposer = make_proposer(cfg, SpecTarget.of_engine(engine))
+    cfg = SpeculativeConfig(name, num_speculative_tokens=k, prompt_lookup_min=args.prompt_lookup_min,
+                            model=args.eagle3 if name == "eagle3" else None)
+    proposer = make_proposer(cfg, SpecTarget.of_engine(engine))   # eagle3: taps the target's states
     proposer.gate = gate
     return proposer
 
@@ -131,6 +133,8 @@ def run_cell(engine, prompts, batch, max_tokens, proposer, tag) -> dict:
         decode_cpu_s += cpu
         decode_tokens += toks
     s1 = engine.stats()
+    if proposer is not None and hasattr(proposer.method, "close"):
+        proposer.method.close()   # eagle3: the target stops capturing hidden states for the next runs
     drafted = s1.spec_num_draft_tokens - s0.spec_num_draft_tokens
     accepted = s1.spec_num_accepted_tokens - s0.spec_num_accepted_tokens
     drafts = s1.spec_num_drafts - s0.spec_num_drafts
@@ -155,10 +159,15 @@ def main() -> None:
     p.add_argument("--k-ngram", type=int, default=8)
     p.add_argument("--k-suffix", type=int, default=16)
     p.add_argument("--k-draft-model", dest="k_draft_model", type=int, default=6)
+    p.add_argument("--eagle3", default="models/tandem-demo-eagle3", help="the EAGLE-3 head's directory")
+    p.add_argument("--k-eagle3", dest="k_eagle3", type=int, default=5)
     p.add_argument("--k-suffix-draft", dest="k_suffix_draft", type=int, default=16,
                    help="suffix drafts; the draft model behind them drafts at most --k-draft-model")
     p.add_argument("--prompt-lookup-min", type=int, default=2)
     p.add_argument("--dtype", default="auto")
+    p.add_argument("--no-prefix-caching", action="store_true",
+                   help="every prompt computed whole (an EAGLE-3 head gets no target states for a "
+                        "prompt read from the prefix cache; decode-only tokens/s leave prefills out anyway)")
     p.add_argument("--out", default="spec_decode.json")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -171,7 +180,7 @@ def main() -> None:
     names = args.proposers.split(",")
     engine = Engine.from_config(EngineConfig(
         model=ModelConfig(path=args.target, dtype=args.dtype, show_progress=False),
-        cache=CacheConfig(block_size=16), scheduler=SchedulerConfig(max_num_batched_tokens=2048),
+        cache=CacheConfig(block_size=16, enable_prefix_caching=not args.no_prefix_caching), scheduler=SchedulerConfig(max_num_batched_tokens=2048),
         num_threads=1))
     engine.loaded.wait_packed()
     draft_method = None

@@ -12,6 +12,7 @@ Forward contract (see docs/dev/contracts.md, "Model"):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -24,6 +25,9 @@ from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
 from tandem.models.arch import ModelArch
 from tandem.layers.attention_batch import AttentionBatch
+
+if TYPE_CHECKING:
+    from tandem.runner.aux_hidden import AuxHiddenTap
 
 
 @dataclass(frozen=True)
@@ -140,18 +144,38 @@ class DecoderForCausalLM(nn.Module):
     # parameters kept in float32 whatever the model's dtype (name suffixes)
     float32_params: tuple[str, ...] = ()
 
+    # who wants auxiliary hidden states of the runner's forwards (an EAGLE-3 proposer): the runner
+    # reads it at each step; None (the default) captures nothing and costs nothing
+    aux_tap: "AuxHiddenTap | None" = None
+
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
                 kv_cache: torch.Tensor) -> torch.Tensor:
         # input_ids, positions LongTensor[T] -> hidden [T, hidden] (after the final norm)
+        return self._run(input_ids, positions, batch, kv_cache, ())[0]
+
+    @torch.inference_mode()
+    def forward_aux(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
+                    kv_cache: torch.Tensor, layers: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward, plus the residual stream after each layer of `layers` (indices, 0-based):
+        -> (hidden [T, hidden], aux [T, len(layers), hidden]). The hidden output is the same,
+        bit for bit, as forward's: capturing only reads the stream."""
+        return self._run(input_ids, positions, batch, kv_cache, layers)
+
+    def _run(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
+             kv_cache: torch.Tensor, capture: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.rotary.cos_sin(positions, x.dtype)
         residual = None
-        for layer in self.model.layers:
+        taken: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.model.layers):
             x, residual = layer(x, residual, cos, sin, batch, kv_cache, self.workspace)
+            if i in capture:   # the stream after layer i = its MLP output + the residual before it
+                taken[i] = x + residual
+        aux = torch.stack([taken[i] for i in capture], dim=1) if capture else None  # [T, k, hidden]
         if residual is None:   # no layers
-            return self.model.norm(x)
-        return self.model.norm.add_forward(x, residual)[0]
+            return self.model.norm(x), aux
+        return self.model.norm.add_forward(x, residual)[0], aux
 
     def use_fused_ops(self, ops: FusedOps | None) -> None:
         """Run RMSNorm, SiLU-mul and rotary through `ops` (None: torch ops). Outputs may change

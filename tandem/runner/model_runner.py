@@ -19,6 +19,7 @@ from tandem.grammar.masks import apply as apply_masks
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import LoadedModel
+from tandem.runner.aux_hidden import AuxHiddenStep, AuxSpan
 from tandem.runner.sampler import Sampler, SamplingRow, distinct_ids, gather_logprobs, make_generator
 from tandem.runner.scheduled import SampledSeq, ScheduledSeq, SeqState
 from tandem.types import TokenLogprob
@@ -47,6 +48,8 @@ class StepInputs:
     logits_rows: torch.Tensor    # LongTensor[S]: flat rows whose hidden state is sampled
     sampled: list[ScheduledSeq]  # sequences that sample, each owning num_verified rows, in row order
     prompt_scoring: PromptScoring | None = None
+    spans: tuple[tuple[SeqState, int, int], ...] = ()   # (request, first position, rows), in row order
+    slices: tuple[SeqSlice, ...] = ()   # what `batch` was built from (verify rows: one slice each)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class ModelRunner:
         sampled: list[ScheduledSeq] = []
         score_rows: list[int] = []
         score_targets: list[int] = []
-        spans: list[tuple[SeqState, int]] = []
+        scored_spans: list[tuple[SeqState, int]] = []
+        spans: list[tuple[SeqState, int, int]] = []
         for seq, blocks in zip(seqs, block_tables):
             req = seq.request
             start, end = req.num_computed_tokens, req.num_computed_tokens + seq.num_new_tokens
@@ -87,11 +91,20 @@ class ModelRunner:
                     base = len(input_ids) - start
                     score_rows.extend(range(base + first, base + stop))
                     score_targets.extend(req.prompt_token_ids[first + 1:stop + 1])
-                    spans.append((req, stop - first))
+                    scored_spans.append((req, stop - first))
             input_ids.extend(req.all_token_ids[start:own_end])
             input_ids.extend(seq.proposed)
             positions.extend(range(start, end))
-            slices.append(SeqSlice(blocks, start, seq.num_new_tokens))
+            spans.append((req, start, seq.num_new_tokens))
+            if seq.proposed:
+                # verify rows as single-token decode rows, the numerics of plain decoding (every
+                # row's K/V is written before any row attends, so row j sees rows < j): a
+                # multi-token chunk would take the prefill path, whose rounding differs in bf16
+                if own_end - start > 1:
+                    slices.append(SeqSlice(blocks, start, own_end - start - 1))
+                slices += [SeqSlice(blocks, p, 1) for p in range(max(start, own_end - 1), end)]
+            else:
+                slices.append(SeqSlice(blocks, start, seq.num_new_tokens))
             if seq.sample:
                 logits_rows.extend(range(len(input_ids) - seq.num_verified, len(input_ids)))
                 sampled.append(seq)
@@ -105,14 +118,21 @@ class ModelRunner:
             prompt_scoring=PromptScoring(
                 rows=torch.tensor(score_rows, dtype=torch.long).to(dev, non_blocking=True),
                 targets=torch.tensor(score_targets, dtype=torch.long).to(dev, non_blocking=True),
-                spans=spans) if spans else None)
+                spans=scored_spans) if scored_spans else None,
+            spans=tuple(spans), slices=tuple(slices))
 
     @torch.inference_mode()
     def execute(self, inputs: StepInputs,
                 grammar_masks: Callable[[], GrammarMasks | None] | None = None) -> StepResult:
         """Forward, then sample every sampled row. `grammar_masks` gives the token bitmasks of
         constrained rows (in the order of inputs.sampled's rows); called after the forward."""
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
+        tap = getattr(self.model, "aux_tap", None)
+        if tap is None:
+            hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
+        else:
+            hidden, aux = self.model.forward_aux(inputs.input_ids, inputs.positions, inputs.batch,
+                                                 self.kv_cache, tap.layers)  # [T, H], [T, k, H]
+            tap.deliver(_aux_step(inputs, aux))
         scored = self._score_prompts(hidden, inputs.prompt_scoring) if inputs.prompt_scoring else []
         if not inputs.sampled:
             return StepResult([], scored)
@@ -167,3 +187,11 @@ class ModelRunner:
         return SamplingRow(params=params, output_token_ids=output,
                            prompt_token_ids=req.prompt_token_ids, prompt_ids=prompt_ids,
                            generator=generator, eos_token_ids=self.loaded.eos_token_ids)
+
+
+def _aux_step(inputs: StepInputs, aux: torch.Tensor) -> AuxHiddenStep:
+    spans, at = [], 0
+    for req, first, n in inputs.spans:
+        spans.append(AuxSpan(req, first, n, at))
+        at += n
+    return AuxHiddenStep(spans, aux)

@@ -14,7 +14,8 @@ _FALLBACK_DRAFT_K = 6
 
 def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> AdaptiveProposer:
     """`target`: the engine's model and config; a draft model needs it (device, dtype, the
-    tokenizer it must share, the size of its own KV cache)."""
+    tokenizer it must share, the size of its own KV cache), and so does an EAGLE-3 head (the
+    target's hidden states, embedding and LM head)."""
     k = cfg.num_speculative_tokens
     if cfg.method == "ngram":
         from tandem.spec.ngram import NgramProposer
@@ -39,9 +40,16 @@ def make_proposer(cfg: SpeculativeConfig, target: SpecTarget | None = None) -> A
         from tandem.spec.draft_model import DraftModelProposer
 
         method = DraftModelProposer(k, cfg.model, target)
+    elif cfg.method == "eagle3":
+        if target is None:
+            raise ValueError("speculative method 'eagle3' needs the target engine "
+                             "(make_proposer(cfg, SpecTarget(...)))")
+        from tandem.spec.eagle3 import Eagle3Proposer
+
+        method = Eagle3Proposer(k, cfg.model, target)   # installs its hidden-state tap on the target
     else:
         raise ValueError(f"speculative method {cfg.method!r} is not available in this build; "
-                         "use 'ngram', 'suffix' or 'draft_model'")
+                         "use 'ngram', 'suffix', 'draft_model' or 'eagle3'")
     if not cfg.adaptive:
         return AdaptiveProposer(method, k, None)
     # suffix drafts are sized by their own probability estimates: acceptance only switches them off

@@ -1,0 +1,100 @@
+"""The EAGLE-3 proposer: a head loads only against the target it was trained for, greedy output
+stays identical with a random head, the head's state follows accepted and rejected drafts, and
+every block and captured state is dropped when requests leave."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tandem.config import SpeculativeConfig
+from tandem.errors import ModelLoadError
+from tandem.spec.eagle3_head import Eagle3Head, init_head
+from tandem.spec.eagle3_loader import config_for_target, load_head, save_head, target_fingerprint
+from tandem.spec.factory import make_proposer
+from tandem.spec.target import SpecTarget
+from tandem.testing.tiny_model import write_test_model
+from tests.engine.helpers import prompts, request, run, tokens
+
+
+def _head_dir(engine, path, seed=0, aux_layers=None):
+    model = engine.loaded.model
+    head = init_head(Eagle3Head(config_for_target(model, aux_layers)), seed)
+    save_head(head, str(path), dtype=torch.float32)
+    return path
+
+
+def _eagle_engine(make_engine, model_dir, head_dir, k=4, **kw):
+    engine = make_engine(model_dir, **kw)
+    cfg = SpeculativeConfig("eagle3", model=str(head_dir), num_speculative_tokens=k, adaptive=False)
+    engine.proposer = make_proposer(cfg, SpecTarget.of_engine(engine))
+    return engine
+
+
+def test_head_shape_and_round_trip(llama_dir, make_engine, tmp_path):
+    engine = make_engine(llama_dir)
+    arch = engine.loaded.arch
+    d = _head_dir(engine, tmp_path / "head", seed=3)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["Eagle3Head"]
+    assert cfg["hidden_size"] == arch.hidden_size and len(cfg["aux_layers"]) == min(3, arch.num_layers)
+    assert cfg["target"]["fingerprint"] == target_fingerprint(engine.loaded.model)
+    head = load_head(str(d), engine.loaded.model, torch.float32, torch.device("cpu"))
+    assert head.fc.weight.shape == (arch.hidden_size, arch.hidden_size * len(cfg["aux_layers"]))
+    assert head.q_proj.weight.shape[1] == 2 * arch.hidden_size
+    # the head stores only its own weights (the target's embedding and LM head are shared)
+    assert not any(k.startswith(("embed_tokens", "lm_head", "model.")) for k in head.state_dict())
+
+
+def test_a_head_for_another_target_is_refused(llama_dir, make_engine, tmp_path):
+    engine = make_engine(llama_dir)
+    d = _head_dir(engine, tmp_path / "head")
+    other_dir = write_test_model(tmp_path / "other", "LlamaForCausalLM", seed=7)   # same shape, other weights
+    other = make_engine(other_dir)
+    cfg = SpeculativeConfig("eagle3", model=str(d))
+    with pytest.raises(ModelLoadError, match="other target weights.*retrain"):
+        make_proposer(cfg, SpecTarget.of_engine(other))
+    wider = write_test_model(tmp_path / "wider", "LlamaForCausalLM", hidden_size=96, seed=1)
+    with pytest.raises(ModelLoadError, match="hidden size"):
+        make_proposer(cfg, SpecTarget.of_engine(make_engine(wider)))
+    with pytest.raises(ValueError, match="needs the target"):
+        make_proposer(cfg)
+    assert engine.loaded.model.aux_tap is None and other.loaded.model.aux_tap is None
+
+
+@pytest.mark.parametrize("prefix_caching", [True, False])
+def test_greedy_output_identical_with_a_random_head(llama_dir, make_engine, tmp_path, prefix_caching):
+    batch = prompts(6, seed=90, min_len=3, max_len=40)
+    ref = run(make_engine(llama_dir, prefix_caching=prefix_caching),
+              reqs := [request(p, max_tokens=24) for p in batch])
+    spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=3,
+                         max_num_batched_tokens=256, prefix_caching=prefix_caching)
+    eagle = spec.proposer.method
+    # twice: the second wave reads its prompts from the prefix cache (no target states for them)
+    for _ in range(2):
+        res = run(spec, again := [request(p, max_tokens=24) for p in batch])
+        assert [tokens(res[a.request_id]) for a in again] == [tokens(ref[r.request_id]) for r in reqs]
+    assert spec.stats().spec_num_draft_tokens > 50
+    assert eagle.cache.num_held == 0 and not eagle.seqs and not eagle.tap.pending
+    eagle.close()
+    assert spec.loaded.model.aux_tap is None
+
+
+def test_the_head_rows_follow_the_tokens(llama_dir, make_engine, tmp_path):
+    """After each step the head holds rows from the target's states for every position but the
+    newest token's, and has consumed every state the runner captured."""
+    spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=2)
+    eagle = spec.proposer.method
+    spec.add_request(r := request(prompts(1, seed=5, min_len=12, max_len=13)[0], max_tokens=12))
+    for _ in range(4):
+        spec.step()
+        req = spec.requests[r.request_id]
+        seq = eagle.seqs.get(req)
+        if seq is not None:
+            # true rows cover every position but the newest token's: [origin, n - 1)
+            assert seq.origin + seq.rows == req.num_tokens - 1
+            assert eagle.tap.pending[req].chunks == []
+    spec.abort(r.request_id)
+    assert eagle.cache.num_held == 0 and not eagle.seqs
