@@ -20,6 +20,7 @@ VERB_MODULES = {
     "bench": "tandem.bench.cli",
     "model": "tandem.testing.cli",
     "demo": "tandem.demo.cli",
+    "sim": "tandem.sim.cli",
 }
 
 

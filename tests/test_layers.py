@@ -35,6 +35,8 @@ ALLOWED = {
     "router": BASE | {"kv"},
     "http": BASE,
     "asyncq": BASE | {"http"},
+    # the fleet simulator drives the router's policies and the engine's prefill order
+    "sim": BASE | {"kv", "router", "engine"},
 }
 # the serving layers may import anything below them, but not the demo's training code
 SERVING = ("server", "gateway", "launcher")
