@@ -10,14 +10,8 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
-from tandem.engine.async_engine import AsyncEngine
-from tandem.engine.engine import Engine
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.queue_service import QueueConfig, QueueSetup
-from tests.conftest import engine_config
+from tests.server.preempting_backend import MODEL, live_app
 
-MODEL = "tiny"
 URL = f"/client/v4/accounts/acc1/ai/run/{MODEL}"
 QUEUED = URL + "?queueRequest=true"
 TOOLS = [{"name": "get_weather", "description": "weather of a city",
@@ -28,62 +22,9 @@ FORCED = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools
 PROSE = {"prompt": "Tell me a story about a cat", "max_tokens": 40, "temperature": 0}
 
 
-class PreemptingBackend:
-    """The engine's backend, logging each stream's start and end; once armed (`after`), it
-    preempts the queued job running through it after that many of its output tokens."""
-
-    def __init__(self, inner: AsyncEngine) -> None:
-        self.inner = inner
-        self.after: int | None = None
-        self.service = None
-        self.log: list[tuple] = []
-
-    @property
-    def model_name(self) -> str:
-        return self.inner.model_name
-
-    @property
-    def max_model_len(self) -> int:
-        return self.inner.max_model_len
-
-    @property
-    def tokenizer(self):
-        return self.inner.tokenizer
-
-    def abort(self, request_id: str) -> None:
-        self.inner.abort(request_id)
-
-    def stats(self):
-        return self.inner.stats()
-
-    async def generate(self, req, info=None):
-        queued = req.context.priority >= QueueConfig.background_priority
-        self.log.append(("start", req.request_id, queued, len(req.resume_output_ids)))
-        n, finished = len(req.resume_output_ids), False
-        gen = self.inner.generate(req, info)
-        try:
-            async for d in gen:
-                n += len(d.new_token_ids)
-                finished = d.finished
-                yield d
-                if queued and self.after is not None and n >= self.after and not finished:
-                    self.after = None
-                    self.log.append(("preempt", req.request_id, n))
-                    self.service.dispatcher.preempt(1)   # cancels the job's task, ours
-        finally:
-            await gen.aclose()
-            self.log.append(("end", req.request_id, finished))
-
-
 @pytest.fixture(scope="module")
 def live(llama_dir, tmp_path_factory):
-    config = engine_config(llama_dir, num_blocks=96, max_num_batched_tokens=64)
-    front = AsyncEngine(config, engine=Engine.from_config(config))
-    backend = PreemptingBackend(front)
-    setup = QueueSetup(QueueConfig(target=str(tmp_path_factory.mktemp("q") / "queue.db"),
-                                   poll_s=0.05, lease_s=10.0), headroom=lambda: True)
-    app = build_app(backend, ServerConfig(served_model_name=MODEL, tool_call_parser="hermes"),
-                    startup=front.start, shutdown=front.shutdown, queue=setup)
+    app, backend = live_app(llama_dir, tmp_path_factory.mktemp("q") / "queue.db")
     with TestClient(app) as client:
         backend.service = app.state.queue
         yield client, backend
