@@ -1,6 +1,7 @@
-"""Queued Workers AI requests over a real engine (tiny random model, greedy): the queued result
-is the synchronous route's result for the same body, tool calls included, and a job preempted
-in the middle of its answer continues it (resume_output_ids) and ends with the same result."""
+"""Queued Workers AI requests over a real engine (tiny random model, greedy or seeded): the
+queued result is the synchronous route's result for the same body, tool calls included, and a
+job preempted in the middle of its answer continues it (resume_output_ids) and ends with the
+same result."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ TOOLS = [{"name": "get_weather", "description": "weather of a city",
 FORCED = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
           "tool_choice": "required", "max_tokens": 80, "temperature": 0}
 PROSE = {"prompt": "Tell me a story about a cat", "max_tokens": 40, "temperature": 0}
+# seeded sampling draws per position (the seed and the output's length), and penalties read the
+# output: a continued answer samples the same tokens as a whole one
+SEEDED = {"prompt": "Tell me a story about a dog", "max_tokens": 40, "temperature": 1.0,
+          "seed": 7, "frequency_penalty": 0.5}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,8 @@ def test_queued_result_equals_the_synchronous_one(live, body):
     same(queued(client, body), expected)
 
 
-@pytest.mark.parametrize("body,after", [(PROSE, 12), (FORCED, 9)], ids=["prose", "mid-tool-call"])
+@pytest.mark.parametrize("body,after", [(PROSE, 12), (FORCED, 9), (SEEDED, 15)],
+                         ids=["prose", "mid-tool-call", "seeded"])
 def test_a_preempted_job_continues_its_tokens_to_the_same_result(live, body, after):
     client, backend = live
     expected = sync(client, body)
