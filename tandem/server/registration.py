@@ -13,6 +13,12 @@ Protocol (gateway side: tandem.gateway.app): `POST {gateway}/internal/register` 
 {"url", "role", "draining"} every `interval_s` (the gateway's reply may set
 `heartbeat_interval_s`); `POST {gateway}/internal/deregister` {"url"} on stop. A gateway that
 is down or restarts is retried forever: the next heartbeat registers the worker again.
+
+The role in a heartbeat is the one the worker started with. A worker whose role the gateway's
+planner switched at runtime (POST /internal/role, tandem/server/internal/role_switch.py) reports
+its current role, and a switch under way, in /internal/stats, which the gateway polls and prefers
+to the heartbeat's (tandem/gateway/registry.py); a restarted gateway learns it at its first poll,
+before it routes anything to the worker.
 """
 
 from __future__ import annotations
