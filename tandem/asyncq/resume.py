@@ -67,7 +67,6 @@ class JobOutputs:
         if isinstance(restored, list) and len(restored) == n:   # else: start over
             for out, d in zip(self._outs, restored):
                 out.saved = delta_from_dict(d) if d is not None else None
-        self._changed = False
 
     def pending(self) -> list[int]:
         """Indices of the requests that have not finished."""
@@ -88,7 +87,6 @@ class JobOutputs:
         if out.saved is not None and d.num_cached_tokens != out.saved.num_cached_tokens:
             d = replace(d, num_cached_tokens=out.saved.num_cached_tokens)
         out.new.append(d)
-        self._changed = True
 
     def deltas(self) -> list[tuple[int, RequestDelta]]:
         """Every request's output, for a formatter: the saved part as one delta, then this
@@ -101,10 +99,10 @@ class JobOutputs:
         return items
 
     def snapshot(self) -> JSON | None:
-        """The job's progress to save; None when nothing changed since the last snapshot."""
-        if not self._changed:
+        """The job's progress to save; None while this run has produced nothing (the saved
+        progress, if any, is still the job's)."""
+        if not any(out.new for out in self._outs):
             return None
-        self._changed = False
         outputs = []
         for out in self._outs:
             parts = ([out.saved] if out.saved is not None else []) + out.new

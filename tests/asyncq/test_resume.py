@@ -34,9 +34,9 @@ def test_saved_output_is_continued_and_replayed_before_the_new_tokens():
     first.add(0, delta([11, 12], "bc", out=3, cached=4))
     first.add(1, delta([20], "x", out=1, cached=4, finished=True))
     saved = through_json(first.snapshot())
-    assert first.snapshot() is None                                  # unchanged since
 
     second = JobOutputs(2, saved)
+    assert second.snapshot() is None                                 # nothing new: keep saved
     assert second.pending() == [0]                                   # request 1 had finished
     (resumed,) = second.requests(reqs(2))
     assert resumed.request_id == "r-0" and resumed.resume_output_ids == [10, 11, 12]
