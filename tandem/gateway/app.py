@@ -178,6 +178,9 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     async def shutdown() -> None:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for p in planner:
+            if p.executor is not None:
+                await p.executor.close()
         if worker_http is None:   # ours to close
             await http.aclose()
 

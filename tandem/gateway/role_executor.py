@@ -89,6 +89,12 @@ class RoleExecutor:
         self._task = asyncio.get_running_loop().create_task(self._run(switch, on_done))
         return True
 
+    async def close(self) -> None:
+        """Gateway shutdown: stop following a switch (the worker finishes it on its own)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
     async def wait(self) -> Outcome | None:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)

@@ -43,7 +43,7 @@ def wait_for(cluster: LocalCluster, cond, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-LONG = 300   # tokens of the direct requests: still running when the planner decides
+LONG = 400   # tokens of the direct requests: still running when the planner decides
 
 
 def complete(base: str, max_tokens: int = 32) -> httpx.Response:
@@ -74,6 +74,7 @@ def test_gateway_switches_a_registered_worker_without_losing_a_request(llama_dir
                 r = complete(gateway)
             except httpx.HTTPError as exc:
                 answers.append((0, repr(exc), ""))
+                time.sleep(0.1)
                 continue
             ok = r.status_code == 200
             answers.append((r.status_code, r.json()["choices"][0]["text"] if ok else r.text,
@@ -95,13 +96,21 @@ def test_gateway_switches_a_registered_worker_without_losing_a_request(llama_dir
         want_long = complete(workers[1].url, LONG).json()["choices"][0]["text"]
         for t in longs + threads:
             t.start()
-        wait_for(c, lambda: any(w["switching_to"] == "decode" and w["draining"] for w in httpx.get(
-            gateway + "/internal/workers", timeout=5).json()["workers"]), 60, "a drain")
-        assert len(direct) < 2, "the long requests ended before the switch began: make LONG longer"
+        draining: list[str] = []
+
+        def drain_seen() -> bool:
+            ws = httpx.get(gateway + "/internal/workers", timeout=5).json()["workers"]
+            draining.extend(w["url"] for w in ws if w["switching_to"] == "decode" and w["draining"])
+            return bool(draining)
+
+        wait_for(c, drain_seen, 60, "a drain")
+        # its long request still runs: the switch has work to wait for
+        assert draining[0] not in direct, "the long request ended before the switch began"
         wait_for(c, lambda: roles(gateway) == [("decode", True, False), ("prefill", True, False)],
                  150, "the role switch")
         ws = httpx.get(gateway + "/internal/workers", timeout=5).json()["workers"]
         moved = next(w["url"] for w in ws if w["role"] == "decode")
+        assert moved == draining[0]
         n = len(answers)
         wait_for(c, lambda: len(answers) >= n + 4, 60, "requests after the switch")
         time.sleep(3)   # heartbeats (every 2 s) still say "prefill": the worker's stats win
