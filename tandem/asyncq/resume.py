@@ -22,6 +22,7 @@ wire's delta encoding (token ids, text, logprobs, counts; a finished request's f
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 
 from tandem.asyncq.job import JSON
@@ -29,6 +30,7 @@ from tandem.server.internal.wire import delta_from_dict, delta_to_dict
 from tandem.types import EngineRequest, RequestDelta, TokenLogprob
 
 VERSION = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,7 +55,10 @@ def _merge(deltas: list[RequestDelta]) -> RequestDelta:
     first, last = deltas[0], deltas[-1]
     lps: list[TokenLogprob] | None = []
     for d in deltas:
-        lps = None if lps is None or d.logprobs is None else lps + list(d.logprobs)
+        if d.logprobs is None:
+            lps = None
+            break
+        lps.extend(d.logprobs)
     return replace(last, new_token_ids=[t for d in deltas for t in d.new_token_ids],
                    new_text="".join(d.new_text for d in deltas), logprobs=lps,
                    prompt_logprobs=first.prompt_logprobs, num_cached_tokens=first.num_cached_tokens,
@@ -65,8 +70,13 @@ class JobOutputs:
         self._outs = [_Output() for _ in range(n)]
         restored = (saved or {}).get("outputs") if (saved or {}).get("v") == VERSION else None
         if isinstance(restored, list) and len(restored) == n:   # else: start over
-            for out, d in zip(self._outs, restored):
-                out.saved = delta_from_dict(d) if d is not None else None
+            try:
+                deltas = [delta_from_dict(d) if d is not None else None for d in restored]
+            except (KeyError, TypeError, ValueError):
+                log.warning("asyncq: a job's saved progress is unreadable; it starts over")
+                deltas = [None] * n
+            for out, d in zip(self._outs, deltas):
+                out.saved = d
 
     def pending(self) -> list[int]:
         """Indices of the requests that have not finished."""

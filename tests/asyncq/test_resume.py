@@ -82,6 +82,7 @@ def test_unusable_saved_progress_starts_over():
     saved = JobOutputs(1, None)
     saved.add(0, delta([1], "a", out=1))
     snap = through_json(saved.snapshot())
-    for bad in ({**snap, "v": 99}, {"v": 1, "outputs": []}, {"other": 1}, None):
+    for bad in ({**snap, "v": 99}, {"v": 1, "outputs": []}, {"other": 1}, None,
+                {"v": 1, "outputs": [{"new_text": "no ids"}]}):
         fresh = JobOutputs(1, bad)
         assert fresh.deltas() == [] and fresh.requests(reqs(1))[0].resume_output_ids == []
