@@ -132,7 +132,10 @@ class _Flow:
         self.req = req
         self.info = info
         self.session = req.context.session_id  # x-session-affinity, for the routing policy
-        self.sent: list[int] = []
+        # every output token the client has, a queued job's saved progress first (the engine
+        # counts those toward max_tokens and does not emit them again); `resumed` of them came in
+        self.sent: list[int] = list(req.resume_output_ids)
+        self.resumed = len(self.sent)
         self.cached: int | None = None       # prompt tokens the first serving worker had cached
         self.exclude: set[str] = set()       # workers that failed this request
         self.passes = 0
@@ -156,7 +159,7 @@ class _Flow:
                 return
             except WorkerFailed as exc:
                 self._note_failure(exc)
-                if self.sent:
+                if self._streamed():
                     self.migrations += 1
                     if self.migrations > cfg.max_migrations:
                         yield self._error(f"gave up after {self.migrations} migrations: {exc}")
@@ -174,10 +177,14 @@ class _Flow:
                     if self.p.metrics:
                         self.p.metrics.retries.labels(exc.pool).inc()
             except TandemError as exc:
-                if not self.sent:
+                if not self._streamed():
                     raise
                 yield self._error(exc.message)  # e.g. no worker left to migrate to
                 return
+
+    def _streamed(self) -> bool:
+        """Whether this flow has produced a token (a failure now is a migration, not a retry)."""
+        return len(self.sent) > self.resumed
 
     def _note_failure(self, exc: WorkerFailed) -> None:
         if exc.hard and self.p.registry.mark_dead(exc.url):

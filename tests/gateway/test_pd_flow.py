@@ -236,3 +236,35 @@ def test_closing_stream_early_releases_load():
         return got
     got = asyncio.run(go())
     assert len(got) == 2 and tracker.load(D0).in_flight == 0 and tracker.load(P0).in_flight == 0
+
+
+def test_a_resumed_request_passes_its_saved_tokens_on_and_a_failure_before_new_ones_is_a_retry():
+    """A queued job's saved progress (resume_output_ids) reaches every worker call; the flow emits
+    only the rest, counts all of them, and a worker failing before any new token is a retry."""
+    cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode"})
+    saved = expected()[:5]
+
+    async def go():
+        await monitor.poll_once()
+        cluster.dead.add(P0)
+        req = EngineRequest("r1", list(PROMPT), SamplingParams(max_tokens=12, temperature=0.0),
+                            resume_output_ids=list(saved))
+        return [d async for d in backend.generate(req, ResponseInfo())]
+    deltas = asyncio.run(go())
+    assert tokens(deltas) == expected()[5:]
+    assert [(c[0], c[2]) for c in cluster.calls] == [(P1, saved), (D0, expected()[:6])]
+    assert deltas[-1].num_output_tokens == 12
+    assert backend.parts.metrics.migrations._value.get() == 0
+
+
+def test_a_resumed_request_refused_before_new_tokens_is_the_clients_error():
+    cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
+
+    async def go():
+        await monitor.poll_once()
+        req = EngineRequest("r1", [-1, 2, 3], SamplingParams(max_tokens=12, temperature=0.0),
+                            resume_output_ids=[5, 6])
+        return [d async for d in backend.generate(req, ResponseInfo())]
+    with pytest.raises(TandemError) as e:
+        asyncio.run(go())
+    assert e.value.status == 413
