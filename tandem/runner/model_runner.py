@@ -67,6 +67,12 @@ class ModelRunner:
         self.kv_cache = kv_cache  # [num_blocks, num_layers, 2, block_size, kv_heads, head_dim]
         self.device = device
         self.sampler = Sampler()
+        # Proposals are verified as single-token decode rows where the prefill path rounds
+        # differently enough to flip greedy near-ties (bfloat16, float16: greedy output then equals
+        # plain decoding's token for token); in float32 as one prefill chunk, which is faster (CPU,
+        # demo target, 1,000-token context: 12 ms for 6 rows as a chunk, 16-17 ms as decode rows,
+        # 7-8 ms for one row) and gave the same greedy tokens in every benchmark cell.
+        self.verify_as_decode_rows = loaded.dtype != torch.float32
         # a request's distinct prompt ids, for its repetition penalty: built once, dropped with it
         self._prompt_ids: weakref.WeakKeyDictionary[SeqState, torch.Tensor] = weakref.WeakKeyDictionary()
 
@@ -96,7 +102,7 @@ class ModelRunner:
             input_ids.extend(seq.proposed)
             positions.extend(range(start, end))
             spans.append((req, start, seq.num_new_tokens))
-            if seq.proposed:
+            if seq.proposed and self.verify_as_decode_rows:
                 # verify rows as single-token decode rows, the numerics of plain decoding (every
                 # row's K/V is written before any row attends, so row j sees rows < j): a
                 # multi-token chunk would take the prefill path, whose rounding differs in bf16

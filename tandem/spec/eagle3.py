@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from tandem.kv.layout import KVLayout
+from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.spec.draft_cache import DraftCache, DraftSeq
 from tandem.spec.eagle3_features import FeatureTap
@@ -62,6 +63,12 @@ class Eagle3Proposer:
         self.dtype = target.loaded.dtype
         self.head = load_head(head_path, self.target, self.dtype, self.device)
         hc = self.head.cfg
+        arch = target.loaded.arch
+        if (hc.num_heads, hc.num_kv_heads, hc.head_dim) == (arch.num_heads, arch.num_kv_heads, arch.head_dim):
+            # the target's attention kernels and single-pass norms fit the head's shapes too
+            ws = self.target.workspace
+            self.head.workspace = AttentionWorkspace(ws.decode_kernel, ws.prefill_kernel)
+            self.head.use_fused_ops(self.target.model.norm.fused)
         self.vocab = target.loaded.arch.vocab_size
         self.eos = frozenset(target.loaded.eos_token_ids)
         block_size = target.config.cache.block_size

@@ -89,6 +89,12 @@ class Eagle3Head(nn.Module):
         self.scale = d ** -0.5
         self.workspace = AttentionWorkspace()
 
+    def use_fused_ops(self, ops) -> None:
+        """Run RMSNorm and SiLU-mul through `ops` (tandem.kernels.fused_ops; None: torch ops)."""
+        for m in self.modules():
+            if isinstance(m, (RMSNorm, GatedMLP)):
+                m.fused = ops
+
     def fuse(self, aux: torch.Tensor) -> torch.Tensor:
         # aux [T, k, H] (the target's captured streams) -> feat [T, H]
         return self.fc(aux.reshape(aux.shape[0], -1))

@@ -1,4 +1,4 @@
-"""Verify rows are single-token decode rows: in bfloat16, where a multi-token prefill chunk rounds
+"""Verify rows are single-token decode rows in bfloat16: where a multi-token prefill chunk rounds
 differently from decoding, greedy output with proposals (right and wrong) is token for token the
 output without them."""
 
@@ -8,8 +8,10 @@ from tests.engine.helpers import prompts, request, run, tokens
 from tests.engine.test_multi_token_step import ScriptedProposer
 
 
-def test_verify_rows_are_decode_rows(make_engine, llama_dir):
-    engine = make_engine(llama_dir)
+def test_verify_rows_are_decode_rows_in_bf16(make_engine, llama_dir):
+    engine = make_engine(llama_dir, dtype="bfloat16")
+    assert engine.runner.verify_as_decode_rows
+    assert not make_engine(llama_dir).runner.verify_as_decode_rows   # float32: one chunk, faster
     engine.add_request(r := request(prompts(1, seed=2)[0], max_tokens=3))
     engine.step()   # prefill: one chunk
     req = engine.requests[r.request_id]

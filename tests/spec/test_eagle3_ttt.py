@@ -4,10 +4,12 @@ proposer drafts after them (its own output fed back, attending to the rows befor
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from tandem.kv.layout import KVLayout
+from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.spec.eagle3_head import Eagle3Head, init_head
 from tandem.spec.eagle3_loader import config_for_target
@@ -29,8 +31,13 @@ def _setup(make_engine, llama_dir, T=13):
     return model, head, aux, emb
 
 
-def test_unrolled_steps_match_the_paged_head(make_engine, llama_dir):
+@pytest.mark.parametrize("target_kernels", [False, True])
+def test_unrolled_steps_match_the_paged_head(make_engine, llama_dir, target_kernels):
     model, head, aux, emb = _setup(make_engine, llama_dir)
+    if target_kernels:   # as the proposer runs it: the target's attention kernels and fused norms
+        ws = model.workspace
+        head.workspace = AttentionWorkspace(ws.decode_kernel, ws.prefill_kernel)
+        head.use_fused_ops(model.model.norm.fused)
     T = aux.shape[0]
     with torch.no_grad():
         outs = unroll(head, aux, emb, depth=3)
