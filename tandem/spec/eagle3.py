@@ -2,11 +2,12 @@
 hidden states, which the target's runner hands over at every step (tandem/runner/aux_hidden.py);
 the target verifies the drafts like any other (greedy output unchanged).
 
-State per request: the head's own paged KV (a DraftCache, as the draft model's, one layer), whose
-slot j holds head row `origin + j` computed from the target's hidden state at that position
-(`rows` such rows: positions [origin, origin + rows)). The target's states arrive for every row
-the runner computed, prompt chunks included (a prompt read from the prefix cache has none: the
-head's window then starts where states begin, `origin`).
+State per request: the head's own paged KV (tandem/spec/eagle3_kv.py, one layer), whose slot j
+holds head row `origin + j` computed from the target's hidden state at that position (`rows` such
+rows: positions [origin, origin + rows)). The target's states arrive for every row the runner
+computed, prompt chunks included. A prompt read from the target's prefix cache has none: the
+head's own prefix cache (full blocks of rows keyed by their tokens) covers it when an earlier
+request computed that prefix; otherwise the head's window starts where states begin (`origin`).
 
 One call for the requests that want drafts (limits k_i > 0), with n_i tokens each:
 1. catch-up, one batched forward: head rows for positions [origin + rows, n - 1) from the target
@@ -30,8 +31,8 @@ import torch
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
-from tandem.spec.draft_cache import DraftCache, DraftSeq
 from tandem.spec.eagle3_features import FeatureTap
+from tandem.spec.eagle3_kv import HeadKV, HeadSeq
 from tandem.spec.eagle3_loader import load_head
 from tandem.spec.target import SpecTarget
 
@@ -44,13 +45,6 @@ _AS_DECODE_ROWS = 8
 class Eagle3ProposerConfig:
     catchup_rows_per_step: int = 4096   # head rows of catch-up per call, all requests together
     max_pending_rows: int = 4096        # target states held per request before the head reads them
-
-
-@dataclass(eq=False)
-class _HeadSeq:
-    kv: DraftSeq
-    origin: int = 0     # position of slot 0
-    rows: int = 0       # slots [0, rows) hold rows computed from the target's states
 
 
 class Eagle3Proposer:
@@ -78,8 +72,7 @@ class Eagle3Proposer:
         per_request = -(-(k + 1) // block_size) + 1
         num_blocks = -(-target.kv_tokens // block_size) + target.config.scheduler.max_num_seqs * per_request
         self.kv_cache = self.layout.allocate(num_blocks, self.device)  # [blocks, 1, 2, bs, kv_heads, head_dim]
-        self.cache = DraftCache(num_blocks, block_size)
-        self.seqs: dict[object, _HeadSeq] = {}
+        self.cache = HeadKV(num_blocks, block_size)
         self.tap = FeatureTap(hc.aux_layers, cfg.max_pending_rows)
         self.target.aux_tap = self.tap   # the runner now captures hc.aux_layers at every step
 
@@ -93,31 +86,33 @@ class Eagle3Proposer:
         limits = [self.k] * len(requests) if limits is None else [min(self.k, k) for k in limits]
         drafts: list[list[int]] = [[] for _ in requests]
         budget = self.cfg.catchup_rows_per_step
-        work: list[tuple[int, _HeadSeq, int, torch.Tensor, list[int]]] = []  # (index, seq, first, aux, tokens)
+        work: list[tuple[int, HeadSeq, int, torch.Tensor, list[int]]] = []  # (index, seq, first, aux, tokens)
         for i, (req, k) in enumerate(zip(requests, limits)):
             tokens = req.all_token_ids
             n = len(tokens)
             pending = self.tap.pending.get(req)
             if k <= 0 or n < 2 or pending is None:
                 continue
-            seq = self.seqs.get(req)
-            if seq is None:
-                seq = self.seqs[req] = _HeadSeq(self.cache.seq(req))
+            seq = self.cache.seq(req)
             if pending.replaced_from is not None and pending.replaced_from < seq.origin + seq.rows:
                 seq.rows = max(0, pending.replaced_from - seq.origin)   # those positions were recomputed
             run = pending.take(n - 2)
             if run is None:
                 continue
             first, aux = run
+            if first > seq.origin + seq.rows:   # a prompt from the target's prefix cache: the head's may hold it
+                self.cache.reuse_prefix(seq, tokens, n - 1)
             want = min(seq.origin + seq.rows, n - 2)   # the last row is always recomputed: it drafts
             if first > want:   # no states for [want, first): the head's window restarts at `first`
-                seq.origin, seq.rows, want = first, 0, first
+                self.cache.restart(seq, first)
+                want = first
             aux = aux[want - first:]
-            if aux.shape[0] > budget or not self.cache.reserve(seq.kv, n - 1 - seq.origin + k - 1):
+            if aux.shape[0] > budget or not self.cache.reserve(seq, n - 1 - seq.origin + k - 1):
+                pending.add(want, aux, self.tap.max_rows)   # kept for a later call
                 continue
             budget -= aux.shape[0]
             seq.rows = want - seq.origin
-            work.append((i, seq, want, aux, tokens[want + 1:n]))
+            work.append((i, seq, want, aux, tokens))
         if not work:
             return drafts
         cur = self._catch_up(work)                      # [len(live), H]: each live request's last output
@@ -144,7 +139,6 @@ class Eagle3Proposer:
 
     def finished(self, request) -> None:
         self.tap.drop(request)
-        self.seqs.pop(request, None)
         self.cache.free(request)
 
     # --- the head's forwards -------------------------------------------------------------------
@@ -157,27 +151,29 @@ class Eagle3Proposer:
         positions: list[int] = []
         slices: list[SeqSlice] = []
         last: list[int] = []
-        for _, seq, first, a, toks in work:
+        for _, seq, first, a, tokens in work:
             n = a.shape[0]
-            ids += toks
+            ids += tokens[first + 1:first + 1 + n]   # row p reads the token at p + 1
             positions += range(first, first + n)
             slot = first - seq.origin
             if n <= _AS_DECODE_ROWS:
-                slices += [SeqSlice(seq.kv.block_ids, slot + j, 1) for j in range(n)]
+                slices += [SeqSlice(seq.block_ids, slot + j, 1) for j in range(n)]
             else:
-                slices.append(SeqSlice(seq.kv.block_ids, slot, n))
+                slices.append(SeqSlice(seq.block_ids, slot, n))
             last.append(len(ids) - 1)
             seq.rows = slot + n
         out = self._forward(feat, ids, positions, slices)
+        for _, seq, _, _, tokens in work:
+            self.cache.publish(seq, tokens)
         return out.index_select(0, torch.tensor(last, device=self.device))
 
     @torch.inference_mode()
-    def _unroll(self, feat: torch.Tensor, rows: list[tuple[_HeadSeq, int]], step: int) -> torch.Tensor:
+    def _unroll(self, feat: torch.Tensor, rows: list[tuple[HeadSeq, int]], step: int) -> torch.Tensor:
         """Draft row `step` of each request: its previous output and draft token -> [R, H]."""
         ids = [token for _, token in rows]
         # slot rows + step - 1 follows the request's last true row (slot rows - 1, position origin + rows - 1)
         positions = [seq.origin + seq.rows - 1 + step for seq, _ in rows]
-        slices = [SeqSlice(seq.kv.block_ids, seq.rows - 1 + step, 1) for seq, _ in rows]
+        slices = [SeqSlice(seq.block_ids, seq.rows - 1 + step, 1) for seq, _ in rows]
         return self._forward(feat, ids, positions, slices)
 
     def _forward(self, feat: torch.Tensor, ids: list[int], positions: list[int],

@@ -19,9 +19,13 @@ from tandem.testing.tiny_model import write_test_model
 from tests.engine.helpers import prompts, request, run, tokens
 
 
-def _head_dir(engine, path, seed=0, aux_layers=None):
+def _head_dir(engine, path, seed=0, aux_layers=None, scale=1.0):
     model = engine.loaded.model
     head = init_head(Eagle3Head(config_for_target(model, aux_layers)), seed)
+    with torch.no_grad():   # scale > 1: a head whose drafts depend on its context
+        for p in head.parameters():
+            if p.dim() >= 2:
+                p.mul_(scale)
     save_head(head, str(path), dtype=torch.float32)
     return path
 
@@ -77,7 +81,7 @@ def test_greedy_output_identical_with_a_random_head(llama_dir, make_engine, tmp_
         res = run(spec, again := [request(p, max_tokens=24) for p in batch])
         assert [tokens(res[a.request_id]) for a in again] == [tokens(ref[r.request_id]) for r in reqs]
     assert spec.stats().spec_num_draft_tokens > 50
-    assert eagle.cache.num_held == 0 and not eagle.seqs and not eagle.tap.pending
+    assert eagle.cache.num_held == 0 and not eagle.cache.seqs and not eagle.tap.pending
     eagle.close()
     assert spec.loaded.model.aux_tap is None
 
@@ -91,10 +95,39 @@ def test_the_head_rows_follow_the_tokens(llama_dir, make_engine, tmp_path):
     for _ in range(4):
         spec.step()
         req = spec.requests[r.request_id]
-        seq = eagle.seqs.get(req)
+        seq = eagle.cache.seqs.get(req)
         if seq is not None:
             # true rows cover every position but the newest token's: [origin, n - 1)
             assert seq.origin + seq.rows == req.num_tokens - 1
             assert eagle.tap.pending[req].chunks == []
     spec.abort(r.request_id)
-    assert eagle.cache.num_held == 0 and not eagle.seqs
+    assert eagle.cache.num_held == 0 and not eagle.cache.seqs
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_prompts_from_the_prefix_cache_reuse_the_heads_rows(llama_dir, make_engine, tmp_path, reuse):
+    """The second wave's prompts come from the target's prefix cache (no target states): the
+    head's own prefix cache holds their rows, so it drafts exactly as in the first wave."""
+    batch = prompts(3, seed=31, min_len=30, max_len=50)
+    spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h", scale=20),
+                         k=3, max_num_batched_tokens=256)
+    eagle = spec.proposer.method
+    if not reuse:
+        eagle.cache.reuse_prefix = lambda *a: 0
+    firsts = []
+    for wave in range(2):
+        drafts_before = []
+        orig = eagle.propose
+
+        def spy(requests, limits=None):
+            out = orig(requests, limits)
+            drafts_before.append(sorted((r.num_tokens, tuple(d)) for r, d in zip(requests, out)))
+            return out
+
+        eagle.propose = spy
+        run(spec, [request(p, max_tokens=12) for p in batch])
+        eagle.propose = orig
+        firsts.append(drafts_before)
+    # same drafts at the same lengths; without the head's prefix cache its window is cut short
+    assert (firsts[0] == firsts[1]) == reuse
+    assert (eagle.cache.pool.num_cached > 0) and eagle.cache.num_held == 0

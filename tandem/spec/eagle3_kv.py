@@ -1,0 +1,105 @@
+"""The EAGLE-3 head's paged KV bookkeeping: per request, its blocks in the head's own cache tensor,
+and a prefix cache of full blocks so that a prompt the target reads from its own prefix cache
+(and so computes no hidden states for) still finds the head's rows for it (mechanism only;
+tandem/spec/eagle3.py decides).
+
+Slot j of a request holds the head's row at position origin + j. A full block of rows computed
+from the target's states with origin 0 depends only on the tokens up to one past its end (row p
+reads token p + 1): it is published under a chained hash of those tokens, and stays in the pool's
+free queue after its request leaves until a new block is taken over it (tandem.kv.BlockPool's
+caching). A hit adds a reference; such blocks are never written again except with the same rows.
+Hashes are Python's hash of int tuples (process-local); a collision would only cost drafts, since
+the target verifies every draft.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tandem.kv.block_pool import BlockPool, KVBlock
+
+_SEED = 0x3A61E
+
+
+@dataclass(eq=False)
+class HeadSeq:
+    blocks: list[KVBlock] = field(default_factory=list)
+    origin: int = 0     # position of slot 0
+    rows: int = 0       # slots [0, rows) hold rows computed from the target's states
+    published: int = 0  # leading blocks already in the prefix cache
+
+    @property
+    def block_ids(self) -> list[int]:
+        return [b.block_id for b in self.blocks]
+
+
+def block_hashes(tokens: list[int], num_blocks: int, block_size: int) -> list[int]:
+    """Chained hashes of the first `num_blocks` blocks' rows (block b: tokens up to (b+1)*bs)."""
+    out, h = [], _SEED
+    for b in range(num_blocks):
+        h = hash((h, tuple(tokens[b * block_size:(b + 1) * block_size + 1])))
+        out.append(h)
+    return out
+
+
+class HeadKV:
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.pool = BlockPool(num_blocks, enable_caching=True)
+        self.seqs: dict[object, HeadSeq] = {}   # request (by identity) -> its head KV
+
+    def seq(self, request) -> HeadSeq:
+        seq = self.seqs.get(request)
+        if seq is None:
+            seq = self.seqs[request] = HeadSeq()
+        return seq
+
+    def reserve(self, seq: HeadSeq, num_slots: int) -> bool:
+        """Hold blocks for slots [0, num_slots); False (nothing taken) when too few are free."""
+        needed = -(-num_slots // self.block_size) - len(seq.blocks)
+        if needed <= 0:
+            return True
+        if needed > self.pool.num_free:
+            return False
+        seq.blocks += self.pool.take(needed)
+        return True
+
+    def reuse_prefix(self, seq: HeadSeq, tokens: list[int], limit: int) -> int:
+        """For a request with no rows yet: take the cached blocks of its longest cached prefix,
+        at most `limit` rows; -> the rows they hold (0: none, nothing taken)."""
+        if seq.blocks or seq.rows:
+            return 0
+        hits: list[KVBlock] = []
+        for h in block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size):
+            block = self.pool.lookup(h)
+            if block is None:
+                break
+            hits.append(block)
+        if hits:
+            self.pool.touch(hits)
+            seq.blocks, seq.origin, seq.rows, seq.published = hits, 0, len(hits) * self.block_size, len(hits)
+        return seq.rows
+
+    def publish(self, seq: HeadSeq, tokens: list[int]) -> None:
+        """Cache the request's full blocks of rows from the target's states (origin 0 only)."""
+        full = seq.rows // self.block_size if seq.origin == 0 else 0
+        if full > seq.published:
+            hashes = block_hashes(tokens, full, self.block_size)
+            self.pool.cache(seq.blocks[seq.published:full], hashes[seq.published:full])
+            seq.published = full
+
+    def restart(self, seq: HeadSeq, origin: int) -> None:
+        """Start the request's rows over at position `origin` (its blocks go back: cached ones
+        may be shared, and their slots would now mean other positions)."""
+        if seq.blocks:
+            self.pool.release(seq.blocks)
+        seq.blocks, seq.origin, seq.rows, seq.published = [], origin, 0, 0
+
+    def free(self, request) -> None:
+        seq = self.seqs.pop(request, None)
+        if seq is not None and seq.blocks:
+            self.pool.release(seq.blocks)
+
+    @property
+    def num_held(self) -> int:
+        return sum(1 for b in self.pool.blocks if b.ref_count > 0)
