@@ -29,13 +29,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 from tandem.config import ModelConfig
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import load_model
 from tandem.spec.eagle3_head import Eagle3Head, init_head
-from tandem.spec.eagle3_loader import config_for_target, save_head
+from tandem.spec.eagle3_loader import WEIGHTS_FILE, config_for_target, save_head
 from tandem.spec.eagle3_ttt import step_losses, unroll
 from tandem.tokenization.tokenizer import Tokenizer
 
@@ -60,6 +61,7 @@ class TrainConfig:
     eval_docs: int = 60
     seed: int = 0
     threads: int = 1
+    init_from: str | None = None     # a head directory to start from (its shape must match)
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -180,6 +182,9 @@ def train(cfg: TrainConfig) -> dict:
     sha = _git_blob_sha(Path(cfg.target) / "model.safetensors")
     hcfg = config_for_target(target.model, cfg.aux_layers, sha)
     head = init_head(Eagle3Head(hcfg), cfg.seed)
+    if cfg.init_from:   # e.g. a head trained for an earlier version of the target
+        state = load_file(str(Path(cfg.init_from) / WEIGHTS_FILE))
+        head.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
     for p in head.parameters():
         p.requires_grad_(True)
     decay = [p for p in head.parameters() if p.dim() >= 2]
@@ -257,6 +262,8 @@ def _args_of(cfg: TrainConfig) -> list[str]:
         out += ["--corpus", c]
     out += ["--out", cfg.out, "--minutes", f"{cfg.minutes:g}", "--depth", str(cfg.depth),
             "--lr", f"{cfg.lr:g}", "--max-len", str(cfg.max_len), "--threads", str(cfg.threads)]
+    if cfg.init_from:
+        out += ["--init-from", cfg.init_from]
     return out
 
 
@@ -278,12 +285,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-docs", type=int, default=d.eval_docs)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--threads", type=int, default=d.threads)
+    p.add_argument("--init-from", default=None, help="start from this head's weights (same shape)")
     a = p.parse_args(argv)
     layers = tuple(int(x) for x in a.aux_layers.split(",")) if a.aux_layers else None
     train(TrainConfig(target=a.target, corpus=tuple(a.corpus), out=a.out, minutes=a.minutes, depth=a.depth,
                       max_len=a.max_len, docs_per_step=a.docs_per_step, lr=a.lr,
                       assistant_weight=a.assistant_weight, kjv_share=a.kjv_share, other_rows=a.other_rows, aux_layers=layers,
-                      eval_docs=a.eval_docs, seed=a.seed, threads=a.threads))
+                      eval_docs=a.eval_docs, seed=a.seed, threads=a.threads, init_from=a.init_from))
 
 
 if __name__ == "__main__":
