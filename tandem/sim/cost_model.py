@@ -10,7 +10,8 @@ of new tokens, S the number of sequences, `sampled` how many of them produce a t
            + sum_seq (context_before + new) * kv_bytes_per_token                    (KV read + written)
     distinct(T) = E * (1 - (1 - k/E)^T)    experts hit by T tokens routed uniformly at random
     compute = flops / (devices * flops_peak * mfu);  memory = bytes / (devices * mem_bw * mbu)
-    step    = step_overhead + layers * layer_overhead + S * seq_overhead + max(compute, memory) + (1 - overlap) * min(compute, memory)
+    step    = step_overhead + layers * layer_overhead + S * seq_overhead
+              + max(compute, memory) + (1 - overlap) * min(compute, memory)
 
 So prefill is compute-bound, decode memory-bound (weights, experts and KV read each step), and a
 decode step carrying a prefill chunk costs the chunk's compute on top of the streams' reads (the

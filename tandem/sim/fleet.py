@@ -57,13 +57,14 @@ class Fleet:
         self.loop = EventLoop()
         self.cost = cost_model(cfg)
         bs = trace.block_size
-        self.index = PrefixIndex(store_limit=max(1, int(cfg.store_gb * GB / (bs * self.cost.model.kv_bytes_per_token()))))
+        block_bytes = bs * self.cost.model.kv_bytes_per_token()
+        self.index = PrefixIndex(store_limit=max(1, int(cfg.store_gb * GB / block_bytes)))
         self.tracker = LoadTracker(clock=lambda: self.loop.now)
         self.metrics = Metrics()
         capacity = self.cost.kv_capacity_tokens() // bs
         self.store = BlockTier("store", self.index.store_limit, lambda hs: self.index.stored(STORE, hs),
                                lambda hs: self.index.removed(STORE, hs)) if cfg.store else None
-        host_blocks = int(cfg.host_gb * GB / (bs * self.cost.model.kv_bytes_per_token()))
+        host_blocks = int(cfg.host_gb * GB / block_bytes)
         sched = cfg.scheduler_config()
         self.workers = [
             SimWorker(f"{role}-{i}", role, self.loop, self.cost, sched, cfg.prefill_order, bs, capacity,

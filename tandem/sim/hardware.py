@@ -47,7 +47,8 @@ class Accelerator:
 
 # H100 SXM: 989 TFLOP/s bf16 dense, 80 GB HBM3 at 3.35 TB/s, one 400 Gb/s NIC per GPU, PCIe 5
 H100 = Accelerator("h100", flops=989e12, mem_bw=3.35e12, memory_bytes=80 * GB, interconnect_bw=50 * GB,
-                   interconnect_latency_s=50e-6, host_bw=50 * GB, step_overhead_s=2e-3, seq_overhead_s=5e-6, layer_overhead_s=150e-6)
+                   interconnect_latency_s=50e-6, host_bw=50 * GB, step_overhead_s=2e-3, seq_overhead_s=5e-6,
+                   layer_overhead_s=150e-6)
 # H200: the H100's compute with 141 GB HBM3e at 4.8 TB/s
 H200 = replace(H100, name="h200", mem_bw=4.8e12, memory_bytes=141 * GB)
 # B200: 2.25 PFLOP/s bf16 dense, 180 GB HBM3e at 8 TB/s, one 800 Gb/s NIC per GPU

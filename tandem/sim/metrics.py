@@ -2,7 +2,7 @@
 
 Definitions follow `tandem bench serve` (docs/benchmarks.md, "How we measure"): TTFT is arrival
 at the gateway to the first token; ITL every gap between consecutive tokens of a request (here
-one token per gap); percentiles are numpy's linear interpolation; the cached ratio is prompt
+one token per gap); TPOT per request (last token - first) / (tokens - 1); percentiles are numpy's linear interpolation; the cached ratio is prompt
 tokens served from a cache (device, host tier or shared store) over prompt tokens.
 """
 
@@ -65,12 +65,15 @@ class Metrics:
         span = max(end - start, 1e-9)
         out_tokens = sum(r.tokens for r in ok)
         e2e = [r.finished - r.arrival for r in ok]
+        tpot = [(r.last_token - r.first_token) / (r.tokens - 1) for r in ok
+                if r.tokens > 1 and r.first_token is not None and r.last_token is not None]
         return {
             "requests": len(requests), "completed": len(ok),
             "rejected": sum(1 for r in self.finished if r.rejected is not None),
             "lost": len(requests) - len(self.finished), "gateway_retries": self.retries,
             "ttft_ms": {f"p{q}": ms(pct(self.ttft, q)) for q in (50, 90, 99)},
             "itl_ms": {f"p{q}": ms(pct(self.itl, q)) for q in (50, 90, 99)},
+            "tpot_ms": {f"p{q}": ms(pct(tpot, q)) for q in (50, 90, 99)},
             "e2e_ms": {f"p{q}": ms(pct(e2e, q)) for q in (50, 90, 99)},
             "throughput": {"requests_per_s": round(len(ok) / span, 3),
                            "output_tokens_per_s": round(out_tokens / span, 1),

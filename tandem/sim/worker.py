@@ -82,6 +82,7 @@ class SimWorker:
         self.running: list[Job] = []
         self.pinned: dict[str, Job] = {}    # prefill jobs whose KV waits for a pull
         self.busy = False
+        self._unsorted = False   # a job joined the waiting queue since it was last sorted
         self.steps = 0
         self.busy_time = 0.0
 
@@ -105,6 +106,7 @@ class SimWorker:
     # --- work in ---------------------------------------------------------------------------
     def submit(self, job: Job) -> None:
         self.waiting.append(job)
+        self._unsorted = True
         self._kick()
 
     def release_pinned(self, job_id: str) -> None:
@@ -157,7 +159,9 @@ class SimWorker:
 
     def _admit(self) -> None:
         cfg, bs = self.sched, self._block_size
-        if len(self.waiting) > 1 and self.sched.long_prefill_token_threshold:
+        # sorted only when a job joined (as the engine's scheduler does): aging moves every key alike
+        if self._unsorted and len(self.waiting) > 1 and self.sched.long_prefill_token_threshold:
+            self._unsorted = False
             self.waiting.sort(key=lambda j: self.order.key(j, self._waiting_work(j)))
         while self.waiting and len(self.running) + len(self.loading) < cfg.max_num_seqs:
             job = self.waiting[0]
