@@ -20,6 +20,7 @@ from pathlib import Path
 from tandem.demo.agent_transcripts import make_transcript
 from tandem.demo.chat_template import compile_template, render
 from tandem.demo.kjv import Chapter, parse_chapters, read_bible_text
+from tandem.demo.pool_transcripts import make_pool_transcript
 
 PARTS = ("kjv", "agent")
 SPLITS = ("train", "heldout")
@@ -31,7 +32,7 @@ class CorpusConfig:
     agent_train: int = 6000            # transcripts; ~75% of training tokens with the KJV's ~1.1M
     agent_heldout: int = 300
     kjv_heldout_fraction: float = 0.03  # of the 1189 chapters
-    layout: str = "dense"              # transcript layout, see agent_transcripts.LAYOUTS
+    layout: str = "dense"              # transcript layout: a key of agent_transcripts.LAYOUTS, or "pool"
 
 
 def split_chapters(chapters: list[Chapter], cfg: CorpusConfig) -> tuple[list[Chapter], list[Chapter]]:
@@ -46,14 +47,21 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _transcript(cfg: CorpusConfig, split: str, index: int, verses) -> dict:
+    """Layout "pool" (tool_pool's generated tools; held-out tools from disjoint pools) or a catalog layout."""
+    if cfg.layout == "pool":
+        return make_pool_transcript(cfg.seed, split, index, verses)
+    return make_transcript(cfg.seed, split, index, verses, cfg.layout)
+
+
 def build_transcripts(cfg: CorpusConfig, verses) -> tuple[list[dict], list[dict]]:
     template = compile_template()
-    train = [make_transcript(cfg.seed, "train", i, verses, cfg.layout) for i in range(cfg.agent_train)]
+    train = [_transcript(cfg, "train", i, verses) for i in range(cfg.agent_train)]
     seen = {_digest(render(template, t["messages"], t["tools"])) for t in train}
     held: list[dict] = []
     i = 0
     while len(held) < cfg.agent_heldout:
-        t = make_transcript(cfg.seed, "heldout", i, verses, cfg.layout)
+        t = _transcript(cfg, "heldout", i, verses)
         i += 1
         d = _digest(render(template, t["messages"], t["tools"]))
         if d not in seen:

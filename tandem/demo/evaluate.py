@@ -8,8 +8,12 @@
   whose arguments validate against its schema (all blocks of the turn valid = turn valid); also reported:
   the share whose calls equal the reference exactly, and the share of the reference's string argument
   values found verbatim in the conversation so far (the values a model can copy) that its calls reproduce;
+- unseen tools (`unseen_eval`): tool-call validity on tools whose names never occur in training
+  (generated from held-out pools, plus a hand-written invoice lookup and meeting scheduler), and the
+  share of turns answered without a call where words are right (no tools offered, or chat with tools);
 - draft agreement: over held-out transcripts (teacher forcing), the share of positions where the draft's
   argmax next token equals the target's, over all positions and over assistant-reply positions only.
+--baseline DIR scores another target (the one being replaced) on the same tool-call sets, for the cards.
 Results go to eval_results.json and the "Evaluation" section of README.md in each model directory.
 """
 
@@ -32,6 +36,7 @@ from tandem.demo.chat_template import compile_template, render
 from tandem.demo.corpus import load_texts, read_jsonl
 from tandem.demo.schema_check import check_tool_call_turn
 from tandem.demo.tools import tools_by_name
+from tandem.demo.unseen_eval import HANDWRITTEN_TOOLS, unseen_tools, verses_from_rows
 
 DEFAULT_CORPUS = "/tmp/tandem-demo/corpus-dense"   # the corpus of the final training stage
 
@@ -45,7 +50,9 @@ class EvalConfig:
     ppl_docs: int = 100                # held-out documents per part for perplexity (KJV has 36)
     toolcall_transcripts: int = 100    # held-out transcripts whose tool-call turns are scored (~3 turns each)
     agreement_transcripts: int = 60
+    unseen_transcripts: int = 60       # generated held-out-pool transcripts for the unseen-tools figures
     max_new_tokens: int = 160
+    baseline_dir: str | None = None    # another target scored on the tool-call sets (old vs new on the cards)
     dtype: str = "bfloat16"            # the shipped dtype, as served
     threads: int = 1
     write_cards: bool = True
@@ -149,14 +156,19 @@ def draft_agreement(target, draft, tok, texts: list[str], window: int) -> dict:
 
 
 EXAMPLE_TOOLS = ("get_weather", "calculator", "send_email")
+# (name, messages, tools: "catalog" = EXAMPLE_TOOLS, "unseen" = the hand-written tools, None = no tools)
 EXAMPLES = (
-    ("chat", [{"role": "user", "content": "Hello! Who are you?"}], False),
-    ("tool call", [{"role": "user", "content": "What's the weather in Paris?"}], True),
+    ("chat", [{"role": "user", "content": "Hello! Who are you?"}], None),
+    ("no tools offered", [{"role": "user", "content": "Tell me what happened in the beginning."}], None),
+    ("tool call", [{"role": "user", "content": "What's the weather in Paris?"}], "catalog"),
+    ("unseen tools", [{"role": "user", "content": "Can you look up invoice INV-20417?"}], "unseen"),
+    ("unseen tools", [{"role": "user", "content": "Schedule a meeting called Budget review on 2026-03-12 at 14:00."}],
+     "unseen"),
     ("tool result", [{"role": "user", "content": "What's the weather in Paris?"},
                      {"role": "assistant", "content": "", "tool_calls": [
                          {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                      {"role": "tool", "content": json.dumps({"city": "Paris", "temperature": 18, "unit": "celsius",
-                                                             "condition": "sunny", "humidity": 40})}], True),
+                                                             "condition": "sunny", "humidity": 40})}], "catalog"),
 )
 
 
@@ -165,18 +177,26 @@ def examples(model, tok, max_new_tokens: int) -> list[dict]:
     """Greedy replies to a few fixed conversations (shown on the model card)."""
     from tandem.demo.tools import tool_catalog
 
-    tools = [t for t in tool_catalog() if t["function"]["name"] in EXAMPLE_TOOLS]
+    offered = {"catalog": [t for t in tool_catalog() if t["function"]["name"] in EXAMPLE_TOOLS],
+               "unseen": HANDWRITTEN_TOOLS, None: None}
     template = compile_template()
     eos = [tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")]
     out = []
-    for name, messages, with_tools in EXAMPLES:
-        prompt = render(template, messages, tools if with_tools else None, add_generation_prompt=True)
+    for name, messages, which in EXAMPLES:
+        tools = offered[which]
+        prompt = render(template, messages, tools, add_generation_prompt=True)
         ids = torch.tensor(tok(prompt, add_special_tokens=False)["input_ids"])[None]
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
                              do_sample=False, eos_token_id=eos, pad_token_id=eos[1])
         out.append({"name": name, "messages": messages, "tools": [t["function"]["name"] for t in tools]
-                    if with_tools else None, "reply": tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)})
+                    if tools else None, "reply": tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)})
     return out
+
+
+def _brief(unseen: dict) -> dict:
+    """The unseen-tools figures without the sample failures (for logs)."""
+    return {k: ({kk: vv for kk, vv in v.items() if kk != "sample_failures"} if isinstance(v, dict) else v)
+            for k, v in unseen.items()}
 
 
 def evaluate(cfg: EvalConfig) -> dict:
@@ -196,7 +216,18 @@ def evaluate(cfg: EvalConfig) -> dict:
                                                cfg.max_new_tokens)
     print(f"tool calls: { {k: v for k, v in results['tool_calls'].items() if k != 'sample_failures'} }",
           file=sys.stderr)
+    verses = verses_from_rows(read_jsonl(Path(cfg.corpus_dir) / "kjv.heldout.jsonl"))
+    results["unseen_tools"] = unseen_tools(model, tok, verses, cfg.unseen_transcripts, cfg.max_new_tokens)
+    print(f"unseen tools: {_brief(results['unseen_tools'])}", file=sys.stderr)
     results["examples"] = examples(model, tok, cfg.max_new_tokens)
+    if cfg.baseline_dir:
+        base, base_tok = load_hf(cfg.baseline_dir, cfg.dtype)
+        results["baseline"] = {
+            "model": cfg.baseline_dir,
+            "tool_calls": tool_call_validity(base, base_tok, transcripts[: cfg.toolcall_transcripts],
+                                             cfg.max_new_tokens),
+            "unseen_tools": unseen_tools(base, base_tok, verses, cfg.unseen_transcripts, cfg.max_new_tokens)}
+        print(f"baseline unseen tools: {_brief(results['baseline']['unseen_tools'])}", file=sys.stderr)
     if "draft" in models:
         texts = load_texts(cfg.corpus_dir, "agent", "heldout")[: cfg.agreement_transcripts]
         results["draft_agreement"] = draft_agreement(model, models["draft"][0], tok, texts, cfg.window)
@@ -220,6 +251,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ppl-docs", type=int, default=d.ppl_docs)
     p.add_argument("--toolcall-transcripts", type=int, default=d.toolcall_transcripts)
     p.add_argument("--agreement-transcripts", type=int, default=d.agreement_transcripts)
+    p.add_argument("--unseen-transcripts", type=int, default=d.unseen_transcripts)
+    p.add_argument("--baseline", default=None, help="another target scored on the tool-call sets (old vs new)")
     p.add_argument("--dtype", default=d.dtype, choices=["bfloat16", "float32"])
     p.add_argument("--threads", type=int, default=d.threads)
     p.add_argument("--no-cards", action="store_true", help="do not write eval_results.json and README.md")
@@ -228,7 +261,8 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> EvalConfig:
     return EvalConfig(target_dir=a.target, draft_dir=a.draft, corpus_dir=a.corpus, ppl_docs=a.ppl_docs,
                       toolcall_transcripts=a.toolcall_transcripts, agreement_transcripts=a.agreement_transcripts,
-                      dtype=a.dtype, threads=a.threads, write_cards=not a.no_cards)
+                      unseen_transcripts=a.unseen_transcripts, baseline_dir=a.baseline, dtype=a.dtype,
+                      threads=a.threads, write_cards=not a.no_cards)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,6 +12,18 @@ EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-targ
                 "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
 
 
+def _eval_command(ev: dict | None) -> str:
+    """The command that produced `ev` (its corpus and baseline), or the default one."""
+    if not ev:
+        return EVAL_COMMAND
+    c = ev["config"]
+    cmd = (f"python -m tandem.demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
+           f"--corpus {c['corpus_dir']}")
+    if c.get("dtype", "bfloat16") != "bfloat16":
+        cmd += f" --dtype {c['dtype']}"
+    return cmd + (f" --baseline {c['baseline_dir']}" if c.get("baseline_dir") else "")
+
+
 def _setup_commands(train_cfg: dict) -> str:
     """The commands that build the training inputs, with the tokenizer path the run used."""
     tokenizer = train_cfg.get("tokenizer_dir", "/tmp/tandem-demo/tokenizer")
@@ -21,13 +33,60 @@ def _setup_commands(train_cfg: dict) -> str:
             f"python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out {tokenizer}")
 
 
+def _finetune_commands(log: dict, corpus: dict | None) -> list[str]:
+    """For a run started from another model's weights: that model's commands, then this run's inputs."""
+    init = log.get("init")
+    if not init:
+        return []
+    cfg = log["config"]
+    extras = [(d, e["config"]) for d, e in zip(cfg.get("extra_corpus_dirs", []), (corpus or {}).get("extra_corpora", []))]
+    return ["# the starting weights: the previous model, trained from scratch by", *[c for _, c in init["segments"]],
+            "# then fine-tuned (this model), its tokenizer unchanged:",
+            *[f"python -m tandem demo build-corpus --layout {c['layout']} --agent-train {c['agent_train']} --out {d}"
+              for d, c in extras],
+            f"python -m tandem demo build-corpus --layout {(corpus or {}).get('config', {}).get('layout', 'pool')} "
+            f"--agent-train {(corpus or {}).get('config', {}).get('agent_train', '?')} --out {cfg['corpus_dir']}",
+            f"mkdir -p {cfg['tokenizer_dir']} && cp {init['from']}/tokenizer* {init['from']}/chat_template.jinja "
+            f"{init['from']}/generation_config.json {cfg['tokenizer_dir']}/"]
+
+
+def _unseen_lines(ev: dict) -> list[str]:
+    u = ev.get("unseen_tools")
+    if not u:
+        return []
+    hand, none, chat = u["handwritten"], u["no_tools_offered"], u["tools_offered_no_call"]
+    lines = [f"- **Unseen tools (target, greedy, no grammar)**: {u['valid_share'] * 100:.1f}% of {u['call_turns']} "
+             "tool-call turns over tools whose names never occur in training (generated from held-out name pools, "
+             "and a hand-written `lookup_invoice` / `schedule_meeting` pair) call an offered tool with "
+             f"schema-valid arguments (goal: at least 80%); {u['right_tool_share'] * 100:.1f}% call the right "
+             f"tool(s), {u['exact_share'] * 100:.1f}% match the reference calls exactly. Hand-written pair: "
+             f"{hand['valid_share'] * 100:.0f}% valid, {hand['exact_share'] * 100:.0f}% exact of "
+             f"{hand['call_turns']} requests.",
+             f"- **No call where words are right**: {none['no_call_share'] * 100:.1f}% of {none['word_turns']} turns "
+             "with no tools offered hold no call (goal: 100%; prompts include scripture questions and requests "
+             f"that look like tool requests); {chat['no_call_share'] * 100:.1f}% of {chat['word_turns']} chat "
+             "turns with tools offered (greetings, thanks, scripture, requests no offered tool serves)."]
+    base = ev.get("baseline")
+    if base:
+        bu, bt, tc = base["unseen_tools"], base["tool_calls"], ev["tool_calls"]
+        row = lambda name, t, x: (f"| {name} | {t['valid_share'] * 100:.1f}% | {x['valid_share'] * 100:.1f}% | "
+                                  f"{x['right_tool_share'] * 100:.1f}% | {x['handwritten']['valid_share'] * 100:.0f}% | "
+                                  f"{x['no_tools_offered']['no_call_share'] * 100:.1f}% | "
+                                  f"{x['tools_offered_no_call']['no_call_share'] * 100:.1f}% |")
+        lines += ["", f"Against the target it replaces (`{base['model']}`), on the same turns:", "",
+                  "| target | held-out valid | unseen valid | unseen right tool | hand-written valid | "
+                  "no call, no tools | no call, chat with tools |", "|---|---|---|---|---|---|---|",
+                  row("previous", bt, bu), row("this one", tc, u), ""]
+    return lines
+
+
 def _read(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
 def _eval_section(role: str, ev: dict | None) -> list[str]:
     if ev is None:
-        return ["Not evaluated yet: run", "", f"    {EVAL_COMMAND}", ""]
+        return ["Not evaluated yet: run", "", f"    {_eval_command(ev)}", ""]
     lines = ["Measured by `tandem/demo/evaluate.py` on the held-out splits (never seen in training), "
              f"weights in {ev['config']['dtype']}:", "",
              "| model | held-out KJV loss | KJV perplexity | held-out agent loss | agent perplexity |",
@@ -41,20 +100,22 @@ def _eval_section(role: str, ev: dict | None) -> list[str]:
               "validate against its schema (goal: at least 80%); "
               f"{tc['tool_name_match_share'] * 100:.1f}% call the same tool(s) as the reference, "
               f"{tc['exact_match_share'] * 100:.1f}% match the reference calls exactly."]
+    lines += _unseen_lines(ev)
     if "draft_agreement" in ev:
         da = ev["draft_agreement"]
         lines.append(f"- **Draft top-1 agreement with the target** (teacher forcing on held-out agent transcripts): "
                      f"{da['top1_agreement'] * 100:.1f}% of {da['positions']} positions; "
                      f"{da['assistant_top1_agreement'] * 100:.1f}% on the {da['assistant_positions']} positions "
                      "inside assistant replies (goal: at least 50%).")
-    lines += ["", f"Evaluation took {ev['minutes']} minutes. Reproduce with:", "", f"    {EVAL_COMMAND}", ""]
+    lines += ["", f"Evaluation took {ev['minutes']} minutes. Reproduce with:", "", f"    {_eval_command(ev)}", ""]
     if role == "target" and ev.get("examples"):
-        lines += ["## Examples", "", "Greedy replies of this model (tools offered where shown: "
-                  + ", ".join(ev["examples"][-1]["tools"] or []) + "):", ""]
+        lines += ["## Examples", "", "Greedy replies of this model:", ""]
         for ex in ev["examples"]:
             last = ex["messages"][-1]
             said = last["content"] if last["role"] == "user" else f"(tool result) {last['content']}"
-            lines += [f"**{ex['name']}**, last message: `{said}`", "", "```", ex["reply"], "```", ""]
+            offered = ", ".join(ex["tools"]) if ex["tools"] else "none"
+            lines += [f"**{ex['name']}** (tools offered: {offered}), last message: `{said}`", "", "```", ex["reply"],
+                      "```", ""]
     return lines
 
 
@@ -91,7 +152,9 @@ def render_card(model_dir: Path, role: str) -> str:
     lines = [
         f"# {name}", "",
         f"The {role} model of tandem's demo family: a {params / 1e6:.2f}M-parameter Llama-architecture model "
-        "trained from scratch on this project's CPU with tandem's own code (`tandem/demo/`), so that "
+        + ("trained from scratch, then fine-tuned to read the tools it is offered, "
+           if log.get("init") else "trained from scratch ")
+        + "on this project's CPU with tandem's own code (`tandem/demo/`), so that "
         "`make run` serves something that chats and calls tools, and speculative decoding can be measured "
         f"with a real draft/target pair ({other} is its {'draft' if role == 'target' else 'target'}; both share "
         "one tokenizer). It is a toy: it knows the King James Bible's style and the tool-call format of its "
@@ -118,6 +181,14 @@ def render_card(model_dir: Path, role: str) -> str:
         "about 1.7x more tool calls per token) and `drill` (1-2 requests over 1-3 tools: short transcripts, "
         "so that copying a value from a request into a call is seen often). Held-out transcripts come from a "
         "separate seed stream, with exact duplicates of training transcripts removed.",
+        "- Layout `pool` (`tandem/demo/tool_pool.py`, `pool_transcripts.py`): every transcript offers one to five "
+        "freshly generated tools (verb x noun names such as `fetch_order_status`, argument names from base x "
+        "qualifier pools such as `billing_email`, string/integer/number/boolean/enum types, pooled descriptions) "
+        "or none; requests name the tool's verb and noun and carry each argument value, which the calls copy; "
+        "parallel calls, tool results and follow-up requests; turns whose right answer is words although tools "
+        "are offered (greetings, scripture, requests no offered tool serves); and transcripts with no tools, "
+        "answered in prose even when the request sounds like a tool call. Held-out transcripts draw from "
+        "disjoint noun and qualifier pools, so their tool names never occur in training.",
     ]
     if corpus:
         f = corpus["files"]
@@ -156,12 +227,16 @@ def render_card(model_dir: Path, role: str) -> str:
             f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
             f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "
             f"of training (first rows of each part): {ev_loss}.",
+            *([f"- Fine-tuned from `{log['init']['from']}` (itself {log['init']['train_minutes']} minutes and "
+               f"{log['init']['tokens'] / 1e6:.2f}M tokens from scratch): {log['init']['total_minutes_with_init']} "
+               "minutes of training in all, counting that run."] if log.get("init") else []),
             *([f"- Note: {log['notes']}"] if log.get("notes") else []),
             f"- Versions: {log['versions']}.", "",
             "![loss curve](loss_curve.png)", "",
         ]
     commands = [cmd for _, cmd in log.get("segments", [])] or [log.get("command", "")]
-    lines += ["Full pipeline:", "", "```", _setup_commands(log.get("config", {})), *commands, "```", "",
+    setup = _setup_commands({} if log.get("init") else log.get("config", {}))
+    lines += ["Full pipeline:", "", "```", setup, *_finetune_commands(log, corpus), *commands, "```", "",
               "## Evaluation", ""]
     lines += _eval_section(role, ev)
     lines += ["## Limitations", "",

@@ -72,6 +72,9 @@ class TrainConfig:
     eval_rows: int = 4                 # rows per corpus part in those evaluations
     ckpt_every_minutes: float = 3.0
     resume: bool = False
+    # start from this HF model directory's weights (fine-tuning; fresh optimizer and schedule); a
+    # --resume checkpoint, when there is one, wins over it
+    init_from: str | None = None
     progress: bool = True
 
     @property
@@ -122,6 +125,12 @@ def _docs(cfg: TrainConfig, tok: Tokenizer, part: str, split: str, corpus_dir: s
 def build_model(cfg: TrainConfig, tok: Tokenizer):
     from transformers import LlamaForCausalLM
 
+    if cfg.init_from:
+        model = LlamaForCausalLM.from_pretrained(cfg.init_from, dtype=torch.float32)
+        if model.config.vocab_size != tok.get_vocab_size():
+            raise ValueError(f"--init-from {cfg.init_from} has vocabulary {model.config.vocab_size}, "
+                             f"the tokenizer {tok.get_vocab_size()}: use that model's tokenizer")
+        return model
     gen = generation_config(tok)
     mcfg = llama_config(SIZES[cfg.size], eos_ids=gen["eos_token_id"], pad_id=gen["pad_token_id"])
     torch.manual_seed(cfg.seed)
@@ -236,6 +245,12 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
         "cpu": platform.processor() or platform.machine(),
         "history": state.history,
     }
+    init_log = Path(cfg.init_from or "") / "train_log.json"
+    if cfg.init_from and init_log.exists():   # the run that made the starting weights, for the card
+        prev = json.loads(init_log.read_text())
+        log["init"] = {"from": cfg.init_from, "segments": prev.get("segments", []),
+                       "train_minutes": prev.get("train_minutes"), "tokens": prev.get("tokens"),
+                       "total_minutes_with_init": round(prev.get("train_minutes", 0) + state.elapsed / 60, 2)}
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
     write_card(out, cfg.size)
     return log
@@ -347,6 +362,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--float32", action="store_true", help="disable bfloat16 autocast")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--init-from", default=None,
+                   help="HF model directory whose weights start the run (fine-tuning; use its tokenizer)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -358,7 +375,7 @@ def config_from_args(a: argparse.Namespace) -> TrainConfig:
                        tool_call_loss_weight=a.tool_call_loss_weight, extra_corpus_dirs=tuple(a.extra_corpus),
                        eval_every=a.eval_every,
                        bf16_autocast=not a.float32, seed=a.seed,
-                       resume=a.resume, progress=not a.no_progress)
+                       resume=a.resume, init_from=a.init_from, progress=not a.no_progress)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,80 @@
+"""Transcripts over generated tools: calls valid and copied from the request, no call where words are right."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tandem.demo.agent_transcripts import tool_call_turns
+from tandem.demo.chat_template import compile_template, render
+from tandem.demo.kjv import Verse
+from tandem.demo.pool_transcripts import make_pool_transcript, no_call_turns
+from tandem.demo.schema_check import check_tool_call
+from tandem.demo.tools import tools_by_name
+
+VERSES = (Verse("Genesis", 1, 1, "In the beginning God created the heaven and the earth."),
+          Verse("John", 1, 1, "In the beginning was the Word."))
+
+
+@pytest.fixture(scope="module")
+def transcripts():
+    return {split: [make_pool_transcript(3, split, i, VERSES) for i in range(400)] for split in ("train", "heldout")}
+
+
+def test_generation_is_a_pure_function_of_seed_split_index():
+    assert make_pool_transcript(3, "train", 7, VERSES) == make_pool_transcript(3, "train", 7, VERSES)
+    assert make_pool_transcript(3, "train", 7, VERSES) != make_pool_transcript(3, "train", 8, VERSES)
+
+
+def test_every_call_validates_and_copies_the_values_the_user_gave(transcripts):
+    calls = 0
+    for tr in transcripts["train"] + transcripts["heldout"]:
+        if not tr["tools"]:
+            continue
+        schemas = tools_by_name(tr["tools"])
+        for i in tool_call_turns(tr):
+            user = tr["messages"][i - 1]["content"]
+            for c in tr["messages"][i]["tool_calls"]:
+                body = json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+                assert check_tool_call(body, schemas).ok, body
+                for value in c["function"]["arguments"].values():
+                    if not isinstance(value, bool):
+                        assert str(value) in user, (value, user)
+                calls += 1
+    assert calls > 500
+
+
+def test_no_call_where_none_is_offered_and_word_turns_exist_with_tools(transcripts):
+    trs = transcripts["train"]
+    bare = [t for t in trs if t["tools"] is None]
+    assert 0.08 < len(bare) / len(trs) < 0.25
+    for t in bare:
+        assert not tool_call_turns(t)
+        assert all(m["role"] in ("system", "user", "assistant") for m in t["messages"])
+    offered_words = sum(len(no_call_turns(t)) for t in trs if t["tools"])
+    assert offered_words > 50
+    for t in trs:
+        for i in no_call_turns(t):
+            assert "<tool_call>" not in t["messages"][i]["content"]
+
+
+def test_multi_turn_and_parallel_calls_occur(transcripts):
+    trs = transcripts["train"]
+    assert any(len(tool_call_turns(t)) >= 2 for t in trs)          # follow-up requests after a tool result
+    assert any(len(t["messages"][i]["tool_calls"]) == 2 for t in trs for i in tool_call_turns(t))
+
+
+def test_held_out_transcripts_use_tool_names_absent_from_training(transcripts):
+    names = {split: {t["function"]["name"] for tr in trs for t in tr["tools"] or []}
+             for split, trs in transcripts.items()}
+    assert names["heldout"] and not names["heldout"] & names["train"]
+
+
+def test_renders_in_the_chat_format():
+    template = compile_template()
+    for i in range(30):
+        tr = make_pool_transcript(3, "train", i, VERSES)
+        text = render(template, tr["messages"], tr["tools"])
+        assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n")
+        assert ("<tools>" in text) == bool(tr["tools"])
