@@ -54,7 +54,7 @@ def experiments(accel: str, speeds: list[float], headline: float, sweep_s: float
                                                              trace_options=TraceOptions(speed=headline))))
     out.append((f"planner/disagg:2p2d/x{headline}", replace(
         base, topology=parse_topology("disagg:2p2d"), trace_options=TraceOptions(speed=headline),
-        planner=PlannerConfig(slo_ttft_ms=3000.0, slo_itl_ms=60.0))))
+        planner=PlannerConfig(slo_ttft_ms=1500.0, slo_itl_ms=60.0))))
     h200 = replace(base, accelerator="h200", topology=parse_topology("colocated:4"))
     for trace, name in ((CONV, "conversation"), (SYNTH, "synthetic")):
         t = replace(h200, trace=trace, trace_options=TraceOptions(speed=1.0))
@@ -120,7 +120,7 @@ def plots(results: dict, accel: str, speeds: list[float], headline: float, outdi
         ax.barh(labels, vals)
         ax.axvline(ideal, color="red", ls="--", label=f"ideal {ideal:.0f}%")
         ax.set(xlabel="prompt tokens served from cache (%)", title=f"{name} trace, colocated:4 x (8 x H200)")
-        ax.legend()
+        ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(outdir / "sim_hit_ratio.png", dpi=110)
     plt.close(fig)
