@@ -16,12 +16,12 @@ from dataclasses import replace
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sim", help="fleet simulator: replay a trace through simulated workers",
-                              description=__doc__.splitlines()[0])
+                              description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument("--trace", help="Mooncake-format JSONL (../shared/traces/)")
     p.add_argument("--model", default="kimi-k2.5", help="preset (kimi-k2.5, llama-3.1-8b, qwen3-30b-a3b, "
                    "llama512, tandem-demo-target) or a model directory")
     p.add_argument("--accelerator", default="h100", choices=("h100", "h200", "b200", "cpu"))
-    p.add_argument("--devices", type=int, default=8, help="accelerators per worker")
+    p.add_argument("--devices", type=int, default=None, help="accelerators per worker (default 8; cpu: 1)")
     p.add_argument("--topology", default="colocated:4", help="colocated:N | disagg:PpDd")
     p.add_argument("--policy", default="default", help="routing policy (tandem gateway --policy)")
     p.add_argument("--affinity", choices=("session", "none"), default="session",
@@ -42,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=None, help="seconds of trace time to replay")
     p.add_argument("--request-rate", type=float, default=None, help="Poisson arrivals instead of the trace's times")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cpu-constants", default=None, help="JSON of fitted cpu constants (from --calibrate)")
+    p.add_argument("--cpu-constants", default=None,
+                   help="fitted cpu constants: --calibrate's output (or a JSON of Accelerator fields)")
     p.add_argument("--calibrate", default=None, metavar="MEASURED_JSON",
                    help="fit the cpu preset to benchmarks/sim/measure_cpu.py output and predict its run")
     p.set_defaults(func=run)
@@ -55,16 +56,19 @@ def config_from_args(a: argparse.Namespace):
     from tandem.sim.gateway import GatewayConfig
     from tandem.sim.trace import TraceOptions
 
+    constants = json.loads(open(a.cpu_constants).read()) if a.cpu_constants else {}
+    constants = constants.get("fitted_cpu_constants", constants)
+    devices = a.devices if a.devices is not None else (1 if a.accelerator == "cpu" else 8)
     cfg = SimConfig(
         trace=a.trace, trace_options=TraceOptions(speed=a.speed, length_scale=a.length_scale,
                                                   max_requests=a.max_requests, duration_s=a.duration),
-        model=a.model, accelerator=a.accelerator, devices=a.devices, topology=parse_topology(a.topology),
+        model=a.model, accelerator=a.accelerator, devices=devices, topology=parse_topology(a.topology),
         policy=a.policy, gateway=GatewayConfig(PlacementConfig(enabled=a.prefill_placement == "auto"),
                                                affinity=a.affinity == "session"),
         store=a.store == "on", store_gb=a.store_gb, host_gb=a.host_gb, kv_cache_gb=a.kv_cache_gb,
         planner=PlannerConfig(slo_ttft_ms=a.slo_ttft_ms, slo_itl_ms=a.slo_itl_ms, interval_s=a.planner_interval_s),
         request_rate=a.request_rate, seed=a.seed,
-        cpu_constants=json.loads(open(a.cpu_constants).read()) if a.cpu_constants else {})
+        cpu_constants=constants)
     sched = cfg.scheduler_config()
     if a.max_num_batched_tokens is not None:
         sched = replace(sched, max_num_batched_tokens=a.max_num_batched_tokens)
@@ -83,9 +87,9 @@ def run(a: argparse.Namespace) -> int:
         return 2
     from tandem.sim.fleet import simulate
     try:
-        cfg = config_from_args(a)
+        summary = simulate(config_from_args(a))
     except ValueError as exc:
         print(f"tandem sim: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(simulate(cfg), indent=2))
+    print(json.dumps(summary, indent=2))
     return 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tandem.config import CacheConfig
 from tandem.sim.hardware import Accelerator
 from tandem.sim.model_spec import ModelSpec
 
@@ -90,9 +91,12 @@ class CostModel:
         return self.handoff_time(tokens)
 
     def kv_capacity_tokens(self) -> int:
-        """Tokens of KV a worker holds: its KV memory, or what the weights leave of its devices."""
+        """Tokens of KV a worker holds: its KV memory, or what the weights leave of its devices
+        (on the cpu, which has no memory figure: tandem's default 512 MiB)."""
         if self.kv_cache_bytes is not None:
             free = self.kv_cache_bytes
+        elif self.accel.memory_bytes == 0:   # the cpu: tandem serve's default KV memory
+            free = CacheConfig().kv_cache_bytes
         else:
             a = self.accel
             free = self.devices * a.memory_bytes * a.memory_utilization - self.model.weight_bytes_total()

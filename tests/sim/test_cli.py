@@ -1,10 +1,9 @@
 import json
 
 from tandem.cli import main
-from tests.sim.test_fleet import trace_path  # noqa: F401  (fixture)
 
 
-def test_tandem_sim_prints_a_json_summary(trace_path, capsys):  # noqa: F811
+def test_tandem_sim_prints_a_json_summary(trace_path, capsys):
     assert main(["sim", "--trace", trace_path, "--model", "llama-3.1-8b", "--devices", "1",
                  "--topology", "disagg:1p1d", "--store", "on", "--affinity", "none"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -12,6 +11,6 @@ def test_tandem_sim_prints_a_json_summary(trace_path, capsys):  # noqa: F811
     assert out["setup"]["store"] is True and out["setup"]["affinity"] is False
 
 
-def test_a_bad_topology_is_a_usage_error(trace_path, capsys):  # noqa: F811
+def test_a_bad_topology_is_a_usage_error(trace_path, capsys):
     assert main(["sim", "--trace", trace_path, "--topology", "disagg:2"]) == 2
     assert "disagg:PpDd" in capsys.readouterr().err
