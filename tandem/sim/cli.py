@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-constants", default=None,
                    help="fitted cpu constants: --calibrate's output (or a JSON of Accelerator fields)")
     p.add_argument("--calibrate", default=None, metavar="MEASURED_JSON",
-                   help="fit the cpu preset to benchmarks/sim/measure_cpu.py output and predict its run")
+                   help="fit the cpu preset to benchmarks/sim/measure_cpu.py output and predict its run "
+                   "(with --cpu-constants: predict it with constants fitted on another run)")
     p.set_defaults(func=run)
 
 
@@ -80,7 +81,11 @@ def config_from_args(a: argparse.Namespace):
 def run(a: argparse.Namespace) -> int:
     if a.calibrate:
         from tandem.sim.calibrate import calibrate
-        print(json.dumps(calibrate(a.calibrate), indent=2))
+        given = None
+        if a.cpu_constants:
+            given = json.loads(open(a.cpu_constants).read())
+            given = given.get("fitted_cpu_constants", given)
+        print(json.dumps(calibrate(a.calibrate, given), indent=2))
         return 0
     if not a.trace:
         print("tandem sim: give --trace PATH (or --calibrate FILE)", file=sys.stderr)
