@@ -81,6 +81,7 @@ class SimWorker:
         self.loading: list[Job] = []
         self.running: list[Job] = []
         self.pinned: dict[str, Job] = {}    # prefill jobs whose KV waits for a pull
+        self._released_early: set[str] = set()   # released from inside on_first, before pinning
         self.busy = False
         self._unsorted = False   # a job joined the waiting queue since it was last sorted
         self.steps = 0
@@ -112,9 +113,11 @@ class SimWorker:
     def release_pinned(self, job_id: str) -> None:
         """The decode worker has pulled a prefill job's KV: its blocks go back to the cache."""
         job = self.pinned.pop(job_id, None)
-        if job is not None:
-            self.cache.release(job.job_id)
-            self._kick()
+        if job is None:   # the gateway answered from the first token, before the job was pinned
+            self._released_early.add(job_id)
+            return
+        self.cache.release(job.job_id)
+        self._kick()
 
     def restart(self, role: str) -> None:
         """A role switch restarts the process: a new role and an empty cache (it must be idle)."""
@@ -248,8 +251,11 @@ class SimWorker:
         if job in self.running:
             self.running.remove(job)
         self._kick()
-        if job.kind == "prefill":
+        if job.kind == "prefill" and job.job_id not in self._released_early:
             self.pinned[job.job_id] = job   # blocks stay until the decode side pulls them
+        elif job.kind == "prefill":
+            self._released_early.discard(job.job_id)
+            self.cache.release(job.job_id)
         else:
             self.cache.release(job.job_id)
         job.on_done(job, self.loop.now)

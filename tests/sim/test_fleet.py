@@ -87,3 +87,19 @@ def test_topology_parsing():
     assert str(parse_topology("colocated:4")) == "colocated:4"
     with pytest.raises(ValueError):
         parse_topology("disagg:0p2d")
+
+
+@pytest.mark.parametrize("topology", ["colocated:2", "disagg:1p1d", "disagg:2p1d"])
+def test_idle_fleet_holds_no_block(trace_path, topology):
+    """Invariant: when the system is idle, every block is free or only cached (none pinned or
+    live), including after requests answered by their first token (output 1: no decode pass)."""
+    from tandem.sim.fleet import Fleet
+
+    t = load_trace(trace_path)
+    t = replace(t, requests=tuple(replace(r, output_tokens=1) if i % 3 == 0 else r
+                                  for i, r in enumerate(t.requests)))
+    fleet = Fleet(cfg(trace_path, topology), t)
+    out = fleet.run()
+    assert out["lost"] == 0 and out["completed"] == 48
+    for w in fleet.workers:
+        assert w.idle() and w.cache.live_blocks() == 0 and not w.pinned
