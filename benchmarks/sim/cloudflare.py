@@ -135,12 +135,12 @@ def main() -> int:
     p.add_argument("--headline", type=float, default=2.0, help="speed of the full-trace pair")
     p.add_argument("--sweep-s", type=float, default=900.0, help="trace seconds per sweep point")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--only", default=None, help="run experiments whose label starts with this")
+    p.add_argument("--only", default=None, help="run experiments whose label starts with one of these (comma-separated)")
     a = p.parse_args()
     speeds = [float(s) for s in a.speeds.split(",")]
     items = experiments(a.accelerator, speeds, a.headline, a.sweep_s)
     if a.only:
-        items = [i for i in items if i[0].startswith(a.only)]
+        items = [i for i in items if i[0].startswith(tuple(a.only.split(",")))]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "cloudflare.json"
