@@ -132,7 +132,7 @@ def main() -> int:
     p.add_argument("--plots", default="docs/img")
     p.add_argument("--accelerator", default="h200", help="of the disaggregation runs")
     p.add_argument("--speeds", default="1,1.5,2,2.5,3")
-    p.add_argument("--headline", type=float, default=2.0, help="speed of the full-trace pair")
+    p.add_argument("--headline", type=float, default=3.0, help="speed of the whole-trace runs")
     p.add_argument("--sweep-s", type=float, default=900.0, help="trace seconds per sweep point")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--only", default=None, help="run experiments whose label starts with one of these (comma-separated)")
