@@ -12,6 +12,13 @@ calls weighted in the loss):
         --extra-corpus /tmp/tandem-demo/corpus-drill --out models/tandem-demo-draft
     tandem demo train --size target ... (the same flags, --minutes 200) --out models/tandem-demo-target
     tandem demo evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
+
+To teach a model to read the tools it is offered, fine-tune it on generated tools (layout `pool`):
+
+    tandem demo build-corpus --layout pool --agent-train 30000 --out /tmp/tandem-demo-v3/corpus-pool2
+    tandem demo train --init-from models/tandem-demo-target --corpus /tmp/tandem-demo-v3/corpus-pool2 \
+        --extra-corpus /tmp/tandem-demo-v3/corpus-dense4k --tokenizer DIR-WITH-THAT-MODEL'S-TOKENIZER ...
+    tandem demo evaluate ... --baseline DIR-OF-THE-PREVIOUS-TARGET   (unseen-tool figures, old vs new)
 """
 
 from __future__ import annotations

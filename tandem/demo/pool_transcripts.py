@@ -178,11 +178,11 @@ def make_pool_transcript(seed: int, split: str, index: int, verses: tuple[Verse,
         system = rng.choice(P.SYSTEM_PROMPTS[:1] + ("You are the Tandem demo assistant.", "You are a wise scribe."))
         return {"tools": None, "messages": [{"role": "system", "content": system}]
                 + [m for ex in exchanges for m in _messages(ex)]}
-    tools = _offered_tools(rng, v, rng.choices([1, 2, 3, 4, 5], weights=[0.2, 0.25, 0.25, 0.2, 0.1])[0])
+    tools = _offered_tools(rng, v, rng.choices([1, 2, 3, 4, 5], weights=[0.3, 0.3, 0.2, 0.13, 0.07])[0])
     specs = [t.spec(describe(rng, t)) for t in tools]
     names = [t.name for t in tools]
     exchanges: list[Exchange] = []
-    for _ in range(rng.choices([1, 2, 3, 4], weights=[0.35, 0.35, 0.2, 0.1])[0]):
+    for _ in range(rng.choices([1, 2, 3, 4], weights=[0.4, 0.3, 0.2, 0.1])[0]):
         r = rng.random()
         if r < 0.72:
             k = 2 if len(tools) > 1 and rng.random() < 0.15 else 1

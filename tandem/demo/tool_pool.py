@@ -121,21 +121,45 @@ ARG_DESCRIPTIONS = {
 }
 
 
+# syllables of made-up words ("zorbet", "quimdal"): a name the model cannot have memorised, so the only
+# way to get it right is to copy it from the tool list
+ONSETS = ("b", "br", "d", "dr", "f", "fl", "g", "gr", "k", "kl", "l", "m", "n", "p", "pl", "qu", "r", "s",
+          "st", "t", "tr", "v", "w", "z", "sh", "ch")
+NUCLEI = ("a", "e", "i", "o", "u", "ai", "ou", "ee", "y")
+CODAS = ("", "", "n", "m", "r", "l", "t", "x", "sk", "nd", "st")
+
+
 @dataclass(frozen=True)
 class Vocab:
     """One split's pools."""
     verbs: tuple[tuple[str, tuple[str, ...]], ...]
     nouns: tuple[str, ...]
     qualifiers: tuple[str, ...]
+    nonce_share: float = 0.0   # share of nouns and qualifiers that are made-up words instead of pool words
 
 
 def vocab(split: str) -> Vocab:
-    """split "train" or "heldout": disjoint nouns and qualifiers; held-out tools may use any verb."""
+    """split "train" or "heldout": disjoint nouns and qualifiers; held-out tools may use any verb and never
+    use made-up words (they are the real-word tools a user would write)."""
     held = split == "heldout"
     nouns = tuple(n for n in NOUNS if (n in HELDOUT_NOUNS) == held)
     quals = tuple(q for q in QUALIFIERS if (q in HELDOUT_QUALIFIERS) == held)
     verbs = VERBS if held else tuple(v for v in VERBS if v[0] not in HELDOUT_VERBS)
-    return Vocab(verbs, nouns, quals)
+    return Vocab(verbs, nouns, quals, 0.0 if held else 0.5)
+
+
+def nonce_word(rng: random.Random) -> str:
+    """A pronounceable made-up word of two or three syllables."""
+    return "".join(rng.choice(ONSETS) + rng.choice(NUCLEI) + rng.choice(CODAS)
+                   for _ in range(rng.choice([2, 2, 3])))
+
+
+def _noun(rng: random.Random, v: Vocab) -> str:
+    return nonce_word(rng) if rng.random() < v.nonce_share else rng.choice(v.nouns)
+
+
+def _qualifier(rng: random.Random, v: Vocab) -> str:
+    return nonce_word(rng) if rng.random() < v.nonce_share * 0.6 else rng.choice(v.qualifiers)
 
 
 @dataclass(frozen=True)
@@ -186,7 +210,7 @@ def _arg(rng: random.Random, name: str, kind: str, qual: str) -> Arg:
 def make_tool(rng: random.Random, v: Vocab, noun: str | None = None, verb: str | None = None) -> GenTool:
     """A fresh tool: verb_noun, one to four arguments (the first required, the rest often optional)."""
     vname, phrases = next(x for x in v.verbs if x[0] == verb) if verb else rng.choice(v.verbs)
-    noun = noun or rng.choice(v.nouns)
+    noun = noun or _noun(rng, v)
     noun_key = snake(noun)
     args: list[Arg] = []
     if rng.random() < 0.5:
@@ -198,7 +222,7 @@ def make_tool(rng: random.Random, v: Vocab, noun: str | None = None, verb: str |
         base, kind = rng.choice(BASES)
         if kind == "id" and args:
             continue
-        qual = rng.choice(v.qualifiers) if rng.random() < 0.6 else ""
+        qual = _qualifier(rng, v) if rng.random() < 0.6 else ""
         name = f"{qual}_{base}" if qual else base
         if kind == "boolean":
             name = f"{rng.choice(['include', 'notify', 'use', 'keep'])}_{qual or noun_key}"

@@ -63,3 +63,48 @@ def test_pipeline_trains_the_tokenizer_where_the_run_read_it(model_dir):
     _edit(model_dir / "train_log.json", lambda log: log["config"].update(tokenizer_dir="/data/run7/tokenizer"))
     card = render_card(model_dir, "target")
     assert "train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out /data/run7/tokenizer\n" in card
+
+
+def _unseen(valid: float) -> dict:
+    part = {"call_turns": 10, "valid_share": valid, "right_tool_share": valid, "exact_share": valid / 2,
+            "sample_failures": []}
+    words = {"word_turns": 20, "no_call_share": 1.0, "sample_failures": []}
+    return {"call_turns": 90, "valid_share": valid, "right_tool_share": valid, "exact_share": valid / 2,
+            "generated": part, "handwritten": part, "tools_offered_no_call": words, "no_tools_offered": words}
+
+
+def test_card_states_unseen_tool_figures_against_the_replaced_target(model_dir):
+    def figures(ev):
+        ev["unseen_tools"] = _unseen(0.85)
+        ev["baseline"] = {"model": "/old/target", "tool_calls": ev["tool_calls"], "unseen_tools": _unseen(0.0)}
+        ev["config"]["baseline_dir"] = "/old/target"
+
+    _edit(model_dir / "eval_results.json", figures)
+    card = render_card(model_dir, "target")
+    assert "85.0% of 90 tool-call turns over tools whose names never occur in training" in card
+    assert "100.0% of 20 turns with no tools offered hold no call" in card
+    assert "| previous |" in card and "| 0.0% | 0.0% |" in card and "| this one |" in card
+    assert "--baseline /old/target" in card
+
+
+def test_card_of_a_fine_tuned_model_lists_the_starting_run_then_the_fine_tune(model_dir):
+    def init(log):
+        log["config"].update(init_from="/old/target", corpus_dir="/c/pool", tokenizer_dir="/c/tok",
+                             extra_corpus_dirs=["/c/dense"])
+        log["segments"] = [[1, "python -m tandem.demo.train --init-from /old/target --minutes 30"]]
+        log["init"] = {"from": "/old/target", "segments": [[1, "python -m tandem.demo.train --minutes 48"]],
+                       "train_minutes": 48.0, "tokens": 15e6, "total_minutes_with_init": 78.0}
+
+    def manifest(m):
+        m["config"].update(layout="pool", agent_train=30000)
+        m["extra_corpora"] = [{"config": {"layout": "dense", "seed": 1234, "agent_train": 4000},
+                               "files": {"agent.train.jsonl": {"documents": 4000}}}]
+
+    _edit(model_dir / "train_log.json", init)
+    _edit(model_dir / "corpus_manifest.json", manifest)
+    card = render_card(model_dir, "target")
+    assert "then fine-tuned to read the tools it is offered" in card
+    assert "78.0 minutes of training in all" in card
+    order = ["--minutes 48", "build-corpus --layout dense --agent-train 4000 --out /c/dense",
+             "build-corpus --layout pool --agent-train 30000 --out /c/pool", "--init-from /old/target --minutes 30"]
+    assert [card.index(x) for x in order] == sorted(card.index(x) for x in order)
