@@ -19,6 +19,10 @@ def _eval_command(ev: dict | None) -> str:
     c = ev["config"]
     cmd = (f"python -m tandem.demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
            f"--corpus {c['corpus_dir']}")
+    defaults = {"toolcall_transcripts": 100, "unseen_transcripts": 60, "ppl_docs": 100, "agreement_transcripts": 60}
+    for key, default in defaults.items():   # counts that differ from evaluate.py's defaults
+        if c.get(key, default) != default:
+            cmd += f" --{key.replace('_', '-')} {c[key]}"
     if c.get("dtype", "bfloat16") != "bfloat16":
         cmd += f" --dtype {c['dtype']}"
     return cmd + (f" --baseline {c['baseline_dir']}" if c.get("baseline_dir") else "")
