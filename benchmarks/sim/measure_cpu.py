@@ -5,6 +5,7 @@ scheduler: 512-token steps, 256-token chunk cap, 16-token blocks, 512 MiB of KV)
 1. fit points: steps of known composition, each timed alone: single prompts of 128-2048 fresh
    tokens (chunks of 512 at growing context), and batches of 1-16 streams decoding at contexts
    of ~64 and ~1,000 tokens;
+   and mixed steps (4-16 streams decoding while a 512-1,024-token prompt is chunked beside them);
 2. a validation run, open loop in real time: agent-like sessions (a shared system prompt, each
    turn resending the previous prompt plus an answer and a new tool result), Poisson arrivals;
    per request its arrival, first-token time and every token's time (taken when the step that
@@ -76,6 +77,30 @@ def fit_points(engine: Engine, rng: random.Random, reps: int) -> list[dict]:
                         produced[d.request_id] += len(d.new_token_ids)
                 if decoding and len(deltas) == batch:
                     points.append({"seqs": [[1, c] for c in ctx], "sampled": batch, "seconds": dt})
+        for batch, length in ((4, 1024), (8, 1024), (16, 512)):   # mixed steps: streams + a prompt's chunks
+            ids = [f"m{rng.random()}" for _ in range(batch)]
+            for rid in ids:
+                engine.add_request(EngineRequest(rid, _tokens(rng, 64), _params(40)))
+            produced = {rid: 0 for rid in ids}
+            while min(produced.values()) == 0:
+                for d in engine.step():
+                    produced[d.request_id] += len(d.new_token_ids)
+            long_id = f"L{rng.random()}"
+            engine.add_request(EngineRequest(long_id, _tokens(rng, length), _params(1)))
+            done = 0
+            while done < length:
+                n = min(length - done, 512 - batch)
+                seqs = [[1, 64 + produced[r] - 1] for r in ids] + [[n, done]]
+                t = time.perf_counter()
+                deltas = engine.step()
+                dt = time.perf_counter() - t
+                for d in deltas:
+                    if d.request_id in produced:
+                        produced[d.request_id] += len(d.new_token_ids)
+                points.append({"seqs": seqs, "sampled": batch + int(done + n >= length), "seconds": dt})
+                done += n
+            while engine.has_work():
+                engine.step()
     return points
 
 

@@ -56,11 +56,12 @@ B200 = Accelerator("b200", flops=2250e12, mem_bw=8e12, memory_bytes=180 * GB, in
                    interconnect_latency_s=50e-6, host_bw=64 * GB, step_overhead_s=2e-3, seq_overhead_s=5e-6,
                    layer_overhead_s=120e-6)
 # this machine (one core, one thread, bfloat16, tandem's engine): fitted by tandem/sim/calibrate.py
-# on 2026-11-25 (see docs/benchmarks.md section 11); interconnect: the built-in TCP transport on
-# loopback (docs/benchmarks.md section 5: ~2 GB/s on 16 MiB pulls, ~1 ms per pull)
-CPU = Accelerator("cpu", flops=60e9, mem_bw=6e9, memory_bytes=0.0, interconnect_bw=2 * GB,
+# on 2026-11-25 08:42 UTC (benchmarks/sim/results/cpu_calibration.json; docs/benchmarks.md 11.1);
+# interconnect: the built-in TCP transport on loopback (docs/benchmarks.md section 5: ~2 GB/s on
+# 16 MiB pulls, ~1 ms per pull)
+CPU = Accelerator("cpu", flops=1.076e+10, mem_bw=7.703e+09, memory_bytes=0.0, interconnect_bw=2 * GB,
                   interconnect_latency_s=1e-3, host_bw=4 * GB, mfu=1.0, mbu=1.0, overlap=0.0,
-                  step_overhead_s=3e-3, seq_overhead_s=0.3e-3, memory_utilization=1.0)
+                  step_overhead_s=0, seq_overhead_s=0.0009255, memory_utilization=1.0)
 
 ACCELERATORS = {a.name: a for a in (H100, H200, B200, CPU)}
 
