@@ -12,7 +12,6 @@ Forward contract (see docs/dev/contracts.md, "Model"):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -25,9 +24,6 @@ from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
 from tandem.models.arch import ModelArch
 from tandem.layers.attention_batch import AttentionBatch
-
-if TYPE_CHECKING:
-    from tandem.runner.aux_hidden import AuxHiddenTap
 
 
 @dataclass(frozen=True)
@@ -144,9 +140,10 @@ class DecoderForCausalLM(nn.Module):
     # parameters kept in float32 whatever the model's dtype (name suffixes)
     float32_params: tuple[str, ...] = ()
 
-    # who wants auxiliary hidden states of the runner's forwards (an EAGLE-3 proposer): the runner
-    # reads it at each step; None (the default) captures nothing and costs nothing
-    aux_tap: "AuxHiddenTap | None" = None
+    # who wants auxiliary hidden states of the runner's forwards (an EAGLE-3 proposer): a
+    # tandem.runner.aux_hidden.AuxHiddenTap (the runner, a layer above, owns the type), read by
+    # the runner at each step; None (the default) captures nothing and costs nothing
+    aux_tap: object | None = None
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,

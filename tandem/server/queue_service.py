@@ -16,7 +16,7 @@ the queue (no attempt counted) when interactive requests arrive. Queued requests
 at `background_priority` (+ a batch line's own vLLM `priority`, if positive): the engine's
 scheduler orders by it where it honours priorities. A preempted job loses no work: its run is
 cancelled at once (closing its streams aborts its engine requests), what it produced is saved
-with the job, and its next run continues from there (`run_job`, tandem/asyncq/resume.py).
+with the job, and its next run continues from there (`run_job`, tandem/server/job_outputs.py).
 
 The store is opened on a thread from construction on (a new SQLite file costs ~50 ms, a
 PostgreSQL connection a network round trip), so that it overlaps the rest of the start-up;
@@ -40,7 +40,7 @@ from tandem.asyncq.job import JSON, Batch, BatchSpec, Job
 from tandem.asyncq.notifier import Notifier, NotifierConfig
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.queue import JobQueue
-from tandem.asyncq.resume import JobOutputs
+from tandem.server.job_outputs import JobOutputs
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
@@ -248,7 +248,7 @@ class QueueService:
 async def run_job(ctx: ServerContext, job: Job, reqs: list[EngineRequest],
                   progress: JobProgress) -> JobOutputs:
     """A job's engine requests through the app's backend, continuing what earlier runs of the
-    job produced (tandem/asyncq/resume.py) -> every request's output, for the API's formatter.
+    job produced (tandem/server/job_outputs.py) -> every request's output, for the API's formatter.
     Preempted (the task cancelled): closing the run aborts its engine requests at once, and the
     dispatcher saves the outputs so far with the job."""
     outputs = JobOutputs(len(reqs), job.progress)
