@@ -1,6 +1,6 @@
 """Train an EAGLE-3 head (tandem/spec/eagle3_head.py) for a frozen target:
 
-    python -m tandem.spec.eagle3_train --target models/tandem-demo-target \
+    python -m tandem.demo.eagle3_train --target models/tandem-demo-target \
         --corpus /tmp/e3/corpus-dense --out models/tandem-demo-eagle3 --minutes 30
 
 The target runs with tandem's own forward (forward_aux over a paged prefill: the same states a
@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from tandem.config import ModelConfig
+from tandem.demo.corpus import load_texts
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import load_model
@@ -66,8 +67,6 @@ class TrainConfig:
 
 # --- data ----------------------------------------------------------------------------------
 def documents(cfg: TrainConfig, tok: Tokenizer, split: str) -> list[list[int]]:
-    from tandem.demo.corpus import load_texts
-
     rng = random.Random(cfg.seed)
     agent, kjv = [], []
     for d in cfg.corpus:
@@ -230,7 +229,7 @@ def train(cfg: TrainConfig) -> dict:
     head.eval()
     ev = evaluate(head, target, held, header, end_id, cfg.depth)
     print(json.dumps({"heldout": ev}), flush=True)
-    record = {"command": "python -m tandem.spec.eagle3_train " + " ".join(_args_of(cfg)),
+    record = {"command": "python -m tandem.demo.eagle3_train " + " ".join(_args_of(cfg)),
               "train_minutes": round(train_seconds / 60, 1), "steps": step, "tokens": tokens,
               "documents_seen": doc_i, "train_documents": len(train_docs), "heldout": ev,
               "target_model_safetensors_git_sha": sha, "config": {**asdict(cfg), "corpus": list(cfg.corpus)},
