@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tandem.grammar.masks import GrammarMasks
-from tandem.layers.attention_batch import SeqSlice
 from tandem.parallel.messages import StepMessage, Stop, broadcast
 from tandem.runner.model_runner import ModelRunner, StepInputs, StepResult
 from tandem.runner.scheduled import ScheduledSeq
@@ -29,8 +28,9 @@ class ParallelRunner(ModelRunner):
 
     def prepare(self, seqs: Sequence[ScheduledSeq], block_tables: Sequence[list[int]]) -> StepInputs:
         inputs = super().prepare(seqs, block_tables)
-        slices = [SeqSlice(list(blocks), s.request.num_computed_tokens, s.num_new_tokens)
-                  for s, blocks in zip(seqs, block_tables)]
+        # the slices rank 0's batch was built from (verify rows as decode rows in bf16), so that
+        # every rank computes the same attention
+        slices = list(inputs.slices)
         self._pending = StepMessage(inputs.input_ids.tolist(), inputs.positions.tolist(), slices)
         return inputs
 

@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from tandem.config import SpeculativeConfig
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.parallel.runner import RankFailed
@@ -101,4 +102,21 @@ def test_a_dead_rank_takes_the_worker_down(tmp_path):
             engine.step()
     finally:
         engine.fail_all("test over")
+        engine.shutdown()
+
+
+def test_tensor_parallel_2_speculating_in_bfloat16_equals_1_without(tmp_path, make_engine):
+    """A speculating TP 2 worker keeps one process's greedy tokens without speculation (every
+    rank verifies a draft with rank 0's slices: in bfloat16, single-token decode rows)."""
+    path = write_test_model(tmp_path, "LlamaForCausalLM", seed=15)
+    ps = [p * 3 for p in prompts(3, seed=23, min_len=4, max_len=8)]   # repeats: n-gram drafts
+    want = _greedy(make_engine(path, dtype="bfloat16"), ps, n=12)
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=4, prompt_lookup_min=1, adaptive=False)
+    cfg = dataclasses.replace(_config(path, max_num_batched_tokens=64, dtype="bfloat16"), speculative=spec)
+    engine = parallel_engine(cfg, ParallelConfig(tensor_parallel_size=2))
+    try:
+        assert _greedy(engine, ps, n=12) == want
+        assert engine.stats().spec_num_draft_tokens > 0
+        assert_all_blocks_free(engine)
+    finally:
         engine.shutdown()
