@@ -18,7 +18,10 @@ def _transient(exc: BaseException) -> bool:
 POSTGRES = Dialect(name="postgres", begin="BEGIN", for_update="FOR UPDATE",
                    skip_locked="FOR UPDATE SKIP LOCKED", placeholder="%s",
                    now_sql="SELECT extract(epoch FROM clock_timestamp())::float8",
-                   retryable=_transient)
+                   retryable=_transient,
+                   # a transaction-scoped advisory lock, released at COMMIT; the key is arbitrary
+                   # but fixed, so every tandem process opening this database agrees on it
+                   schema_lock="SELECT pg_advisory_xact_lock(7310254613)")
 
 
 def open_postgres_queue(url: str) -> SqlQueue:

@@ -25,6 +25,8 @@ class Dialect:
     placeholder: str                 # "?" (sqlite3) or "%s" (psycopg)
     now_sql: str | None              # the server's clock; None: this host's
     retryable: Callable[[BaseException], bool]   # errors after which the transaction is run again
+    schema_lock: str = ""            # run first in the DDL transaction: serialises processes creating
+                                     # the schema at once ("" where `begin` already does)
 
 
 class Tx:
@@ -89,14 +91,24 @@ class SqlDb:
         raise AssertionError("unreachable")
 
     def script(self, statements: Sequence[str]) -> None:
-        """Run DDL at open, in the connection's thread, one transaction."""
+        """Run DDL at open, in the connection's thread, one transaction. Several processes may open
+        one store at once: PostgreSQL's CREATE ... IF NOT EXISTS is not safe against a concurrent
+        creator (both see no table, the loser fails on the catalog's unique index), so the
+        dialect's `schema_lock` makes the creators take turns."""
         def run() -> None:
             cur = self._conn.cursor()
-            cur.execute(self.dialect.begin)
-            for stmt in statements:
-                cur.execute(stmt)
-            cur.execute("COMMIT")
-            cur.close()
+            try:
+                cur.execute(self.dialect.begin)
+                if self.dialect.schema_lock:
+                    cur.execute(self.dialect.schema_lock)
+                for stmt in statements:
+                    cur.execute(stmt)
+                cur.execute("COMMIT")
+            except Exception:
+                _rollback(cur)
+                raise
+            finally:
+                cur.close()
         self._pool.submit(run).result()
 
     def add_missing_columns(self, columns: Sequence[tuple[str, str, str]]) -> None:
@@ -112,6 +124,8 @@ class SqlDb:
                         continue
                     try:
                         cur.execute(self.dialect.begin)
+                        if self.dialect.schema_lock:
+                            cur.execute(self.dialect.schema_lock)
                         cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
                         cur.execute("COMMIT")
                     except Exception:

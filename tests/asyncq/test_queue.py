@@ -358,3 +358,48 @@ def test_a_store_from_before_progress_gets_the_column(queue_target):
         assert (await q.get(claim.job.id)).progress == {"k": 1}
     run(body, queue_target)
     run(body, queue_target)    # opening again: the column is there, nothing to add
+
+
+def test_processes_opening_a_new_store_at_once_all_succeed(queue_target):
+    """Two gateways started together on one new store both create its schema: neither fails (on
+    PostgreSQL, CREATE ... IF NOT EXISTS alone races on the catalog), and the store works."""
+    import threading
+
+    rounds, openers = 3, 4
+    for round_ in range(rounds):
+        if round_ and queue_target.startswith("postgresql://"):
+            _drop_tables(queue_target)
+        barrier = threading.Barrier(openers)
+        errors: list[BaseException] = []
+
+        def open_once() -> None:
+            async def main():
+                barrier.wait(timeout=30)
+                q = open_queue(queue_target)
+                await q.close()
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # noqa: BLE001 (collected and asserted below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_once) for _ in range(openers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert not errors, errors
+
+    async def body(q):
+        batch, _ = await q.enqueue(spec(2))
+        assert len(await q.take(2, "o", 30)) == 2
+        assert (await q.get_batch(batch.id)).total == 2
+    run(body, queue_target)
+
+
+def _drop_tables(target: str) -> None:
+    """Empty the PostgreSQL database again, so the next round races on creating the schema."""
+    import psycopg
+    with psycopg.connect(target, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE 'asyncq_%'").fetchall()]
+        conn.execute(f"DROP TABLE IF EXISTS {', '.join(names)}")
