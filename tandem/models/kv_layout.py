@@ -10,9 +10,15 @@ from tandem.kv.layout import KVLayout
 from tandem.models.loader import LoadedModel
 
 
+def model_identity(loaded: LoadedModel) -> str:
+    """What KV blocks of this model are compatible with: its shape and its weights."""
+    a = loaded.arch
+    return f"{a.architecture}/L{a.num_layers}/H{a.hidden_size}/V{a.vocab_size}/W{loaded.weights_id}"
+
+
 def layout_of(loaded: LoadedModel, cache: CacheConfig) -> KVLayout:
     a = loaded.arch
-    identity = f"{a.architecture}/L{a.num_layers}/H{a.hidden_size}/V{a.vocab_size}"
+    identity = model_identity(loaded)
     dtype = loaded.dtype if cache.kv_cache_dtype == "auto" else torch.float8_e5m2
     return KVLayout(model=identity, dtype=str(dtype).removeprefix("torch."),
                     block_size=cache.block_size, num_layers=a.num_layers,

@@ -25,6 +25,7 @@ from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
 from tandem.models.attention_choice import decode_kernel, prefill_kernel
+from tandem.models.fingerprint import weights_fingerprint
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.memory import check_fits, estimate_memory
@@ -48,6 +49,7 @@ class LoadedModel:
     name: str = ""                     # served name
     path: str = ""
     max_model_len: int = 0             # see ModelArch.context_length: configured, capped by a sliding window
+    weights_id: str = ""               # tandem/models/fingerprint.py: which weights (not only which shape)
     packing: PackingThread | None = None  # packs the linear weights while the model already serves
 
     def wait_packed(self) -> None:
@@ -67,7 +69,9 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
     cls = model_class(arch.architecture)
     device = torch.device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, arch, device)
-    check_fits(estimate_memory(arch, dtype, num_ranks), device)   # before any weight is read
+    estimate = estimate_memory(arch, dtype, num_ranks)
+    check_fits(estimate, device)   # before any weight is read
+    log.info("loading %s", estimate.describe())
     if arch.quantization is not None:
         raise ModelLoadError(f"{path} holds {arch.quantization}-quantized weights "
                              "(config.json quantization_config); tandem loads bfloat16, float16 "
@@ -97,6 +101,7 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
         path=str(path),
         max_model_len=arch.context_length(cfg.max_model_len or None),
         packing=packing,
+        weights_id=weights_fingerprint(files),
     )
 
 

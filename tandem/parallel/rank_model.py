@@ -7,6 +7,7 @@ import dataclasses
 from tandem.config import ModelConfig
 from tandem.kv.layout import KVLayout
 from tandem.models.arch import ModelArch
+from tandem.models.kv_layout import model_identity
 from tandem.models.loader import LoadedModel, load_model
 from tandem.parallel.group import RankGroup
 from tandem.parallel.pipeline import PipelineStage
@@ -31,6 +32,6 @@ def load_rank_model(cfg: ModelConfig, g: RankGroup) -> LoadedModel:
 
 def rank_layout(loaded: LoadedModel, block_size: int, dtype: str) -> KVLayout:
     a = loaded.arch
-    return KVLayout(model=f"{a.architecture}/L{a.num_layers}/H{a.hidden_size}/V{a.vocab_size}", dtype=dtype,
+    return KVLayout(model=model_identity(loaded), dtype=dtype,
                     block_size=block_size, num_layers=a.num_layers, num_kv_heads=a.kv_heads_cached,
                     head_dim=a.kv_dim_cached, kind=a.kv_kind)
