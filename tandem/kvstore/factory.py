@@ -35,8 +35,10 @@ def make_tiers(config: EngineConfig, layout: KVLayout, keyspace: KeySpace, on_cu
     if cfg.store_url:
         from tandem.kvstore.mooncake_store import MooncakeStoreTier
 
+        t = config.transfer
         tiers.append(MooncakeStoreTier(cfg.store_url, cfg.store_segment_bytes, nb, cfg.batch_blocks,
-                                       config.transfer.mooncake_bind_address, cfg.retry_s))
+                                       t.mooncake_bind_address, cfg.retry_s, protocol=t.mooncake_protocol,
+                                       device=t.mooncake_device))
     return TierStack(tiers)
 
 

@@ -50,12 +50,14 @@ class MooncakeStoreTier(Tier):
     name = "store"
 
     def __init__(self, url: str, segment_bytes: int, block_nbytes: int, batch_blocks: int = 32,
-                 local_address: str = "127.0.0.1", retry_s: float = 5.0, clock=time.monotonic) -> None:
+                 local_address: str = "127.0.0.1", retry_s: float = 5.0, clock=time.monotonic,
+                 protocol: str = "tcp", device: str = "") -> None:
         super().__init__(block_nbytes)
         self.url = url
         self.master = parse_store_url(url)
         self._segment_bytes = segment_bytes
-        self._local_address = local_address
+        self._local_address = local_address     # what this client advertises to the others
+        self._protocol, self._device = protocol, device
         self._retry_s = retry_s
         self._clock = clock
         self._batch = batch_blocks
@@ -98,7 +100,7 @@ class MooncakeStoreTier(Tier):
             return
         client = MooncakeDistributedStore()
         rc = client.setup(self._local_address, "P2PHANDSHAKE", self._segment_bytes, _LOCAL_BUFFER_BYTES,
-                          "tcp", "", f"{host}:{port}")
+                          self._protocol, self._device, f"{host}:{port}")
         if rc == 0:
             for buf in (self._rbuf, self._wbuf):
                 rc = rc or client.register_buffer(buf.data_ptr(), buf.numel())

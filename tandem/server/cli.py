@@ -102,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--long-prefill-token-threshold", type=int,
                    default=SchedulerConfig.long_prefill_token_threshold,
                    help="largest prefill chunk of one prompt while others wait (0: no cap)")
-    p.add_argument("--threads", type=_positive, default=None, help="torch threads")
+    p.add_argument("--threads", type=_positive, default=None, help="torch threads of the worker (a parallel worker's ranks split them)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; gloo on the CPU, NCCL on CUDA)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
@@ -118,6 +118,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="prefill role: seconds handed-over KV blocks stay pinned without a pull")
     p.add_argument("--kv-transfer-port", type=int, default=0,
                    help="port of the KV transfer control server (0: a free port)")
+    p.add_argument("--kv-advertise-host", default=None, metavar="ADDR",
+                   help="the address other workers reach this worker's KV at (the transfer control "
+                        "server, Mooncake's segments for the handoff and the store); default: --host, "
+                        "or 127.0.0.1 when --host is a wildcard")
+    p.add_argument("--kv-mooncake-protocol", choices=("tcp", "rdma"), default=TransferConfig.mooncake_protocol,
+                   help="Mooncake's transport, for --kv-transport mooncake and --kv-store")
+    p.add_argument("--kv-mooncake-device", default="", metavar="NAMES",
+                   help="with rdma: the RDMA device names Mooncake uses (e.g. mlx5_0,mlx5_1)")
     add_kv_store_arguments(p)
     p.add_argument("--speculative-config", type=speculative_config, default=None, metavar="JSON",
                    help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model", '
@@ -166,8 +174,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold),
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
-        transfer=TransferConfig(host=args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1",
-                                port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout),
+        transfer=transfer_config(args),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config)
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
@@ -237,6 +244,14 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
     from tandem.parallel.launch import parallel_engine
 
     return parallel_engine(engine_config, pcfg)
+
+
+def transfer_config(args: argparse.Namespace) -> TransferConfig:
+    advertised = args.kv_advertise_host or (
+        args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+    return TransferConfig(host=advertised, port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
+                          mooncake_protocol=args.kv_mooncake_protocol,
+                          mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised)
 
 
 def serve(args: argparse.Namespace) -> int:

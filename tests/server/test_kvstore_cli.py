@@ -28,3 +28,20 @@ def test_a_bad_store_url_is_refused(capsys):
     with pytest.raises(SystemExit):
         _parse("--kv-store", "redis://x:1")
     assert "mooncake://HOST:PORT" in capsys.readouterr().err
+
+
+def test_the_advertised_address_follows_host_unless_given():
+    """Mooncake (handoff and store) and the TCP control server advertise one address: --host when
+    it is a concrete one, 127.0.0.1 for a wildcard, or --kv-advertise-host (a routable address for
+    other hosts)."""
+    def transfer(*argv):
+        return configs_from_args(_parse(*argv))[0].transfer
+
+    t = transfer()
+    assert (t.host, t.mooncake_bind_address, t.mooncake_protocol) == ("127.0.0.1", "127.0.0.1", "tcp")
+    t = transfer("--host", "0.0.0.0")
+    assert (t.host, t.mooncake_bind_address) == ("127.0.0.1", "127.0.0.1")
+    t = transfer("--host", "0.0.0.0", "--kv-advertise-host", "10.1.2.3", "--kv-mooncake-protocol", "rdma",
+                 "--kv-mooncake-device", "mlx5_0")
+    assert (t.host, t.mooncake_bind_address) == ("10.1.2.3", "10.1.2.3")
+    assert (t.mooncake_protocol, t.mooncake_device) == ("rdma", "mlx5_0")
