@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Mooncake Store shared by every worker's KV tiers: auto starts a mooncake_master "
                         "on 127.0.0.1 (and stops it); a URL uses a running one")
     u.add_argument("--profile", default=None, choices=sorted(PROFILES),
-                   help="hardware profile: the prefill:decode split and worker settings for a traffic shape")
+                   help="hardware profile: the prefill:decode split and, per role, chunk and batch limits "
+                        "and the parallel layout for a traffic shape (tandem/launcher/profiles.py)")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -54,7 +55,7 @@ def up(args: argparse.Namespace) -> int:
     if args.colocated is not None and (args.prefill is not None or args.decode is not None):
         print("tandem up: use either --prefill/--decode or --colocated", file=sys.stderr)
         return 2
-    apply_profile(args)
+    role_args = apply_profile(args)
     if args.colocated is None and args.prefill is None and args.decode is None:
         args.prefill, args.decode = 1, 1
     if args.colocated is None and not (args.prefill and args.decode):
@@ -64,6 +65,7 @@ def up(args: argparse.Namespace) -> int:
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
                        policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
+                       role_args=role_args,
                        gateway_args=tuple(args.gateway_arg) + parsers + forwarded_queue_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store)

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -38,6 +39,9 @@ class ClusterSpec:
     port: int = 8000
     policy: str = "default"
     worker_args: tuple[str, ...] = ()    # extra `tandem serve` arguments for every worker
+    # `tandem serve` arguments per role ("prefill", "decode", "both"; a profile's), placed before
+    # worker_args so that an explicit flag wins
+    role_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     gateway_args: tuple[str, ...] = ()   # extra `tandem gateway` arguments
     ready_timeout_s: float = 600.0
     log_level: str = "warning"
@@ -102,6 +106,17 @@ def gateway_proc(model: str, host: str, port: int, workers: list[ProcSpec], poli
     return ProcSpec("gateway", (*cmd, *extra), f"http://{host}:{port}", None)
 
 
+def worker_args_for(spec: ClusterSpec, role: str) -> tuple[str, ...]:
+    return (*spec.role_args.get(role, ()), *spec.worker_args)
+
+
+def as_role(spec: ClusterSpec, proc: ProcSpec, role: str) -> ProcSpec:
+    """The same worker (name, port, cores) started as `role`, with that role's arguments."""
+    port = int(proc.url.rsplit(":", 1)[1])
+    return worker_proc(proc.name, spec.model, role, spec.host, port, proc.cores,
+                       worker_args_for(spec, role), spec.log_level)
+
+
 def plan(spec: ClusterSpec) -> list[ProcSpec]:
     """Workers first, then the gateway (which starts last and polls them)."""
     roles = ["prefill"] * spec.prefill + ["decode"] * spec.decode + ["both"] * spec.colocated
@@ -112,7 +127,7 @@ def plan(spec: ClusterSpec) -> list[ProcSpec]:
         port = free_port(spec.host, taken)
         taken.add(port)
         procs.append(worker_proc(f"{role}-{i}", spec.model, role, spec.host, port, cores,
-                                 spec.worker_args, spec.log_level))
+                                 worker_args_for(spec, role), spec.log_level))
     procs.append(gateway_proc(spec.model, spec.host, spec.port, procs, spec.policy,
                               spec.gateway_args, spec.log_level))
     return procs
@@ -264,7 +279,7 @@ def run_cluster(spec: ClusterSpec) -> int:
             switcher = RoleSwitcher(cluster, cluster.spec("gateway").url,
                                     lambda url: http.get(url).raise_for_status().json(),
                                     lambda url, body: http.post(url, json=body).raise_for_status().json(),
-                                    log=say)
+                                    as_role=lambda proc, role: as_role(spec, proc, role), log=say)
             while not stopping:
                 supervisor.step()
                 switcher.step()   # the gateway planner's role switches (--slo-ttft-ms / --slo-itl-ms)

@@ -5,7 +5,8 @@ executor polls it and, for a switch it has not done yet whose worker is one of i
 1. drains the worker at the gateway (POST /internal/drain): no new request goes to it;
 2. waits until the worker is idle by its own report (nothing running or waiting, every KV block
    free: its prefills' KV handed over, its streams finished), or `drain_timeout_s`;
-3. stops it (SIGTERM) and starts it again on the same port and cores with the new `--role`;
+3. stops it (SIGTERM) and starts it again on the same port and cores with the new `--role`
+   (and, through `as_role`, the new role's arguments, e.g. a profile's parallel layout);
    the gateway's monitor sees a new instance, takes its role from its stats and lifts the drain.
 No request is lost: the drained worker finishes what it has, and a request that still fails
 when it stops (after the timeout) is retried or migrated by the gateway as for any dead worker.
@@ -52,12 +53,14 @@ class RoleSwitcher:
     def __init__(self, cluster: Cluster, gateway_url: str, get_json: Callable[[str], dict],
                  post_json: Callable[[str, dict], dict], poll_s: float = 2.0,
                  drain_timeout_s: float = 120.0, clock: Callable[[], float] = time.monotonic,
+                 as_role: Callable[[ProcSpec, str], ProcSpec] | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.cluster = cluster
         self.gateway_url = gateway_url
         self.get_json, self.post_json = get_json, post_json
         self.poll_s, self.drain_timeout_s = poll_s, drain_timeout_s
         self.clock, self.log = clock, log
+        self.as_role = as_role or with_role
         self.done_seq = 0
         self.draining: _Draining | None = None
         self._next_poll = 0.0
@@ -106,7 +109,7 @@ class RoleSwitcher:
             return
         self.cluster.kill(d.name, signal.SIGTERM)
         i = self.cluster.procs.index(proc)
-        self.cluster.procs[i] = with_role(proc, d.to_role)
+        self.cluster.procs[i] = self.as_role(proc, d.to_role)
         self.cluster.start(d.name)
         self.done_seq, self.draining = d.seq, None
         self.switches += 1

@@ -9,6 +9,7 @@ the gateway routes around it). Collectives also time out after ParallelConfig.ti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -52,7 +53,9 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
         raise ValueError("a parallel worker cannot use KV store tiers yet: no --kv-host-memory/--kv-disk-dir/"
                          "--kv-store with --tensor-parallel-size/--pipeline-parallel-size > 1")
     port = pcfg.master_port or _free_port(pcfg.master_addr)
-    threads = config.num_threads or torch.get_num_threads()
+    # --threads is the worker's: its ranks share its cores, so each takes an equal part of them
+    threads = max(1, (config.num_threads or torch.get_num_threads()) // pcfg.world_size)
+    config = dataclasses.replace(config, num_threads=threads)
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=worker_main, args=(config.model, pcfg, r, port, threads),
                          name=f"tandem-rank-{r}", daemon=True) for r in range(1, pcfg.world_size)]
