@@ -153,3 +153,29 @@ def test_the_store_stays_within_the_memory_its_clients_lend(master):
         assert tier.counters.skipped >= 40 - 16 and tier.counters.errors == 0 and tier.available
     finally:
         tier.close()
+
+
+def test_greedy_identity_with_every_tier_on(master, llama_dir, make_engine, tmp_path):
+    """Host memory, disk and the store in one engine, on two workers with small device caches:
+    every output equals one plain engine's, on the worker that computed the prompts (device,
+    host and disk hits) and on the other one (store hits)."""
+    batch = prompts(4, seed=86, min_len=9, max_len=40)
+    refs = [_ref(make_engine, llama_dir, p, 5) for p in batch]
+
+    def engine(name):
+        cfg = _store_cfg(master, host_bytes=64 * 1024, disk_dir=str(tmp_path / name), disk_bytes=1 << 20)
+        return tiered_engine(llama_dir, cfg, num_blocks=24)
+
+    a, b = engine("a"), engine("b")
+    try:
+        wait_store(a), wait_store(b)
+        for e in (a, a, b):
+            outs = run(e, [request(p, max_tokens=5) for p in batch])
+            assert [tokens(o) for o in outs.values()] == refs
+            settle(e)
+        stack_a, stack_b = tiers_of(a).stack, tiers_of(b).stack
+        assert sum(stack_a[t].counters.hits for t in ("host", "disk")) > 0   # a's device cache evicted
+        assert stack_b["store"].counters.hits > 0                           # b computed nothing before
+        assert_all_blocks_free(a), assert_all_blocks_free(b)
+    finally:
+        a.shutdown(), b.shutdown()
