@@ -72,6 +72,28 @@ def test_workers_ai_queue_and_poll(app_client):
     assert len(backend.seen) == 2   # each valid request ran once
 
 
+def test_workers_ai_poll_says_running_once_a_job_started(tmp_path):
+    """queued until a job is leased, running while it generates (before any job has ended),
+    then the responses."""
+    backend = FakeBackend(reply="Hi there", token_delay=0.15)
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"), poll_s=0.05, lease_s=5.0),
+                       headroom=lambda: True)
+    with TestClient(build_app(backend, ServerConfig(), queue=setup)) as client:
+        r = client.post(QUEUED, json={"requests": [{"prompt": "a", "max_tokens": 8}]})
+        request_id = r.json()["result"]["request_id"]
+        statuses = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            result = client.post(QUEUED, json={"request_id": request_id}).json()["result"]
+            if "responses" in result:
+                break
+            statuses.append(result["status"])
+            time.sleep(0.05)
+        assert result["responses"][0]["success"] is True
+        assert "running" in statuses and set(statuses) <= {"queued", "running"}
+        assert statuses == sorted(statuses, key=("queued", "running").index)   # never back to queued
+
+
 def test_workers_ai_queue_is_idempotent_and_bounded(app_client):
     client, backend = app_client
     body = {"requests": [{"prompt": "x"}]}
@@ -185,6 +207,10 @@ def test_openai_batch_cancel_and_validation(app_client, tmp_path, room):
                           completion_window="24h")   # the line's url differs
     batch = oa.batches.create(input_file_id=f.id, endpoint="/v1/completions",
                               completion_window="24h")
+    for bad in ("x", "0", "101"):
+        r = client.get("/v1/batches", params={"limit": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "limit", r.text
+    assert [b.id for b in oa.batches.list(limit=1)] == [batch.id]
     cancelled = oa.batches.cancel(batch.id)
     assert cancelled.status == "cancelled" and cancelled.output_file_id is None
     assert backend.seen == []

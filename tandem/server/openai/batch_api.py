@@ -113,6 +113,19 @@ def _read_input(content: str, endpoint: str) -> list[JSON]:
     return requests
 
 
+def _list_limit(raw: str | None) -> int:
+    """GET /v1/batches?limit=N: 1 to 100, default 20 (as OpenAI's)."""
+    if raw in (None, ""):
+        return 20
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"limit must be an integer from 1 to 100, not {raw!r}", param="limit") from None
+    if not 1 <= limit <= 100:
+        raise InvalidRequest(f"limit must be from 1 to 100, not {limit}", param="limit")
+    return limit
+
+
 async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
                          progress: JobProgress) -> JSON:
     """One batch line through the app's backend -> the response body the endpoint would send.
@@ -194,13 +207,16 @@ def batch_routes(service: QueueService) -> list[Route]:
             return openai_error_response(exc)
 
     async def listing(request: Request) -> Response:
+        try:
+            limit = _list_limit(request.query_params.get("limit"))
+        except InvalidRequest as exc:
+            return openai_error_response(exc)
         batches = [b for b in await service.queue.list_batches(account_of(request))
                    if b.meta.get("object") == "batch"]
         after = request.query_params.get("after")
         if after:
             ids = [b.id for b in batches]
             batches = batches[ids.index(after) + 1:] if after in ids else []
-        limit = max(1, min(100, int(request.query_params.get("limit", "20") or 20)))
         page = [await view(b) for b in batches[:limit]]
         return json_response({"object": "list", "data": page, "has_more": len(batches) > limit,
                               "first_id": page[0]["id"] if page else None,

@@ -75,9 +75,12 @@ async def _poll(service: QueueService, account: str, model: str, request_id) -> 
     batch = await service.queue.get_batch(str(request_id))
     if batch is None or batch.account != account:
         raise NotFound(f"no queued request {request_id} for account {account}", param="request_id")
+    jobs = await service.queue.list_batch(batch.id)
     if not batch.done:
-        return {"status": batch.status, "request_id": batch.id, "model": batch.model}
-    return responses(batch, await service.queue.list_batch(batch.id))
+        # running from the moment a job is leased (the batch's counters move only as jobs end)
+        started = any(j.status is not JobStatus.QUEUED for j in jobs)
+        return {"status": "running" if started else "queued", "request_id": batch.id, "model": batch.model}
+    return responses(batch, jobs)
 
 
 def responses(batch: Batch, jobs: list[Job]) -> JSON:
