@@ -1,6 +1,7 @@
 """`tandem up`.
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
+           [--slo-ttft-ms MS --slo-itl-ms MS]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
@@ -42,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--profile", default=None, choices=sorted(PROFILES),
                    help="hardware profile: the prefill:decode split and, per role, chunk and batch limits "
                         "and the parallel layout for a traffic shape (tandem/launcher/profiles.py)")
+    u.add_argument("--slo-ttft-ms", type=float, default=None, metavar="MS",
+                   help="the gateway planner's p90 time-to-first-token target; with --slo-itl-ms, "
+                        "workers are moved between the prefill and decode pools at runtime (drained, "
+                        "restarted in their new role)")
+    u.add_argument("--slo-itl-ms", type=float, default=None, metavar="MS",
+                   help="the gateway planner's p90 inter-token latency target")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -66,7 +73,18 @@ def up(args: argparse.Namespace) -> int:
                        colocated=args.colocated or 0, host=args.host, port=args.port,
                        policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
                        role_args=role_args,
-                       gateway_args=tuple(args.gateway_arg) + parsers + forwarded_queue_args(args),
+                       gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
+                       + forwarded_queue_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store)
     return run_cluster(spec)
+
+
+def slo_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The planner's targets for the gateway (before --gateway-arg's, which win)."""
+    out: tuple[str, ...] = ()
+    if args.slo_ttft_ms is not None:
+        out += (f"--slo-ttft-ms={args.slo_ttft_ms:g}",)
+    if args.slo_itl_ms is not None:
+        out += (f"--slo-itl-ms={args.slo_itl_ms:g}",)
+    return out

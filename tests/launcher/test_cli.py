@@ -60,3 +60,19 @@ def test_up_gives_the_queue_to_the_gateway_and_none_to_the_workers(monkeypatch):
     g = " ".join(gateway.cmd)
     assert "--queue-url redis://127.0.0.1:6379/0" in g and "--queue-interactive-limit 2" in g
     assert "--no-queue" not in gateway.cmd
+
+
+def test_up_forwards_the_planner_targets_to_its_gateway(monkeypatch):
+    import argparse
+
+    from tandem.launcher import cli
+
+    seen = {}
+    monkeypatch.setattr("tandem.launcher.cluster.run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    cli.up(parser.parse_args(["up", "--model", "m", "--slo-ttft-ms", "800", "--slo-itl-ms", "50.5",
+                              "--gateway-arg=--slo-itl-ms=60"]))
+    args = seen["spec"].gateway_args
+    assert args[:2] == ("--slo-ttft-ms=800", "--slo-itl-ms=50.5")
+    assert args.index("--slo-itl-ms=60") > 1     # an explicit --gateway-arg comes later and wins
