@@ -63,6 +63,14 @@ def up(args: argparse.Namespace) -> int:
         print("tandem up: use either --prefill/--decode or --colocated", file=sys.stderr)
         return 2
     role_args = apply_profile(args)
+    if args.kv_store and not any(a.startswith("--tensor-parallel-size") for a in args.worker_arg):
+        split = sorted(role for role, flags in role_args.items()
+                       if any(f.startswith("--tensor-parallel-size=") and not f.endswith("=1") for f in flags))
+        if split:
+            print(f"tandem up: profile {args.profile} runs {' and '.join(split)} workers over several "
+                  "ranks, which cannot use KV store tiers yet: drop --kv-store, or add "
+                  "--worker-arg=--tensor-parallel-size=1", file=sys.stderr)
+            return 2
     if args.colocated is None and args.prefill is None and args.decode is None:
         args.prefill, args.decode = 1, 1
     if args.colocated is None and not (args.prefill and args.decode):

@@ -72,3 +72,11 @@ def test_profile_flags_are_valid_serve_flags():
             assert args.tensor_parallel_size == settings.tensor_parallel_size
     with pytest.raises(SystemExit):
         _parse("--profile", "no-such-profile")
+
+
+def test_a_profile_over_several_ranks_with_a_kv_store_is_refused_unless_overridden(monkeypatch, capsys):
+    assert cli.up(_parse("--profile", "input-heavy", "--kv-store", "auto")) == 2
+    assert "--tensor-parallel-size=1" in capsys.readouterr().err
+    spec = _spec(monkeypatch, "--profile", "input-heavy", "--kv-store", "auto",
+                 "--worker-arg=--tensor-parallel-size=1")
+    assert spec.kv_store == "auto" and plan(spec)[0].cmd[-1] == "--tensor-parallel-size=1"
