@@ -144,6 +144,44 @@ def test_subscriptions(app_client):
     assert client.delete(f"{path}/{sub['id']}").status_code == 404
 
 
+def test_dead_letters_of_a_subscription(tmp_path):
+    """A receiver that always fails: after the last attempt the event is a dead letter, listed
+    with its error and the body that was posted, for its own subscription only."""
+    from tandem.asyncq.notifier import NotifierConfig
+    from tests.asyncq.receiver import Receiver
+    from tests.asyncq.servers import free_port
+
+    receiver = Receiver(free_port(), status=500)
+    receiver.start()
+    notifier = NotifierConfig(max_attempts=2, backoff_base_s=0.05, backoff_max_s=0.1, timeout_s=2.0,
+                              lease_s=5.0, idle_poll_s=0.05)
+    setup = QueueSetup(QueueConfig(target=str(tmp_path / "queue.db"), poll_s=0.05, lease_s=5.0,
+                                   notifier=notifier), headroom=lambda: True)
+    path = "/client/v4/accounts/acc1/event_subscriptions/subscriptions"
+    try:
+        with TestClient(build_app(FakeBackend(reply="Hi"), ServerConfig(), queue=setup)) as client:
+            sub = client.post(path, json={"url": f"http://127.0.0.1:{receiver.port}/hook",
+                                          "events": ["batch.queued"]}).json()["result"]
+            other = client.post(path, json={"url": "http://127.0.0.1:9/other",
+                                            "events": ["batch.succeeded"]}).json()["result"]
+            rid = client.post(QUEUED, json={"requests": [{"prompt": "a"}]}).json()["result"]["request_id"]
+            deadline = time.monotonic() + 10
+            while not (dead := client.get(f"{path}/{sub['id']}/dead_letters").json()["result"]):
+                assert time.monotonic() < deadline, "no dead letter in time"
+                time.sleep(0.05)
+            (letter,) = dead
+            assert (letter["attempts"], letter["last_error"]) == (2, "HTTP 500")
+            assert letter["event"]["type"] == EventType.QUEUED.value
+            assert letter["event"]["payload"]["requestId"] == rid
+            others = client.get(f"{path}/{other['id']}/dead_letters").json()["result"]
+            assert all(o["subscription_id"] == other["id"] and o["event"]["type"] == EventType.SUCCEEDED.value
+                       for o in others)     # its own letters only (nothing listens at port 9)
+            assert client.get(f"{path}/nope/dead_letters").status_code == 404
+            assert len(receiver.posts) == 2
+    finally:
+        receiver.stop()
+
+
 def test_queue_request_without_a_queue_is_refused():
     with TestClient(build_app(FakeBackend(), ServerConfig())) as client:
         r = client.post(QUEUED, json={"requests": [{"prompt": "x"}]})

@@ -7,6 +7,8 @@
          (shown only here; it signs every delivery: x-tandem-signature, tandem.asyncq.signature)
   GET    same path                                  -> the account's subscriptions, no secrets
   DELETE same path + /{subscription_id}             -> {"id"}
+  GET    same path + /{subscription_id}/dead_letters -> the events whose delivery to it gave up
+         (attempts spent): each with its last error and the body that was posted
 Cloudflare delivers these events to a Queue; tandem posts them to the URL (retries with
 backoff, then a dead-letter record: tandem.asyncq.notifier). Any http(s) URL is accepted unless
 the server names allowed prefixes (`--event-url-allow`): the server then refuses the others
@@ -19,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.asyncq.event import EventType, Subscription, SubscriptionSpec
+from tandem.asyncq.event import Delivery, EventType, Subscription, SubscriptionSpec, render
 from tandem.errors import InvalidRequest
 from tandem.server.errors import workers_ai_error_response
 from tandem.server.queue_service import NotFound, QueueService
@@ -85,5 +87,18 @@ def subscription_routes(service: QueueService) -> list[Route]:
             return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
         return ok({"id": sub_id})
 
+    async def dead_letters(request: Request) -> Response:
+        account, sub_id = request.path_params["account_id"], request.path_params["subscription_id"]
+        if sub_id not in {s.id for s in await service.queue.subscriptions(account)}:
+            return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
+        dead = [d for d in await service.queue.dead_letters(account) if d.subscription_id == sub_id]
+        return ok([_dead_view(d) for d in dead])
+
     return [Route(PATH, create, methods=["POST"]), Route(PATH, listing, methods=["GET"]),
-            Route(PATH + "/{subscription_id}", delete, methods=["DELETE"])]
+            Route(PATH + "/{subscription_id}", delete, methods=["DELETE"]),
+            Route(PATH + "/{subscription_id}/dead_letters", dead_letters, methods=["GET"])]
+
+
+def _dead_view(d: Delivery) -> dict:
+    return {"id": d.id, "subscription_id": d.subscription_id, "url": d.url, "attempts": d.attempts,
+            "last_error": d.last_error, "event": render(d.event, d.subscription_id)}
