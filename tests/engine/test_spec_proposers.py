@@ -1,6 +1,6 @@
 """Each proposer of tandem/spec in the engine: greedy output token for token the same as without
 speculation, drafts accepted where the text repeats, suffix drafts from the tenant's earlier
-outputs, and the draft model on a decode worker after the handoff."""
+outputs, and the draft model and suffix decoding on a decode worker after the handoff."""
 
 from __future__ import annotations
 
@@ -65,12 +65,16 @@ def test_suffix_drafts_from_the_same_tenants_earlier_outputs(llama_dir, make_eng
     assert same >= 20 and same > other
 
 
-def test_draft_model_on_a_decode_worker_after_the_handoff(llama_dir, make_engine):
+@pytest.mark.parametrize("method", ["draft_model", "suffix"])
+def test_proposer_on_a_decode_worker_after_the_handoff(llama_dir, make_engine, method):
+    """The decode worker computed none of the prompt (its KV came over the handoff): the
+    proposer still drafts from the request's tokens, output stays the same, after a migration
+    too, and nothing is left held."""
     prompt = _repetitive(1, seed=93)[0]
     ref = tokens(run(make_engine(llama_dir), [r := request(prompt, max_tokens=20)])[r.request_id])
     prefill = Engine.from_config(dataclasses.replace(engine_config(llama_dir, role="prefill"), kv_transport="tcp"))
     decode = Engine.from_config(dataclasses.replace(engine_config(llama_dir, role="decode"), kv_transport="tcp"))
-    _with(decode, "draft_model", model=str(llama_dir), num_speculative_tokens=3)
+    _with(decode, method, num_speculative_tokens=3, **({"model": str(llama_dir)} if method == "draft_model" else {}))
     try:
         first = request(prompt, max_tokens=20, prefill_only=True)
         pre = run(prefill, [first])[first.request_id][0]
@@ -83,7 +87,8 @@ def test_draft_model_on_a_decode_worker_after_the_handoff(llama_dir, make_engine
         third = EngineRequest("m", list(prompt), first.sampling, resume_output_ids=ref[:7])
         assert tokens(run(decode, [third])[third.request_id]) == ref[7:]
         assert_all_blocks_free(decode)
-        assert decode.proposer.method.cache.num_held == 0
+        if method == "draft_model":
+            assert decode.proposer.method.cache.num_held == 0
     finally:
         prefill.shutdown()
         decode.shutdown()

@@ -44,12 +44,13 @@ def _check(model_dir, pcfg, make_engine, **kw):
         engine.shutdown()
 
 
-@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"])
+@pytest.mark.parametrize("arch", ["LlamaForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
+                                  "DeepseekV3ForCausalLM"])
 def test_tensor_parallel_2_equals_1(tmp_path, make_engine, arch):
     _check(write_test_model(tmp_path, arch, seed=13), ParallelConfig(tensor_parallel_size=2), make_engine)
 
 
-@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "DeepseekV3ForCausalLM"])
+@pytest.mark.parametrize("arch", ["MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"])
 def test_expert_parallel_2_equals_1(tmp_path, make_engine, arch):
     pcfg = ParallelConfig(tensor_parallel_size=2, enable_expert_parallel=True)
     _check(write_test_model(tmp_path, arch, seed=14), pcfg, make_engine)
@@ -77,7 +78,8 @@ def test_all_to_all_needs_expert_parallel():
         ParallelConfig(tensor_parallel_size=2, expert_dispatch="alltoall")
 
 
-@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "DeepseekV3ForCausalLM"])
+@pytest.mark.parametrize("arch", ["Qwen3ForCausalLM", "MixtralForCausalLM", "Qwen3MoeForCausalLM",
+                                  "DeepseekV3ForCausalLM"])
 def test_pipeline_parallel_2_equals_1(tmp_path, make_engine, arch):
     path = write_test_model(tmp_path, arch, seed=15, num_layers=3)
     _check(path, ParallelConfig(pipeline_parallel_size=2), make_engine)

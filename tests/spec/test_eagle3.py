@@ -131,3 +131,39 @@ def test_prompts_from_the_prefix_cache_reuse_the_heads_rows(llama_dir, make_engi
     # same drafts at the same lengths; without the head's prefix cache its window is cut short
     assert (firsts[0] == firsts[1]) == reuse
     assert (eagle.cache.pool.num_cached > 0) and eagle.cache.num_held == 0
+
+
+def test_a_decode_worker_after_the_handoff(llama_dir, make_engine, tmp_path):
+    """The decode worker holds no target states of the handed-over prompt: the head drafts from
+    what it sees from then on, output stays the same (after a migration too) and nothing is
+    left held."""
+    import dataclasses
+
+    from tandem.engine.engine import Engine
+    from tandem.types import EngineRequest
+    from tests.conftest import assert_all_blocks_free, engine_config
+
+    prompt = prompts(1, seed=94, min_len=30, max_len=30)[0]
+    ref = tokens(run(make_engine(llama_dir), [r := request(prompt, max_tokens=20)])[r.request_id])
+    head = _head_dir(make_engine(llama_dir), tmp_path / "h")
+    prefill = Engine.from_config(dataclasses.replace(engine_config(llama_dir, role="prefill"), kv_transport="tcp"))
+    decode = Engine.from_config(dataclasses.replace(engine_config(llama_dir, role="decode"), kv_transport="tcp"))
+    cfg = SpeculativeConfig("eagle3", model=str(head), num_speculative_tokens=3, adaptive=False)
+    decode.proposer = make_proposer(cfg, SpecTarget.of_engine(decode))
+    eagle = decode.proposer.method
+    try:
+        first = request(prompt, max_tokens=20, prefill_only=True)
+        pre = run(prefill, [first])[first.request_id][0]
+        second = EngineRequest("d", list(prompt), first.sampling, kv_handle=pre.kv_handle,
+                               resume_output_ids=list(pre.new_token_ids))
+        out = run(decode, [second])[second.request_id]
+        assert pre.new_token_ids + tokens(out) == ref
+        assert decode.stats().spec_num_draft_tokens > 0
+        third = EngineRequest("m", list(prompt), first.sampling, resume_output_ids=ref[:7])
+        assert tokens(run(decode, [third])[third.request_id]) == ref[7:]
+        assert_all_blocks_free(decode)
+        assert eagle.cache.num_held == 0 and not eagle.cache.seqs and not eagle.tap.pending
+    finally:
+        eagle.close()
+        prefill.shutdown()
+        decode.shutdown()
