@@ -17,7 +17,8 @@ Worker side (three threads, so that no tier I/O runs on the engine thread except
 - saver: copies a finished request's kept blocks to host memory (one gather), after which the
   blocks are released to the scheduler, and hands the copy to the writer;
 - writer: writes the copy to disk and the store, skipping what they hold, and reports the store's
-  new blocks as KV events (`store_stored`) for the gateway's prefix index. Copies waiting for it
+  new blocks as KV events (`store_stored`) for the gateway's prefix index (and `poll` reports, as
+  `store_removed`, the first block of a lookup that the store no longer holds). Copies waiting for it
   are bounded in bytes; past the bound a save skips the lower tiers.
 Only the scheduler frees blocks: a save's blocks stay allocated until the saver has copied them.
 """
@@ -48,6 +49,7 @@ log = logging.getLogger(__name__)
 
 # KV event kinds for blocks in the shared store (read by tandem/router/prefix_index.py)
 STORE_STORED = "store_stored"
+STORE_REMOVED = "store_removed"
 
 
 @dataclass
@@ -297,6 +299,9 @@ class TieredWorker(KVConnectorWorker):
                 self._dropped.add(request_id)
 
     def poll(self) -> ConnectorEvents:
+        missing, self.stack.store_misses = self.stack.store_misses, []
+        if missing and self.events is not None:
+            self.events.append(STORE_REMOVED, tuple(block_hash_of(k) for k in missing))
         with self._lock:
             events = ConnectorEvents(self._loaded, self._failed, self._released)
             self._loaded, self._failed, self._released = [], {}, []

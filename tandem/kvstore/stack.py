@@ -50,6 +50,11 @@ class TierStack:
         # keys the store is known to hold (written or found): a finishing request's blocks
         # among them are not sent again; bounded, oldest forgotten first
         self._in_store: OrderedDict[str, None] = OrderedDict()
+        # per lookup, the first key asked of the store that it lacks (evicted, or a master that
+        # restarted empty): reported as `store_removed` so that the gateway's index of the store
+        # stops the store's chain there (engine thread only: appended by locate, drained by poll)
+        self.store_misses: list[str] = []
+        self._reported: OrderedDict[str, None] = OrderedDict()   # misses reported, until held again
 
     def __getitem__(self, name: str) -> Tier:
         return self.by_name[name]
@@ -67,10 +72,20 @@ class TierStack:
         if store is not None and store.available:
             gaps = [i for i, f in enumerate(found) if f is None]
             # only the gaps before the first block no tier could hold matter; ask for them all
+            first_missing = None
             for i, held in zip(gaps, store.contains_many([keys[i] for i in gaps])):
                 if held:
                     found[i] = "store"
                     self.known_in_store([keys[i]])
+                else:
+                    self._in_store.pop(keys[i], None)   # gone from the store: a finish saves it again
+                    first_missing = keys[i] if first_missing is None else first_missing
+            # (a failed query knows nothing; a request that waits is looked up again each step)
+            if first_missing is not None and store.available and first_missing not in self._reported:
+                self.store_misses.append(first_missing)
+                self._reported[first_missing] = None
+                if len(self._reported) > _KNOWN_LIMIT:
+                    self._reported.popitem(last=False)
         out: list[str] = []
         for f in found:
             if f is None:
@@ -80,6 +95,7 @@ class TierStack:
 
     def known_in_store(self, keys: Sequence[str]) -> None:
         for key in keys:
+            self._reported.pop(key, None)
             self._in_store[key] = None
             self._in_store.move_to_end(key)
         while len(self._in_store) > _KNOWN_LIMIT:

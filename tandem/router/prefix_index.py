@@ -21,8 +21,9 @@ The shared KV store (tandem/kvstore: Mooncake Store, which every worker of the c
 from) is one more holder, the pseudo-worker `STORE` ("store"): workers report the blocks they put
 there as events of type `store_stored` (and `store_removed`), in their own event stream; they
 apply to `STORE`, not to the reporting worker, and a worker's `cleared` leaves them alone. The
-store evicts without telling anyone, so the index keeps at most `store_limit` of its hashes,
-forgetting the oldest reported first.
+store evicts without telling anyone: a worker whose lookup finds a block gone reports it
+(`store_removed`, which cuts the store's chain there), and the index keeps at most `store_limit`
+of its hashes, forgetting the oldest reported first.
 
 Invariant: `_by_hash[h]` contains worker w exactly when `h in _by_worker[w]`.
 """

@@ -179,3 +179,46 @@ def test_greedy_identity_with_every_tier_on(master, llama_dir, make_engine, tmp_
         assert_all_blocks_free(a), assert_all_blocks_free(b)
     finally:
         a.shutdown(), b.shutdown()
+
+
+def test_a_block_the_store_lost_is_reported_removed_and_saved_again(master, llama_dir, make_engine):
+    """The store evicts, or its master restarts empty, without telling anyone: the next lookup
+    that finds a block gone reports it (`store_removed`, so the gateway's index of the store stops
+    there) and the worker stops believing the store holds it, so the next finish writes it again."""
+    from tandem.kvstore.connector import STORE_REMOVED
+
+    prompt = prompts(1, seed=87, min_len=29, max_len=29)[0]
+    ref = _ref(make_engine, llama_dir, prompt)
+    a = tiered_engine(llama_dir, _store_cfg(master))
+    try:
+        wait_store(a)
+        assert tokens(run(a, [r := request(prompt, max_tokens=6)])[r.request_id]) == ref
+        settle(a)
+        worker = tiers_of(a)
+        store = worker.stack["store"]
+        stored = [h for e in a.events.since(0, lambda: ()).events if e.kind == STORE_STORED
+                  for h in e.block_hashes]
+        keys = [k for k in store_keys(a, stored)]
+        assert all(store.contains_many(keys)) and store.counters.writes == 1
+        # lost behind the worker's back, as an eviction would (force: past the master's lease on
+        # values just written)
+        assert store._client.batch_remove(keys, True) == [0] * len(keys)
+        assert not any(store.contains_many(keys))
+        assert a.kv.pool.reset_cache()
+        mark = a.events.since(0, lambda: ()).seq
+        out = run(a, [r := request(prompt, max_tokens=6)])[r.request_id]
+        assert tokens(out) == ref and out[-1].num_cached_tokens == 0   # nothing to load: recomputed
+        settle(a)
+        removed = [e.block_hashes for e in a.events.since(mark, lambda: ()).events if e.kind == STORE_REMOVED]
+        assert removed == [(stored[0],)]                      # the first block the lookup missed
+        looked_up = keys[:(len(prompt) - 1) // 4]   # the prompt's blocks the lookup asked about
+        assert store.counters.writes == 2 and all(store.contains_many(looked_up))   # written again
+        assert_all_blocks_free(a)
+    finally:
+        a.shutdown()
+
+
+def store_keys(engine, hashes):
+    """The store keys of `hashes` for requests without a cache salt."""
+    space = KeySpace.of(engine.layout, engine.config.cache.hash_seed)
+    return space.keys(hashes, None)
