@@ -79,7 +79,8 @@ class TierStack:
                     self.known_in_store([keys[i]])
                 else:
                     self._in_store.pop(keys[i], None)   # gone from the store: a finish saves it again
-                    first_missing = keys[i] if first_missing is None else first_missing
+                    if first_missing is None:
+                        first_missing = keys[i]
             # (a failed query knows nothing; a request that waits is looked up again each step)
             if first_missing is not None and store.available and first_missing not in self._reported:
                 self.store_misses.append(first_missing)

@@ -39,6 +39,20 @@ def run(engine, requests, max_steps=10_000, timeout_s=120.0):
     return out
 
 
+def check_decode_after_handoff(prefill, decode, prompt, ref, resume_at=7) -> None:
+    """`prompt` prefilled on `prefill`, its KV handed to `decode`, which continues it; then a
+    migration (the stream resumes on `decode` from the client's first `resume_at` tokens, no
+    handle). Both must give `ref`, one engine's greedy tokens for the prompt."""
+    first = request(prompt, max_tokens=len(ref), prefill_only=True)
+    pre = run(prefill, [first])[first.request_id][0]
+    second = EngineRequest("d", list(prompt), first.sampling, kv_handle=pre.kv_handle,
+                           resume_output_ids=list(pre.new_token_ids))
+    out = run(decode, [second])[second.request_id]
+    assert pre.new_token_ids + tokens(out) == ref
+    third = EngineRequest("m", list(prompt), first.sampling, resume_output_ids=ref[:resume_at])
+    assert tokens(run(decode, [third])[third.request_id]) == ref[resume_at:]
+
+
 def tokens(deltas) -> list[int]:
     return [t for d in deltas for t in d.new_token_ids]
 

@@ -11,9 +11,8 @@ import torch
 from tandem.config import SpeculativeConfig
 from tandem.engine.engine import Engine
 from tandem.spec.factory import make_proposer
-from tandem.types import EngineRequest
 from tests.conftest import assert_all_blocks_free, engine_config
-from tests.engine.helpers import prompts, request, run, tokens
+from tests.engine.helpers import check_decode_after_handoff, prompts, request, run, tokens
 
 
 def _repetitive(n, seed):
@@ -107,16 +106,8 @@ def test_speculation_on_a_decode_worker_after_the_handoff(llama_dir, make_engine
         engine_config(llama_dir, role="decode"), kv_transport="tcp",
         speculative=SpeculativeConfig("ngram", num_speculative_tokens=4, prompt_lookup_min=1)))
     try:
-        first = request(prompt, max_tokens=20, prefill_only=True)
-        pre = run(prefill, [first])[first.request_id][0]
-        second = EngineRequest("d", list(prompt), first.sampling, kv_handle=pre.kv_handle,
-                               resume_output_ids=list(pre.new_token_ids))
-        out = run(decode, [second])[second.request_id]
-        assert pre.new_token_ids + tokens(out) == ref
+        check_decode_after_handoff(prefill, decode, prompt, ref)
         assert decode.stats().spec_num_accepted_tokens > 0
-        # a migration: the stream resumes elsewhere with what the client has
-        third = EngineRequest("m", list(prompt), first.sampling, resume_output_ids=ref[:7])
-        assert tokens(run(decode, [third])[third.request_id]) == ref[7:]
         assert_all_blocks_free(decode)
     finally:
         prefill.shutdown()

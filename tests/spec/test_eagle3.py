@@ -140,8 +140,8 @@ def test_a_decode_worker_after_the_handoff(llama_dir, make_engine, tmp_path):
     import dataclasses
 
     from tandem.engine.engine import Engine
-    from tandem.types import EngineRequest
     from tests.conftest import assert_all_blocks_free, engine_config
+    from tests.engine.helpers import check_decode_after_handoff
 
     prompt = prompts(1, seed=94, min_len=30, max_len=30)[0]
     ref = tokens(run(make_engine(llama_dir), [r := request(prompt, max_tokens=20)])[r.request_id])
@@ -152,15 +152,8 @@ def test_a_decode_worker_after_the_handoff(llama_dir, make_engine, tmp_path):
     decode.proposer = make_proposer(cfg, SpecTarget.of_engine(decode))
     eagle = decode.proposer.method
     try:
-        first = request(prompt, max_tokens=20, prefill_only=True)
-        pre = run(prefill, [first])[first.request_id][0]
-        second = EngineRequest("d", list(prompt), first.sampling, kv_handle=pre.kv_handle,
-                               resume_output_ids=list(pre.new_token_ids))
-        out = run(decode, [second])[second.request_id]
-        assert pre.new_token_ids + tokens(out) == ref
+        check_decode_after_handoff(prefill, decode, prompt, ref)
         assert decode.stats().spec_num_draft_tokens > 0
-        third = EngineRequest("m", list(prompt), first.sampling, resume_output_ids=ref[:7])
-        assert tokens(run(decode, [third])[third.request_id]) == ref[7:]
         assert_all_blocks_free(decode)
         assert eagle.cache.num_held == 0 and not eagle.cache.seqs and not eagle.tap.pending
     finally:
