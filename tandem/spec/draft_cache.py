@@ -7,14 +7,22 @@ never see it, and the draft recomputes what it misses. A request's draft KV hold
 draft tokens the draft fed itself after it (`fed`). At the next call the request has grown by
 the tokens the target accepted plus its own next token; the draft's K/V stays valid up to where
 those agree with `fed` (`valid`), and the rest is recomputed (a rejected draft's K/V is simply
-overwritten). Blocks come from a tandem.kv BlockPool without prefix caching, sized by the
-caller; they return to it when the request leaves (`free`).
+overwritten). Blocks come from a tandem.kv BlockPool, sized by the caller; they return to it
+when the request leaves (`free`).
+
+Prefix caching (the draft's own, by the chained block hashes of the request's tokens and cache
+salt): a new request takes the cached blocks of its leading full blocks (`adopt`), so a system
+prompt and tool list that every turn resends is computed by the draft once, not once per
+request; full blocks of a request's own tokens are cached once the draft holds them
+(`publish`). A cached block is never written again: a request only rewrites positions from its
+`valid` on, which is never below what it adopted or published.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.kv.block_hash import hash_request_blocks
 from tandem.kv.block_pool import BlockPool, KVBlock
 
 
@@ -23,6 +31,8 @@ class DraftSeq:
     blocks: list[KVBlock] = field(default_factory=list)
     block_ids: list[int] = field(default_factory=list)
     computed: int = 0                                    # positions whose K/V the draft holds
+    hashes: list[int] = field(default_factory=list)      # chained hashes of its own full blocks
+    num_published: int = 0                               # leading blocks cached (adopted or published)
     base: int = 0                                        # the request's length at the last call
     fed: list[int] = field(default_factory=list)         # draft tokens at positions [base, computed)
 
@@ -42,7 +52,7 @@ class DraftSeq:
 class DraftCache:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
-        self.pool = BlockPool(num_blocks, enable_caching=False)
+        self.pool = BlockPool(num_blocks, enable_caching=True)
         self.seqs: dict[object, DraftSeq] = {}   # request (by identity) -> its draft KV
 
     def seq(self, request) -> DraftSeq:
@@ -62,6 +72,39 @@ class DraftCache:
         seq.blocks += taken
         seq.block_ids += [b.block_id for b in taken]
         return True
+
+    def _hashes(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> list[int]:
+        n = len(tokens) // self.block_size
+        if len(seq.hashes) < n:
+            seq.hashes += hash_request_blocks(tokens, self.block_size, cache_salt, start=len(seq.hashes),
+                                              parent=seq.hashes[-1] if seq.hashes else None)
+        return seq.hashes
+
+    def adopt(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> None:
+        """A request the draft has not seen: take the cached blocks of its leading full blocks,
+        short of its last token (whose row must go through the draft to give a first draft)."""
+        if seq.blocks:
+            return
+        hit: list[KVBlock] = []
+        for h in self._hashes(seq, tokens, cache_salt)[:(len(tokens) - 1) // self.block_size]:
+            block = self.pool.lookup(h)
+            if block is None:
+                break
+            hit.append(block)
+        if hit:
+            self.pool.touch(hit)
+            seq.blocks += hit
+            seq.block_ids += [b.block_id for b in hit]
+            seq.computed = seq.base = len(hit) * self.block_size
+            seq.num_published = len(hit)
+
+    def publish(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> None:
+        """Cache the full blocks of the request's own tokens whose K/V the draft now holds."""
+        full = min(seq.computed, seq.base, len(tokens)) // self.block_size
+        if full > seq.num_published:
+            hashes = self._hashes(seq, tokens, cache_salt)
+            self.pool.cache(seq.blocks[seq.num_published:full], hashes[seq.num_published:full])
+            seq.num_published = full
 
     def free(self, request) -> None:
         seq = self.seqs.pop(request, None)

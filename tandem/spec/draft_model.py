@@ -5,14 +5,15 @@ The draft runs with tandem's own model code (load_model, forward over an Attenti
 target's device, with its own paged KV cache: its own cache tensor and BlockPool
 (tandem/spec/draft_cache.py), sized for every token the target's cache can hold plus a draft's
 slack per running request, so it never competes with the target for blocks. The draft's KV is
-per request and private (no prefix caching): simpler than sharing the target's block tables,
-and a draft's prefill is cheap next to the target's.
+private to the proposer, with a prefix cache of its own (full blocks by chained hash and cache
+salt), so prompts sharing a prefix (an agent's system prompt and tools) are caught up once.
 
 One call for the requests that want drafts (limits k_i > 0):
 1. catch-up, one batched forward: each request's tokens whose K/V the draft lacks (the target's
-   accepted tokens and next token since the last call: one or two tokens in steady state; the
-   whole context for a new request, at most `catchup_tokens_per_step` over the call, the rest at
-   the next calls, without drafts until caught up); its last row gives the first draft token;
+   accepted tokens and next token since the last call: one or two tokens in steady state; for a
+   new request its context past the leading blocks the draft's prefix cache holds, at most
+   `catchup_tokens_per_step` over the call, the rest at the next calls, without drafts until
+   caught up); its last row gives the first draft token;
 2. k_max - 1 greedy decode steps batched over the requests still drafting (a request stops at
    its limit, or after an end-of-sequence token).
 A request the draft cannot serve gets no draft (its context is past the draft's length, or the
@@ -96,6 +97,7 @@ class DraftModelProposer:
         drafts: list[list[int]] = [[] for _ in requests]
         budget = self.cfg.catchup_tokens_per_step
         catchup: list[tuple[DraftSeq, list[int], int]] = []   # (seq, new tokens, first position)
+        catchup_requests: list = []                           # the request of each catchup entry
         drafting: list[tuple[int, DraftSeq, int]] = []       # (index, seq, its last position)
         for i, (req, k) in enumerate(zip(requests, limits)):
             tokens = req.all_token_ids
@@ -103,6 +105,7 @@ class DraftModelProposer:
             if k <= 0 or budget <= 0 or n + k > self.max_len:
                 continue
             seq = self.cache.seq(req)
+            self.cache.adopt(seq, tokens, req.cache_salt)   # a new request: its cached leading blocks
             valid = min(seq.valid(tokens), n - 1)   # the last token always goes through: its row drafts
             todo = tokens[valid:valid + budget]
             caught_up = valid + len(todo) == n
@@ -110,12 +113,15 @@ class DraftModelProposer:
                 continue
             budget -= len(todo)
             catchup.append((seq, todo, valid))
+            catchup_requests.append(req)
             seq.computed, seq.base, seq.fed = valid + len(todo), n, []
             if caught_up:
                 drafting.append((i, seq, n - 1))
         if not catchup:
             return drafts
         rows = self._forward(catchup, [seq for _, seq, _ in drafting])
+        for (seq, _, _), req in zip(catchup, catchup_requests):   # its own full blocks, now
+            self.cache.publish(seq, req.all_token_ids, req.cache_salt)   # computed, serve later requests
         live = []
         for (i, seq, _), token in zip(drafting, rows):
             drafts[i].append(token)

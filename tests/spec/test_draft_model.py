@@ -81,6 +81,7 @@ def test_the_draft_kv_follows_accepted_and_rejected_tokens(llama_dir, make_engin
 
     class Req:
         all_token_ids = [5, 6, 7, 8, 9]
+        cache_salt = None
 
     req = Req()
     first = draft.propose([req], [3])[0]
@@ -96,6 +97,7 @@ def test_the_draft_kv_follows_accepted_and_rejected_tokens(llama_dir, make_engin
 
     class Again:
         all_token_ids = list(req.all_token_ids)
+        cache_salt = None
 
     assert _draft(fresh).propose([Again()], [2])[0] == second
     draft.finished(req)
@@ -110,8 +112,42 @@ def test_a_long_context_is_caught_up_over_several_calls(llama_dir, make_engine):
 
     class Req:
         all_token_ids = prompts(1, seed=82, min_len=40, max_len=40)[0]
+        cache_salt = None
 
     req = Req()
     calls = [draft.propose([req], [2])[0] for _ in range(3)]
     assert calls[:2] == [[], []] and len(calls[2]) == 2   # 16 + 16 + 8 tokens
     draft.finished(req)
+
+
+def test_a_shared_prefix_is_caught_up_once_per_tenant(llama_dir, make_engine):
+    """A second request with the same leading blocks takes them from the draft's prefix cache and
+    computes only its own tail; another tenant's (cache salt) computes everything; the drafts are
+    those of a draft that computed everything."""
+    spec = _draft_engine(make_engine, llama_dir, llama_dir, k=2)
+    draft = _draft(spec)
+    bs = draft.cache.block_size
+    prefix = prompts(1, seed=84, min_len=6 * bs, max_len=6 * bs)[0]
+    computed: list[int] = []
+    forward = draft._forward
+    draft._forward = lambda items, sampled: computed.append(sum(len(new) for _, new, _ in items)) or \
+        forward(items, sampled)
+
+    class Req:
+        def __init__(self, tokens, salt=None):
+            self.all_token_ids, self.cache_salt = list(tokens), salt
+
+    a, b, c = Req(prefix + [5, 6, 7]), Req(prefix + [9, 10]), Req(prefix + [9, 10], salt="t2")
+    draft.propose([a], [2])
+    assert computed[0] == len(a.all_token_ids)
+    computed.clear()
+    got_b = draft.propose([b], [2])[0]
+    assert computed[0] == len(b.all_token_ids) - 6 * bs      # its own tail only
+    computed.clear()
+    got_c = draft.propose([c], [2])[0]
+    assert computed[0] == len(c.all_token_ids)               # another tenant shares nothing
+    fresh = _draft(_draft_engine(make_engine, llama_dir, llama_dir, k=2))
+    assert got_b == got_c == fresh.propose([Req(b.all_token_ids)], [2])[0]
+    for r in (a, b, c):
+        draft.finished(r)
+    assert draft.cache.num_held == 0
