@@ -88,6 +88,17 @@ class BlockPool:
         block_id = self.cached.get(block_hash)
         return None if block_id is None else self.blocks[block_id]
 
+    def cached_prefix(self, block_hashes: Iterable[int]) -> list[KVBlock]:
+        """The cached blocks of the leading run of `block_hashes` (up to the first one not
+        cached); no reference taken."""
+        hits: list[KVBlock] = []
+        for block_hash in block_hashes:
+            block = self.lookup(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
     def touch(self, blocks: Iterable[KVBlock]) -> None:
         """Add a reference to each block (cache hits), taking free ones out of the queue."""
         for block in blocks:

@@ -52,12 +52,7 @@ class KVCacheManager:
             return NO_HIT
         hashes = self.block_hashes(request_id, token_ids, cache_salt)
         max_blocks = (len(token_ids) - 1) // self.block_size
-        hits: list[KVBlock] = []
-        for block_hash in hashes[:max_blocks]:
-            block = self.pool.lookup(block_hash)
-            if block is None:
-                break
-            hits.append(block)
+        hits = self.pool.cached_prefix(hashes[:max_blocks])
         return PrefixHit(tuple(hits), len(hits) * self.block_size)
 
     def record_lookup(self, num_tokens: int, hit_tokens: int) -> None:

@@ -85,12 +85,8 @@ class DraftCache:
         short of its last token (whose row must go through the draft to give a first draft)."""
         if seq.blocks:
             return
-        hit: list[KVBlock] = []
-        for h in self._hashes(seq, tokens, cache_salt)[:(len(tokens) - 1) // self.block_size]:
-            block = self.pool.lookup(h)
-            if block is None:
-                break
-            hit.append(block)
+        leading = self._hashes(seq, tokens, cache_salt)[:(len(tokens) - 1) // self.block_size]
+        hit = self.pool.cached_prefix(leading)
         if hit:
             self.pool.touch(hit)
             seq.blocks += hit

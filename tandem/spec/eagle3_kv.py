@@ -69,12 +69,8 @@ class HeadKV:
         at most `limit` rows; -> the rows they hold (0: none, nothing taken)."""
         if seq.blocks or seq.rows:
             return 0
-        hits: list[KVBlock] = []
-        for h in block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size):
-            block = self.pool.lookup(h)
-            if block is None:
-                break
-            hits.append(block)
+        hits = self.pool.cached_prefix(
+            block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size))
         if hits:
             self.pool.touch(hits)
             seq.blocks, seq.origin, seq.rows, seq.published = hits, 0, len(hits) * self.block_size, len(hits)

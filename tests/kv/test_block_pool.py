@@ -86,3 +86,13 @@ def test_building_a_pool_leaves_the_garbage_collector_as_it_was(enabled):
         assert [b.block_id for b in pool.blocks] == list(range(5000)) and pool.num_free == 5000
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_cached_prefix_is_the_leading_run_of_cached_hashes():
+    pool = BlockPool(4)
+    blocks = pool.take(3)
+    pool.cache(blocks, [10, 11, 12])
+    pool.release(blocks)
+    assert ids(pool.cached_prefix([10, 11, 99, 12])) == [0, 1]     # stops at the first miss
+    assert pool.cached_prefix([99, 10]) == []
+    assert [b.ref_count for b in pool.blocks] == [0, 0, 0, 0]       # no reference taken
