@@ -102,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--long-prefill-token-threshold", type=int,
                    default=SchedulerConfig.long_prefill_token_threshold,
                    help="largest prefill chunk of one prompt while others wait (0: no cap)")
-    p.add_argument("--threads", type=_positive, default=None, help="torch threads of the worker (a parallel worker's ranks split them)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="torch threads of the worker (a parallel worker's ranks split them)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; gloo on the CPU, NCCL on CUDA)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
@@ -128,7 +129,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with rdma: the RDMA device names Mooncake uses (e.g. mlx5_0,mlx5_1)")
     add_kv_store_arguments(p)
     p.add_argument("--speculative-config", type=speculative_config, default=None, metavar="JSON",
-                   help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model", '
+                   help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model"|"eagle3", '
                         '"num_speculative_tokens": 4, "model": DRAFT_DIR, "prompt_lookup_min": 2, '
                         '"prompt_lookup_max": 5}')
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
