@@ -5,9 +5,10 @@ tandem/spec/eagle3.py decides).
 
 Slot j of a request holds the head's row at position origin + j. A full block of rows computed
 from the target's states with origin 0 depends only on the tokens up to one past its end (row p
-reads token p + 1): it is published under a chained hash of those tokens, and stays in the pool's
-free queue after its request leaves until a new block is taken over it (tandem.kv.BlockPool's
-caching). A hit adds a reference; such blocks are never written again except with the same rows.
+reads token p + 1): it is published under a chained hash of those tokens, seeded with the
+request's cache salt (tenants that salt their prompts never share the head's rows), and stays in
+the pool's free queue after its request leaves until a new block is taken over it
+(tandem.kv.BlockPool's caching). A hit adds a reference; such blocks are never written again except with the same rows.
 Hashes are Python's hash of int tuples (process-local); a collision would only cost drafts, since
 the target verifies every draft.
 """
@@ -27,15 +28,17 @@ class HeadSeq:
     origin: int = 0     # position of slot 0
     rows: int = 0       # slots [0, rows) hold rows computed from the target's states
     published: int = 0  # leading blocks already in the prefix cache
+    cache_salt: str | None = None
 
     @property
     def block_ids(self) -> list[int]:
         return [b.block_id for b in self.blocks]
 
 
-def block_hashes(tokens: list[int], num_blocks: int, block_size: int) -> list[int]:
+def block_hashes(tokens: list[int], num_blocks: int, block_size: int,
+                 cache_salt: str | None = None) -> list[int]:
     """Chained hashes of the first `num_blocks` blocks' rows (block b: tokens up to (b+1)*bs)."""
-    out, h = [], _SEED
+    out, h = [], hash((_SEED, cache_salt))
     for b in range(num_blocks):
         h = hash((h, tuple(tokens[b * block_size:(b + 1) * block_size + 1])))
         out.append(h)
@@ -51,7 +54,7 @@ class HeadKV:
     def seq(self, request) -> HeadSeq:
         seq = self.seqs.get(request)
         if seq is None:
-            seq = self.seqs[request] = HeadSeq()
+            seq = self.seqs[request] = HeadSeq(cache_salt=request.cache_salt)
         return seq
 
     def reserve(self, seq: HeadSeq, num_slots: int) -> bool:
@@ -70,7 +73,8 @@ class HeadKV:
         if seq.blocks or seq.rows:
             return 0
         hits = self.pool.cached_prefix(
-            block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size))
+            block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size,
+                         seq.cache_salt))
         if hits:
             self.pool.touch(hits)
             seq.blocks, seq.origin, seq.rows, seq.published = hits, 0, len(hits) * self.block_size, len(hits)
@@ -80,7 +84,7 @@ class HeadKV:
         """Cache the request's full blocks of rows from the target's states (origin 0 only)."""
         full = seq.rows // self.block_size if seq.origin == 0 else 0
         if full > seq.published:
-            hashes = block_hashes(tokens, full, self.block_size)
+            hashes = block_hashes(tokens, full, self.block_size, seq.cache_salt)
             self.pool.cache(seq.blocks[seq.published:full], hashes[seq.published:full])
             seq.published = full
 

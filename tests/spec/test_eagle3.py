@@ -12,6 +12,7 @@ import torch
 from tandem.config import SpeculativeConfig
 from tandem.errors import ModelLoadError
 from tandem.spec.eagle3_head import Eagle3Head, init_head
+from tandem.spec.eagle3_kv import HeadKV
 from tandem.spec.eagle3_loader import config_for_target, load_head, save_head, target_fingerprint
 from tandem.spec.factory import make_proposer
 from tandem.spec.target import SpecTarget
@@ -160,3 +161,23 @@ def test_a_decode_worker_after_the_handoff(llama_dir, make_engine, tmp_path):
         eagle.close()
         prefill.shutdown()
         decode.shutdown()
+
+
+def test_the_heads_prefix_cache_is_keyed_by_cache_salt():
+    """A published block of head rows serves a later request with the same tokens and salt only:
+    another tenant's (salt) or an unsalted request computes its own rows."""
+    class Req:
+        def __init__(self, salt):
+            self.cache_salt = salt
+
+    kv = HeadKV(num_blocks=16, block_size=4)
+    tokens = list(range(100, 113))
+    first = Req("tenant-a")
+    seq = kv.seq(first)
+    assert kv.reserve(seq, len(tokens) - 1)
+    seq.rows = len(tokens) - 1     # rows from the target's states for every position but the last
+    kv.publish(seq, tokens)
+    kv.free(first)
+    hits = {salt: kv.reuse_prefix(kv.seq(Req(salt)), tokens, len(tokens) - 1)
+            for salt in ("tenant-a", "tenant-b", None)}
+    assert hits == {"tenant-a": 12, "tenant-b": 0, None: 0}
