@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
+from collections import Counter
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -115,6 +116,10 @@ class Dispatcher:
         self._cfg = config
         self._running: dict[str, _Held] = {}   # job id -> the running job, in start order
         self.preemptions = 0                   # jobs sent back to the queue by preempt()
+        # how this dispatcher's runs ended: completed (result recorded), failed (error recorded,
+        # retried while attempts remain), requeued (preempted or stopped), lost (lease gone,
+        # nothing recorded: another owner may run the job)
+        self.outcomes: Counter[str] = Counter()
         self._wake = asyncio.Event()
         self._stopping = False
         self._preempted = False      # a run was preempted: wait one idle poll before taking more
@@ -209,6 +214,7 @@ class Dispatcher:
                     raise                  # stop(): handled below
                 asyncio.current_task().uncancel()
                 if held.lost:
+                    self.outcomes["lost"] += 1
                     return                 # the lease is gone: nothing to record
                 outcome = Preempted()      # preempt(): back to the queue, attempt not counted
             except Exception as exc:
@@ -220,6 +226,7 @@ class Dispatcher:
         except asyncio.CancelledError:     # stop(): put the job back for another dispatcher
             renewer.cancel()
             if not held.lost:
+                self.outcomes["requeued"] += 1
                 await asyncio.shield(self._queue.requeue(held.lease, held.checkpoint.value()))
             raise
         except Exception:
@@ -248,15 +255,21 @@ class Dispatcher:
         lease = held.lease
         exc = outcome if isinstance(outcome, BaseException) else None
         if exc is None:
-            if not await self._queue.complete(lease, outcome):
+            if await self._queue.complete(lease, outcome):
+                self.outcomes["completed"] += 1
+            else:
+                self.outcomes["lost"] += 1
                 log.warning("asyncq: job %s finished after its lease was lost; result dropped",
                             lease.job_id)
         elif isinstance(exc, Preempted):
             self._preempted = True
+            self.outcomes["requeued"] += 1
             await self._queue.requeue(lease, held.checkpoint.value())
         elif isinstance(exc, JobFailed):
+            self.outcomes["failed"] += 1
             await self._queue.fail(lease, exc.error, exc.retryable, self._cfg.retry_delay_s)
         else:
             error = {"message": f"{type(exc).__name__}: {exc}", "type": "internal_error",
                      "trace": "".join(traceback.format_exception(exc))[-2000:]}
+            self.outcomes["failed"] += 1
             await self._queue.fail(lease, error, True, self._cfg.retry_delay_s)

@@ -44,7 +44,7 @@ from tandem.server.job_outputs import JobOutputs
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.server.backend import Backend
 from tandem.server.context import ServerContext
-from tandem.server.queue_metrics import QueueCollector
+from tandem.server.queue_metrics import QueueCollector, QueueReading
 from tandem.server.queue_pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 from tandem.server.run import check_delta
 from tandem.types import EngineRequest
@@ -167,11 +167,11 @@ class QueueService:
         self.notifier: Notifier | None = None
         ctx.metrics.registry.register(QueueCollector(self._metrics))
 
-    def _metrics(self) -> tuple[int, int, int]:
+    def _metrics(self) -> QueueReading:
         d = self.dispatcher
         if d is None:
-            return 0, 0, self.load.in_flight
-        return d.running, d.preemptions, self.load.in_flight
+            return QueueReading(0, 0, self.load.in_flight, {})
+        return QueueReading(d.running, d.preemptions, self.load.in_flight, dict(d.outcomes))
 
     @property
     def queue(self) -> JobQueue:

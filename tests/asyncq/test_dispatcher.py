@@ -62,6 +62,7 @@ def test_two_dispatchers_never_run_a_job_twice(queue_target):
         assert [j.result["echo"] for j in jobs] == list(range(40))
         assert sorted(runs) == sorted(j.id for j in jobs) and set(runs.values()) == {1}
         assert by_owner["a"] > 0 and by_owner["b"] > 0
+        assert (a.outcomes, b.outcomes) == ({"completed": by_owner["a"]}, {"completed": by_owner["b"]})
         for q in (qa, qb, qc):
             await q.close()
     asyncio.run(main())
@@ -142,6 +143,7 @@ def test_preempted_job_goes_back_to_the_queue(tmp_path):
         jobs = await q.list_batch(batch.id)
         assert all(j.status is JobStatus.SUCCEEDED and j.result == {"done": 2} for j in jobs)
         assert all(j.attempts == 1 for j in jobs)   # preemption did not count
+        assert d.outcomes == {"requeued": 3, "completed": 3}
         await q.close()
     asyncio.run(main())
 
@@ -196,6 +198,7 @@ def test_failures_retry_until_attempts_are_spent(tmp_path):
         assert "worker went away" in j1.error["message"]
         assert (j2.status, j2.attempts, j2.result) == (JobStatus.SUCCEEDED, 2, {"ok": 2})
         assert dict(calls) == {0: 1, 1: 3, 2: 2}
+        assert d.outcomes == {"failed": 5, "completed": 1}
         await q.close()
     asyncio.run(main())
 
@@ -223,6 +226,7 @@ def test_cancel_stops_a_running_job(tmp_path):
         await d.stop()
         (job,) = await q.list_batch(batch.id)
         assert job.status is JobStatus.CANCELLED and job.result is None
+        assert d.outcomes == {"lost": 1}
         await q.close()
     asyncio.run(main())
 
@@ -245,6 +249,7 @@ def test_stop_puts_running_jobs_back(tmp_path):
         assert all(j.status is JobStatus.QUEUED and j.attempts == 0 and j.owner is None
                    for j in jobs)
         assert len(await q.take(5, "next", 30)) == 2   # takeable at once, no lease wait
+        assert d.outcomes == {"requeued": 2}
         await q.close()
     asyncio.run(main())
 

@@ -48,6 +48,13 @@ def gateway(model: Path, worker: str, port: int, db: Path, log: Path) -> subproc
                   "--queue-lease", "2", "--queue-concurrency", "3", "--log-level", "warning"], log)
 
 
+def completed_runs(metrics_text: str) -> int:
+    """This app's queued runs that ended with a recorded result, from its /metrics."""
+    line = next(x for x in metrics_text.splitlines()
+                if x.startswith('tandem:queue_runs_total{outcome="completed"}'))
+    return int(float(line.split()[-1]))
+
+
 def body(i: int) -> dict:
     return {"prompt": f"Request {i}: tell me a long story", "max_tokens": 48, "temperature": 0,
             "external_reference": f"r{i}"}
@@ -156,12 +163,12 @@ def test_two_gateways_on_one_shared_queue_run_each_request_once(tmp_path, backen
             procs.append(start(["gateway", "--model", str(model), "--worker", wurl,
                                 "--port", str(port), "--served-model-name", "m",
                                 "--poll-interval", "0.2", "--queue-url", server.url,
-                                "--queue-concurrency", "2", "--log-level", "warning"], log))
+                                "--queue-concurrency", "1", "--log-level", "warning"], log))
             gurls.append(f"http://127.0.0.1:{port}")
         for url, proc in zip(gurls, procs[1:]):
             wait_healthy(url, proc, 60, describe=lambda: log.read_text()[-3000:])
         r = httpx.post(gurls[0] + RUN + "?queueRequest=true",
-                       json={"requests": [dict(body(i), max_tokens=16) for i in range(N)]})
+                       json={"requests": [body(i) for i in range(N)]})
         rid = r.json()["result"]["request_id"]
         deadline = time.monotonic() + 120
         while True:   # polled on the other gateway: the queue is shared
@@ -180,6 +187,10 @@ def test_two_gateways_on_one_shared_queue_run_each_request_once(tmp_path, backen
             return [j.attempts for j in jobs]
 
         assert asyncio.run(attempts()) == [1] * N   # no request ran twice
+        # each gateway ran a share (one job at a time each, the other polling meanwhile), and
+        # the shares add up to the batch: every run ended in a recorded result
+        completed = [completed_runs(httpx.get(url + "/metrics").text) for url in gurls]
+        assert sum(completed) == N and min(completed) > 0, completed
     finally:
         for p in reversed(procs):
             stop(p)

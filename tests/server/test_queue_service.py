@@ -334,6 +334,8 @@ def test_queue_metrics(app_client):
     assert "tandem:queue_jobs_running 0.0" in text
     assert "tandem:queue_preemptions_total 0.0" in text
     assert "tandem:queue_interactive_requests 0.0" in text
+    assert 'tandem:queue_runs_total{outcome="completed"} 1.0' in text
+    assert 'tandem:queue_runs_total{outcome="failed"} 0.0' in text
 
 
 def test_queued_prompts_start_one_at_a_time(tmp_path):
