@@ -21,17 +21,24 @@ from tandem.runner.aux_hidden import AuxHiddenStep
 class PendingFeatures:
     chunks: list[tuple[int, torch.Tensor]] = field(default_factory=list)  # (first position, [n, k, H])
     replaced_from: int | None = None   # lowest position a chunk replaced since the last take
+    held: int = 0                      # rows in `chunks`
 
     def add(self, first: int, rows: torch.Tensor, max_rows: int) -> None:
-        kept = []
-        for start, t in self.chunks:
-            if start < first:
-                kept.append((start, t[:first - start]))
-        kept.append((first, rows))
-        held = sum(t.shape[0] for _, t in kept)
-        while held > max_rows and len(kept) > 1:
-            held -= kept.pop(0)[1].shape[0]
-        self.chunks = kept
+        last = self.chunks[-1] if self.chunks else None
+        if last is not None and last[0] + last[1].shape[0] == first:
+            self.chunks.append((first, rows))   # the next positions (every decode step): O(1)
+            self.held += rows.shape[0]
+        else:
+            kept = [(start, t[:first - start]) for start, t in self.chunks if start < first]
+            kept.append((first, rows))
+            self.chunks = kept
+            self.held = sum(t.shape[0] for _, t in kept)
+        if self.held > max_rows:
+            drop = 0
+            while self.held > max_rows and drop < len(self.chunks) - 1:
+                self.held -= self.chunks[drop][1].shape[0]
+                drop += 1
+            del self.chunks[:drop]
         self.replaced_from = first if self.replaced_from is None else min(self.replaced_from, first)
 
     def take(self, last: int) -> tuple[int, torch.Tensor] | None:
@@ -47,7 +54,7 @@ class PendingFeatures:
                 break
             run.append(t[:end - start])
             first, end = start, start
-        self.chunks, self.replaced_from = [], None
+        self.chunks, self.replaced_from, self.held = [], None, 0
         if first is None:
             return None
         run.reverse()
