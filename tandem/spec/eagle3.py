@@ -45,6 +45,10 @@ _AS_DECODE_ROWS = 8
 class Eagle3ProposerConfig:
     catchup_rows_per_step: int = 4096   # head rows of catch-up per call, all requests together
     max_pending_rows: int = 4096        # target states held per request before the head reads them
+    # a request more than this many rows behind (a prompt not in the head's prefix cache, or
+    # steps the gate did not draft) catches up only its last rows: its window restarts there
+    # (0: every row since the window's start)
+    catchup_window: int = 0
 
 
 class Eagle3Proposer:
@@ -103,9 +107,10 @@ class Eagle3Proposer:
             if first > seq.origin + seq.rows:   # a prompt from the target's prefix cache: the head's may hold it
                 self.cache.reuse_prefix(seq, tokens, n - 1)
             want = min(seq.origin + seq.rows, n - 2)   # the last row is always recomputed: it drafts
-            if first > want:   # no states for [want, first): the head's window restarts at `first`
-                self.cache.restart(seq, first)
-                want = first
+            floor = max(first, n - 1 - self.cfg.catchup_window) if self.cfg.catchup_window else first
+            if floor > want:   # no states for [want, first), or too many rows behind: restart there
+                self.cache.restart(seq, floor)
+                want = floor
             aux = aux[want - first:]
             if aux.shape[0] > budget or not self.cache.reserve(seq, n - 1 - seq.origin + k - 1):
                 pending.add(want, aux, self.tap.max_rows)   # kept for a later call

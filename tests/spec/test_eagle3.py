@@ -4,6 +4,7 @@ every block and captured state is dropped when requests leave."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -181,3 +182,25 @@ def test_the_heads_prefix_cache_is_keyed_by_cache_salt():
     hits = {salt: kv.reuse_prefix(kv.seq(Req(salt)), tokens, len(tokens) - 1)
             for salt in ("tenant-a", "tenant-b", None)}
     assert hits == {"tenant-a": 12, "tenant-b": 0, None: 0}
+
+
+def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine, tmp_path):
+    """With catchup_window W, a 40-token prompt gives the head only its last W rows (its window
+    restarts there); drafting goes on from them, and greedy output is unchanged."""
+    prompt = prompts(1, seed=8, min_len=40, max_len=41)[0]
+    ref = run(make_engine(llama_dir, prefix_caching=False), [r0 := request(prompt, max_tokens=10)])
+    spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=2,
+                         prefix_caching=False)
+    eagle = spec.proposer.method
+    eagle.cfg = dataclasses.replace(eagle.cfg, catchup_window=8)
+    spec.add_request(r := request(prompt, max_tokens=10))
+    deltas = spec.step()     # the prompt and its first token; then the head catches up and drafts
+    req = spec.requests[r.request_id]
+    seq = eagle.cache.seqs[req]
+    assert (seq.origin, seq.origin + seq.rows) == (req.num_tokens - 1 - 8, req.num_tokens - 1)
+    for _ in range(50):
+        if not spec.requests:
+            break
+        deltas += spec.step()
+    assert tokens(deltas) == tokens(ref[r0.request_id])
+    assert spec.stats().spec_num_draft_tokens > 0 and eagle.cache.num_held == 0
