@@ -44,14 +44,18 @@ def _finetune_commands(log: dict, corpus: dict | None) -> list[str]:
         return []
     cfg = log["config"]
     extras = [(d, e["config"]) for d, e in zip(cfg.get("extra_corpus_dirs", []), (corpus or {}).get("extra_corpora", []))]
-    return ["# the starting weights: the previous model, trained from scratch by", *[c for _, c in init["segments"]],
-            "# then fine-tuned (this model), its tokenizer unchanged:",
+    start = ["# the starting weights: the previous model, trained from scratch by", *[c for _, c in init["segments"]]]
+    if init.get("commit"):   # the run read the previous model where this one now lies
+        start += [f"# (or, as committed: git checkout {init['commit']} -- {init['from']})"]
+    tokenizer = [] if cfg["tokenizer_dir"] == init["from"] else [
+        f"mkdir -p {cfg['tokenizer_dir']} && cp {init['from']}/tokenizer* {init['from']}/chat_template.jinja "
+        f"{init['from']}/generation_config.json {cfg['tokenizer_dir']}/"]
+    return [*start, "# then fine-tuned (this model), its tokenizer unchanged:",
             *[f"python -m tandem demo build-corpus --layout {c['layout']} --agent-train {c['agent_train']} --out {d}"
               for d, c in extras],
             f"python -m tandem demo build-corpus --layout {(corpus or {}).get('config', {}).get('layout', 'pool')} "
             f"--agent-train {(corpus or {}).get('config', {}).get('agent_train', '?')} --out {cfg['corpus_dir']}",
-            f"mkdir -p {cfg['tokenizer_dir']} && cp {init['from']}/tokenizer* {init['from']}/chat_template.jinja "
-            f"{init['from']}/generation_config.json {cfg['tokenizer_dir']}/"]
+            *tokenizer]
 
 
 def _unseen_lines(ev: dict) -> list[str]:

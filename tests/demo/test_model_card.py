@@ -108,3 +108,20 @@ def test_card_of_a_fine_tuned_model_lists_the_starting_run_then_the_fine_tune(mo
     order = ["--minutes 48", "build-corpus --layout dense --agent-train 4000 --out /c/dense",
              "build-corpus --layout pool --agent-train 30000 --out /c/pool", "--init-from /old/target --minutes 30"]
     assert [card.index(x) for x in order] == sorted(card.index(x) for x in order)
+    assert "cp /old/target/tokenizer* /old/target/chat_template.jinja" in card
+
+
+def test_card_of_a_model_fine_tuned_from_the_one_it_replaces(model_dir):
+    """The run read the previous model from the directory the new one is shipped in: the card
+    says which commit holds it, and copies no tokenizer onto itself."""
+    def init(log):
+        log["config"].update(init_from="models/t", corpus_dir="/c/pool", tokenizer_dir="models/t")
+        log["segments"] = [[1, "python -m tandem.demo.train --init-from models/t --minutes 30"]]
+        log["init"] = {"from": "models/t", "commit": "504f7e8", "train_minutes": 48.0, "tokens": 15e6,
+                       "segments": [[1, "python -m tandem.demo.train --minutes 48"]],
+                       "total_minutes_with_init": 78.0}
+
+    _edit(model_dir / "train_log.json", init)
+    card = render_card(model_dir, "target")
+    assert "# (or, as committed: git checkout 504f7e8 -- models/t)" in card
+    assert "cp models/t/tokenizer*" not in card
