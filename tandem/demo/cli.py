@@ -38,10 +38,11 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--agent-train", type=int, default=6000)
     p.add_argument("--agent-heldout", type=int, default=300)
-    p.add_argument("--layout", default="dense", choices=["dense", "drill", "sparse", "pool"],
+    p.add_argument("--layout", default="dense", choices=["dense", "drill", "sparse", "pool", "pool-drill"],
                    help="sparse: 1-3 requests, 2-5 tools; dense: 1-5 requests over 2-4 tools; "
                         "drill: 1-2 requests over 1-3 tools (these three over the fixed catalog); "
-                        "pool: generated tools, held-out tools from disjoint name pools")
+                        "pool: generated tools, held-out tools from disjoint name pools; "
+                        "pool-drill: pool's tools, one exchange over 1-3 tools, mostly a call")
     p.set_defaults(func=_build_corpus)
 
     p = sub.add_parser("train-tokenizer", help="byte-level BPE on the training split")

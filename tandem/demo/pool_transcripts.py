@@ -168,23 +168,28 @@ def _offered_tools(rng: random.Random, v: Vocab, n: int) -> list[GenTool]:
     return tools
 
 
-def make_pool_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...]) -> dict:
-    rng = random.Random(f"{seed}:pool:{split}:{index}")
+def make_pool_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...],
+                         drill: bool = False) -> dict:
+    """`drill` (layout pool-drill): short transcripts, one to three tools and one exchange, mostly a
+    call. Every call is then a transcript's first, which must read the tool list (a later call may
+    copy an earlier one): ~1.45x more of them per character than in the full layout."""
+    rng = random.Random(f"{seed}:pool{'-drill' if drill else ''}:{split}:{index}")
     v = vocab("heldout" if split == "heldout" else "train")
-    if rng.random() < 0.15:    # no tools offered: prose only, never a call
+    if rng.random() < (0.08 if drill else 0.15):    # no tools offered: prose only, never a call
         exchanges = [rng.choices([lambda: _verse_exchange(rng, verses), lambda: _chat_exchange(rng, []),
                                   lambda: _unserved_exchange(rng, v, set())], weights=[0.45, 0.25, 0.3])[0]()
                      for _ in range(rng.choice([1, 1, 2]))]
         system = rng.choice(P.SYSTEM_PROMPTS[:1] + ("You are the Tandem demo assistant.", "You are a wise scribe."))
         return {"tools": None, "messages": [{"role": "system", "content": system}]
                 + [m for ex in exchanges for m in _messages(ex)]}
-    tools = _offered_tools(rng, v, rng.choices([1, 2, 3, 4, 5], weights=[0.3, 0.3, 0.2, 0.13, 0.07])[0])
+    counts = ([1, 2, 3], [0.3, 0.4, 0.3]) if drill else ([1, 2, 3, 4, 5], [0.3, 0.3, 0.2, 0.13, 0.07])
+    tools = _offered_tools(rng, v, rng.choices(*counts)[0])
     specs = [t.spec(describe(rng, t)) for t in tools]
     names = [t.name for t in tools]
     exchanges: list[Exchange] = []
-    for _ in range(rng.choices([1, 2, 3, 4], weights=[0.4, 0.3, 0.2, 0.1])[0]):
+    for _ in range(1 if drill else rng.choices([1, 2, 3, 4], weights=[0.4, 0.3, 0.2, 0.1])[0]):
         r = rng.random()
-        if r < 0.72:
+        if r < (0.88 if drill else 0.72):
             k = 2 if len(tools) > 1 and rng.random() < 0.15 else 1
             exchanges.append(call_exchange(rng, rng.sample(tools, k)))
         elif r < 0.84:

@@ -78,3 +78,27 @@ def test_renders_in_the_chat_format():
         text = render(template, tr["messages"], tr["tools"])
         assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n")
         assert ("<tools>" in text) == bool(tr["tools"])
+
+
+def test_the_drill_layout_is_short_and_mostly_one_call():
+    """pool-drill: one exchange over one to three tools, most of them a call; calls as valid as in
+    the full layout; the held-out tools stay disjoint from training's."""
+    drills = [make_pool_transcript(3, "train", i, VERSES, drill=True) for i in range(400)]
+    full = [make_pool_transcript(3, "train", i, VERSES) for i in range(400)]
+    assert drills != full
+    with_tools = [t for t in drills if t["tools"]]
+    assert all(1 <= len(t["tools"]) <= 3 for t in with_tools)
+    assert all(sum(m["role"] == "user" for m in t["messages"]) == 1 for t in with_tools)
+    calls = [t for t in with_tools if tool_call_turns(t)]
+    assert len(calls) / len(drills) > 0.7
+    for t in calls:
+        (i,) = tool_call_turns(t)
+        for c in t["messages"][i]["tool_calls"]:
+            body = json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+            assert check_tool_call(body, tools_by_name(t["tools"])).ok, body
+    def first_calls_per_char(trs):   # a transcript's first call must read the list; later ones may copy it
+        return sum(bool(t["tools"] and tool_call_turns(t)) for t in trs) / sum(len(json.dumps(t)) for t in trs)
+    assert first_calls_per_char(drills) > 1.3 * first_calls_per_char(full)
+    held = {f["function"]["name"] for i in range(200)
+            for f in make_pool_transcript(3, "heldout", i, VERSES, drill=True)["tools"] or []}
+    assert held and not held & {f["function"]["name"] for t in with_tools for f in t["tools"]}
