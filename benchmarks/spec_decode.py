@@ -27,6 +27,7 @@ reported. One torch thread.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -118,6 +119,8 @@ def proposer_for(name: str, engine: Engine, args, draft_method, gate: Speculatio
                             model=args.eagle3 if name == "eagle3" else None)
     proposer = make_proposer(cfg, SpecTarget.of_engine(engine))   # eagle3: taps the target's states
     proposer.gate = gate
+    if name == "eagle3" and args.eagle3_catchup_window is not None:
+        proposer.method.cfg = dataclasses.replace(proposer.method.cfg, catchup_window=args.eagle3_catchup_window)
     return proposer
 
 
@@ -161,6 +164,8 @@ def main() -> None:
     p.add_argument("--k-draft-model", dest="k_draft_model", type=int, default=6)
     p.add_argument("--eagle3", default="models/tandem-demo-eagle3", help="the EAGLE-3 head's directory")
     p.add_argument("--k-eagle3", dest="k_eagle3", type=int, default=5)
+    p.add_argument("--eagle3-catchup-window", type=int, default=None,
+                   help="Eagle3ProposerConfig.catchup_window (default: the proposer's)")
     p.add_argument("--k-suffix-draft", dest="k_suffix_draft", type=int, default=16,
                    help="suffix drafts; the draft model behind them drafts at most --k-draft-model")
     p.add_argument("--prompt-lookup-min", type=int, default=2)
