@@ -1,8 +1,16 @@
 """Token streams for training: documents tokenized once, shuffled per epoch, packed into fixed rows.
 
-Each document ends with <|endoftext|>; rows are cut from the concatenation of all documents in a
-seeded per-epoch order, so a row may span two documents (standard packing). The position of the
-stream is (epoch, row), which is all a checkpoint needs to resume the same data order.
+Each document ends with <|endoftext|>. Two packings, both in a seeded per-epoch order:
+- "stream" (`epoch_rows`): rows cut from the concatenation of all documents, so a row may start in
+  the middle of one (standard packing). A tool call whose transcript began in the previous row then
+  has no tool list to read: with generated tool names, such calls can only be guessed, and a model
+  trained on them learns to make names up instead of copying them from the list;
+- "aligned" (`aligned_rows`): every document starts a row or follows whole documents in one, so
+  what a transcript's call needs (its tool list, its request) is in the row before it. Rows are
+  filled best-fit from a bounded set of open rows, the rest padded (padding carries no loss); a
+  document longer than a row fills rows from its start, the last piece joining the others.
+The position of the stream is (epoch, row), which is all a checkpoint needs to resume the same data
+order.
 """
 
 from __future__ import annotations
@@ -57,6 +65,47 @@ def epoch_rows(docs: TokenizedDocs, seq_len: int, seed: int, epoch: int) -> np.n
     stream = np.concatenate([docs.tokens[docs.offsets[i]:docs.offsets[i + 1]] for i in order])
     n = len(stream) // seq_len
     return stream[: n * seq_len].reshape(n, seq_len).astype(np.int64)
+
+
+def aligned_rows(docs: TokenizedDocs, seq_len: int, seed: int, epoch: int, pad_id: int,
+                 open_rows: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 [num_rows, seq_len], bool [num_rows, seq_len] True on padding): documents in a seeded
+    order, each placed whole into the open row with the least room that holds it (best fit among at
+    most `open_rows` rows; when none has room, the fullest is closed, padded, and a new one opened);
+    a document longer than a row is cut into row-sized pieces from its start."""
+    order = np.random.default_rng([seed, epoch]).permutation(docs.num_docs)
+    pieces: list[np.ndarray] = []
+    for i in order:
+        d = docs.tokens[docs.offsets[i]:docs.offsets[i + 1]]
+        pieces += [d[at:at + seq_len] for at in range(0, len(d), seq_len)]
+    rows: list[list[np.ndarray]] = []
+    room: list[int] = []      # free positions of each open row (index into `rows` via `open_ix`)
+    open_ix: list[int] = []
+    for piece in pieces:
+        n = len(piece)
+        fits = [k for k in range(len(open_ix)) if room[k] >= n]
+        if fits:
+            k = min(fits, key=lambda k: room[k])
+        else:
+            if len(open_ix) >= open_rows:   # close the fullest open row
+                full = min(range(len(open_ix)), key=lambda k: room[k])
+                del open_ix[full], room[full]
+            rows.append([])
+            open_ix.append(len(rows) - 1)
+            room.append(seq_len)
+            k = len(open_ix) - 1
+        rows[open_ix[k]].append(piece)
+        room[k] -= n
+        if room[k] == 0:
+            del open_ix[k], room[k]
+    out = np.full((len(rows), seq_len), pad_id, dtype=np.int64)
+    pad = np.ones((len(rows), seq_len), dtype=bool)
+    for r, parts in enumerate(rows):
+        n = sum(len(p) for p in parts)
+        if n:
+            out[r, :n] = np.concatenate(parts)
+            pad[r, :n] = False
+    return out, pad
 
 
 def fixed_rows(docs: TokenizedDocs, seq_len: int, max_rows: int) -> np.ndarray:

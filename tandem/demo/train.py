@@ -32,7 +32,8 @@ from tokenizers import Tokenizer
 from tandem.demo.corpus import PARTS, load_texts
 from tandem.demo.loss_curve import plot_loss_curve
 from tandem.demo.model_card import write_card
-from tandem.demo.packing import (concat_docs, epoch_rows, fixed_rows, load_docs, save_docs, tokenize_docs)
+from tandem.demo.packing import (aligned_rows, concat_docs, epoch_rows, fixed_rows, load_docs, save_docs,
+                                  tokenize_docs)
 from tandem.demo.sizes import SIZES, llama_config
 from tandem.demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
 
@@ -50,6 +51,9 @@ class TrainConfig:
     minutes: float | None = 30.0       # wall-time budget (ignored when steps is set)
     steps: int | None = None           # fixed number of optimizer steps
     seq_len: int = 1024
+    # "stream": rows cut from the concatenated documents; "aligned": documents whole in rows,
+    # padded (tandem/demo/packing.py: generated tool names need their tool list in the row)
+    packing: str = "stream"
     batch_size: int = 4                # rows per step
     lr: float = 2e-3
     min_lr_ratio: float = 0.1
@@ -166,11 +170,13 @@ def span_mask(rows: np.ndarray, header: list[int], end_id: int) -> np.ndarray:
 
 
 def weighted_loss(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """logits [B, T, V], ids [B, T], weights [B, T] -> (weighted mean CE for backward, plain mean CE)."""
+    """logits [B, T, V], ids [B, T], weights [B, T] (0: no loss, e.g. padding) -> (weighted mean CE
+    for backward, plain mean CE over the positions with a loss)."""
     ce = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten(),
                                            reduction="none")                      # [B * (T-1)]
     w = weights[:, 1:].flatten()
-    return (ce * w).sum() / w.sum(), float(ce.detach().mean())
+    counted = w > 0
+    return (ce * w).sum() / w.sum(), float(ce.detach()[counted].mean())
 
 
 def make_optimizer(cfg: TrainConfig, model) -> torch.optim.Optimizer:
@@ -256,6 +262,13 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
     return log
 
 
+def _rows(cfg: TrainConfig, docs, epoch: int, tok: Tokenizer) -> tuple[np.ndarray, np.ndarray | None]:
+    """This epoch's rows and, for aligned packing, where they are padding."""
+    if cfg.packing == "aligned":
+        return aligned_rows(docs, cfg.seq_len, cfg.seed, epoch, tok.token_to_id(PAD_TOKEN))
+    return epoch_rows(docs, cfg.seq_len, cfg.seed, epoch), None
+
+
 def train(cfg: TrainConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     tok = Tokenizer.from_file(str(Path(cfg.tokenizer_dir) / "tokenizer.json"))
@@ -277,7 +290,7 @@ def train(cfg: TrainConfig) -> dict:
     state.segments.append([state.step + 1, _command_line()])
     cfg.work.mkdir(parents=True, exist_ok=True)
     model.train()
-    rows = epoch_rows(train_docs, cfg.seq_len, cfg.seed, state.epoch)
+    rows, pad = _rows(cfg, train_docs, state.epoch, tok)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{cfg.size}: {n_params / 1e6:.2f}M parameters, {len(train_docs.tokens) / 1e6:.2f}M training tokens, "
           f"{len(rows)} rows of {cfg.seq_len} per epoch", file=sys.stderr)
@@ -292,12 +305,15 @@ def train(cfg: TrainConfig) -> dict:
     while progress_of(cfg, state) < 1.0:
         if state.row + cfg.batch_size > len(rows):
             state.epoch, state.row = state.epoch + 1, 0
-            rows = epoch_rows(train_docs, cfg.seq_len, cfg.seed, state.epoch)
+            rows, pad = _rows(cfg, train_docs, state.epoch, tok)
         batch = torch.from_numpy(rows[state.row: state.row + cfg.batch_size])   # [B, T]
+        batch_pad = None if pad is None else torch.from_numpy(pad[state.row: state.row + cfg.batch_size])
         lr = lr_at(cfg, state.step, progress_of(cfg, state))
         for g in opt.param_groups:
             g["lr"] = lr
         weights = loss_weights(cfg, batch.numpy(), tok)
+        if batch_pad is not None:
+            weights[batch_pad] = 0.0
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
             logits = model(input_ids=batch).logits                                   # [B, T, V]
         loss_t, loss = weighted_loss(logits, batch, weights)
@@ -307,7 +323,7 @@ def train(cfg: TrainConfig) -> dict:
         opt.zero_grad(set_to_none=True)
         state.step += 1
         state.row += cfg.batch_size
-        state.tokens += batch.numel()
+        state.tokens += batch.numel() - (0 if batch_pad is None else int(batch_pad.sum()))
         state.history["train"].append([state.step, state.tokens, round(loss, 4)])
         if state.step % cfg.eval_every == 0:
             ev = {p: round(heldout_loss(model, r, cfg.bf16_autocast), 4) for p, r in heldout.items()}
@@ -350,6 +366,8 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--packing", default=d.packing, choices=("stream", "aligned"),
+                   help="aligned: documents whole in rows, padded (see tandem/demo/packing.py)")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--decay-fraction", type=_fraction, default=d.decay_fraction,
                    help="share of the budget, at its end, over which the lr decays; before it the lr "
@@ -369,7 +387,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(a: argparse.Namespace) -> TrainConfig:
     return TrainConfig(out_dir=a.out, size=a.size, corpus_dir=a.corpus, tokenizer_dir=a.tokenizer,
-                       work_dir=a.work, token_cache=a.token_cache, minutes=a.minutes, steps=a.steps, batch_size=a.batch_size, seq_len=a.seq_len, lr=a.lr,
+                       work_dir=a.work, token_cache=a.token_cache, minutes=a.minutes, steps=a.steps, batch_size=a.batch_size, seq_len=a.seq_len, packing=a.packing, lr=a.lr,
                        decay_fraction=a.decay_fraction,
                        threads=a.threads, assistant_loss_weight=a.assistant_loss_weight,
                        tool_call_loss_weight=a.tool_call_loss_weight, extra_corpus_dirs=tuple(a.extra_corpus),
