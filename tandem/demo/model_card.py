@@ -229,8 +229,10 @@ def render_card(model_dir: Path, role: str) -> str:
             + (f" and tokens from `<tool_call>` to `</tool_call>` {log['config']['tool_call_loss_weight']}x"
                if log["config"].get("tool_call_loss_weight") is not None else "")
             + " (the logged and plotted loss is the plain mean).",
-            f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} packed tokens "
-            f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, {_schedule(log['config'])}, "
+            f"- {log['steps']} AdamW steps of {log['config']['batch_size']} x {log['config']['seq_len']} "
+            + ("positions, documents packed whole into rows (`--packing aligned`; padding carries no loss) "
+               if log["config"].get("packing") == "aligned" else "packed tokens ")
+            + f"({log['tokens'] / 1e6:.2f}M tokens), peak lr {log['config']['lr']}, {_schedule(log['config'])}, "
             f"bfloat16 autocast={log['config']['bf16_autocast']}, {log['config']['threads']} CPU thread(s).",
             f"- Training time: {log['train_minutes']} minutes ({log['tokens_per_second']:.0f} tokens/s); final "
             f"training loss (mean of the last 50 steps) {log['final_train_loss_last50']}; held-out loss at the end "
