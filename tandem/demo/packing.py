@@ -6,7 +6,7 @@ Each document ends with <|endoftext|>. Two packings, both in a seeded per-epoch 
   has no tool list to read: with generated tool names, such calls can only be guessed, and a model
   trained on them learns to make names up instead of copying them from the list;
 - "aligned" (`aligned_rows`): every document starts a row or follows whole documents in one, so
-  what a transcript's call needs (its tool list, its request) is in the row before it. Rows are
+  what a transcript's call needs (its tool list, its request) is earlier in the same row. Rows are
   filled best-fit from a bounded set of open rows, the rest padded (padding carries no loss); a
   document longer than a row fills rows from its start, the last piece joining the others.
 The position of the stream is (epoch, row), which is all a checkpoint needs to resume the same data
