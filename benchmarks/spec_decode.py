@@ -120,7 +120,8 @@ def proposer_for(name: str, engine: Engine, args, draft_method, gate: Speculatio
     proposer = make_proposer(cfg, SpecTarget.of_engine(engine))   # eagle3: taps the target's states
     proposer.gate = gate
     if name == "eagle3" and args.eagle3_catchup_window is not None:
-        proposer.method.cfg = dataclasses.replace(proposer.method.cfg, catchup_window=args.eagle3_catchup_window)
+        proposer.method.reconfigure(dataclasses.replace(proposer.method.cfg,
+                                                        catchup_window=args.eagle3_catchup_window))
     return proposer
 
 

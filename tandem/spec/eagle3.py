@@ -46,9 +46,15 @@ class Eagle3ProposerConfig:
     catchup_rows_per_step: int = 4096   # head rows of catch-up per call, all requests together
     max_pending_rows: int = 4096        # target states held per request before the head reads them
     # a request more than this many rows behind (a prompt not in the head's prefix cache, or
-    # steps the gate did not draft) catches up only its last rows: its window restarts there
-    # (0: every row since the window's start)
+    # steps the gate did not draft) catches up only its last rows: its window restarts there, and
+    # the tap holds no more than this many states per request (0: every row since the window's
+    # start, up to max_pending_rows)
     catchup_window: int = 0
+
+
+def _held_rows(cfg: Eagle3ProposerConfig) -> int:
+    """States the tap keeps per request: with a catch-up window, older ones are never read."""
+    return min(cfg.max_pending_rows, cfg.catchup_window) if cfg.catchup_window else cfg.max_pending_rows
 
 
 class Eagle3Proposer:
@@ -77,8 +83,13 @@ class Eagle3Proposer:
         num_blocks = -(-target.kv_tokens // block_size) + target.config.scheduler.max_num_seqs * per_request
         self.kv_cache = self.layout.allocate(num_blocks, self.device)  # [blocks, 1, 2, bs, kv_heads, head_dim]
         self.cache = HeadKV(num_blocks, block_size)
-        self.tap = FeatureTap(hc.aux_layers, cfg.max_pending_rows)
+        self.tap = FeatureTap(hc.aux_layers, _held_rows(cfg))
         self.target.aux_tap = self.tap   # the runner now captures hc.aux_layers at every step
+
+    def reconfigure(self, cfg: Eagle3ProposerConfig) -> None:
+        """New limits, effective from the next call."""
+        self.cfg = cfg
+        self.tap.max_rows = _held_rows(cfg)
 
     def close(self) -> None:
         """Stop the target's capture (the proposer is being replaced or dropped)."""

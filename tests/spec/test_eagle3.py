@@ -192,7 +192,8 @@ def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine,
     spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=2,
                          prefix_caching=False)
     eagle = spec.proposer.method
-    eagle.cfg = dataclasses.replace(eagle.cfg, catchup_window=8)
+    eagle.reconfigure(dataclasses.replace(eagle.cfg, catchup_window=8))
+    assert eagle.tap.max_rows == 8
     spec.add_request(r := request(prompt, max_tokens=10))
     deltas = spec.step()     # the prompt and its first token; then the head catches up and drafts
     req = spec.requests[r.request_id]
