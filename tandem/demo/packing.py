@@ -3,8 +3,8 @@
 Each document ends with <|endoftext|>. Two packings, both in a seeded per-epoch order:
 - "stream" (`epoch_rows`): rows cut from the concatenation of all documents, so a row may start in
   the middle of one (standard packing). A tool call whose transcript began in the previous row then
-  has no tool list to read: with generated tool names, such calls can only be guessed, and a model
-  trained on them learns to make names up instead of copying them from the list;
+  has no tool list to read: with generated tool names such a call can only be guessed (52% of the
+  calls of a 14,000-transcript `pool` corpus, counted), which rewards making names up;
 - "aligned" (`aligned_rows`): every document starts a row or follows whole documents in one, so
   what a transcript's call needs (its tool list, its request) is earlier in the same row. Rows are
   filled best-fit from a bounded set of open rows, the rest padded (padding carries no loss); a
