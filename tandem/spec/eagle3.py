@@ -49,7 +49,7 @@ class Eagle3ProposerConfig:
     # steps the gate did not draft) catches up only its last rows: its window restarts there, and
     # the tap holds no more than this many states per request (0: every row since the window's
     # start, up to max_pending_rows). 128 on the demo pair (docs/benchmarks.md 10): tool-call
-    # turns at batch 8 x0.84 -> x1.37 over no speculation, batch 1 unchanged
+    # turns over no speculation at batch 8 x0.88 -> x1.36, batch 32 x0.76 -> x1.34, batch 1 unchanged
     catchup_window: int = 128
 
 
