@@ -75,6 +75,11 @@ class SchedulerConfig:
     # While other requests wait, one prompt's chunk takes at most this many tokens of a step,
     # so a short prompt (a tool result) is not queued behind a long one. 0: no cap.
     long_prefill_token_threshold: int = 256
+    # A background prompt (priority >= background_priority: the queue's batch work runs at 10) is
+    # computed at most background_chunk_tokens a step, whatever else runs: an interactive request
+    # that arrives meanwhile waits for one short step (the step in flight cannot be cut). 0: no cap.
+    background_chunk_tokens: int = 32
+    background_priority: int = 10
 
     @classmethod
     def offline(cls, max_num_seqs: int = 256) -> "SchedulerConfig":

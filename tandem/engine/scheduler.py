@@ -9,6 +9,9 @@ nothing starves; priority and deadline from the request's context) when the chun
 While a request waits and a slot is free, running prefills leave a share of the step (the
 chunk cap) to admission, so that a short prompt never queues behind the chunks of long ones
 already running; what admission leaves unused goes back to those prefills in the same step.
+A background prompt (priority >= background_priority, the queue's batch work) takes at most
+`background_chunk_tokens` a step, so that a request arriving while one is computed waits for a
+short step only.
 A waiting prompt whose next uncached block is being computed by a running prefill (agent
 sessions sharing a system prompt) waits until that block is cached rather than computing the
 shared prefix twice; later arrivals may be admitted past it meanwhile. A prompt whose tokens
@@ -165,7 +168,7 @@ class Scheduler:
             room = budget - reserve if remaining > 1 else budget
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
-            num_new = min(remaining, room, self._chunk_cap(0))
+            num_new = min(remaining, room, self._chunk_cap(0), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
@@ -223,7 +226,7 @@ class Scheduler:
                 num_new = req.num_tokens - hit.num_tokens
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
-                num_new = min(num_new, budget, self._chunk_cap(1))
+                num_new = min(num_new, budget, self._chunk_cap(1), self._request_cap(req))
                 if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
                     break
                 self.waiting.popleft()
@@ -287,7 +290,7 @@ class Scheduler:
             remaining = req.num_tokens - req.num_computed_tokens - done
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
-            extra = min(remaining, budget, cap - done)
+            extra = min(remaining, budget, min(cap, self._request_cap(req)) - done)
             if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra) is None:
                 continue
             seq = self._scheduled(req, done + extra)
@@ -333,6 +336,14 @@ class Scheduler:
         return req.num_tokens - self.kv.lookup_prefix(req.request_id, req.all_token_ids,
                                                        req.cache_salt).num_tokens
 
+    def _request_cap(self, req: Request) -> int:
+        """Largest prefill chunk of this request: a background prompt is computed in chunks of at
+        most background_chunk_tokens, so that a request arriving meanwhile waits for one short
+        step, not for a long chunk of it."""
+        cfg = self.config
+        background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
+        return cfg.background_chunk_tokens if background else cfg.max_num_batched_tokens
+
     def _chunk_cap(self, others_behind: int) -> int:
         """Largest prefill chunk while more than `others_behind` requests wait for admission."""
         cap = self.config.long_prefill_token_threshold
@@ -350,7 +361,8 @@ class Scheduler:
         keep = match.num_local_tokens // self.kv.block_size
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
         end = local.num_tokens + match.num_external_tokens
-        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, self._chunk_cap(1))
+        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, self._chunk_cap(1),
+                                                  self._request_cap(req))
         if not match.load_async and num_new <= 0:
             return None   # no budget left for its next chunk (or a connector offered every token)
         new_ids = self.kv.allocate(req.request_id, end + num_new, local)

@@ -102,6 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--long-prefill-token-threshold", type=int,
                    default=SchedulerConfig.long_prefill_token_threshold,
                    help="largest prefill chunk of one prompt while others wait (0: no cap)")
+    p.add_argument("--background-chunk-tokens", type=int, default=SchedulerConfig.background_chunk_tokens,
+                   help="largest prefill chunk of a background prompt (the queue's batch work) in "
+                        "any step (0: no cap)")
     p.add_argument("--threads", type=_positive, default=None,
                    help="torch threads of the worker (a parallel worker's ranks split them)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
@@ -173,7 +176,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           enable_prefix_caching=not args.no_prefix_caching),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs,
-                                  long_prefill_token_threshold=args.long_prefill_token_threshold),
+                                  long_prefill_token_threshold=args.long_prefill_token_threshold,
+                                  background_chunk_tokens=args.background_chunk_tokens),
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=transfer_config(args),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config)

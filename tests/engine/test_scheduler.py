@@ -181,3 +181,26 @@ def test_a_deferred_prompt_does_not_cap_the_running_prefill():
     out = sched.schedule()
     assert _plan(out) == [("first", 16, False)]
     assert [r.request_id for r in sched.waiting] == ["second"]
+
+
+def test_background_prompts_are_computed_in_short_chunks():
+    """A background prompt (the queue's priority) takes at most background_chunk_tokens a step even
+    with the step to itself; an interactive one, or a merely lower vLLM priority, the whole budget."""
+    from tandem.types import RequestContext
+
+    config = SchedulerConfig(max_num_batched_tokens=64, background_chunk_tokens=8, background_priority=10)
+    sched = Scheduler(config, KVCacheManager(100, 4, False))
+    bg = Request("bg", list(range(100, 140)), SamplingParams(max_tokens=5), context=RequestContext(priority=10))
+    low = Request("low", list(range(200, 230)), SamplingParams(max_tokens=5), context=RequestContext(priority=3))
+    sched.add(bg)
+    out = sched.schedule()
+    assert _plan(out) == [("bg", 8, False)]
+    _advance(sched, out)
+    sched.add(low)
+    sched.add(_req("inter", 20))
+    out = sched.schedule()
+    assert sorted(_plan(out)) == [("bg", 8, False), ("inter", 20, True), ("low", 30, True)]
+    off = Scheduler(SchedulerConfig(max_num_batched_tokens=64, background_chunk_tokens=0),
+                    KVCacheManager(100, 4, False))
+    off.add(Request("bg", list(range(100, 140)), SamplingParams(max_tokens=5), context=RequestContext(priority=10)))
+    assert _plan(off.schedule()) == [("bg", 40, True)]
