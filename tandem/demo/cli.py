@@ -13,11 +13,15 @@ calls weighted in the loss):
     tandem demo train --size target ... (the same flags, --minutes 200) --out models/tandem-demo-target
     tandem demo evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
 
-To teach a model to read the tools it is offered, fine-tune it on generated tools (layout `pool`):
+To teach a model to read the tools it is offered, fine-tune it on generated tools (layouts `pool`
+and `pool-drill`), with documents packed whole into rows (`--packing aligned`: with stream packing
+half of such calls lose their tool list to the previous row). Not yet enough on a CPU without
+bfloat16 units within the demo's budget (the target's card lists the attempts):
 
-    tandem demo build-corpus --layout pool --agent-train 30000 --out /tmp/tandem-demo-v3/corpus-pool2
-    tandem demo train --init-from models/tandem-demo-target --corpus /tmp/tandem-demo-v3/corpus-pool2 \
-        --extra-corpus /tmp/tandem-demo-v3/corpus-dense4k --tokenizer DIR-WITH-THAT-MODEL'S-TOKENIZER ...
+    tandem demo build-corpus --layout pool-drill --agent-train 25000 --out /tmp/t/pool-drill
+    tandem demo build-corpus --layout pool --agent-train 14000 --out /tmp/t/pool
+    tandem demo train --init-from models/tandem-demo-target --tokenizer models/tandem-demo-target \
+        --packing aligned --corpus /tmp/t/pool-drill --extra-corpus /tmp/t/pool ...
     tandem demo evaluate ... --baseline DIR-OF-THE-PREVIOUS-TARGET   (unseen-tool figures, old vs new)
 """
 
