@@ -40,6 +40,9 @@ from tandem.demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_c
 DEFAULT_ROOT = "/tmp/tandem-demo"
 
 
+PACKINGS = ("stream", "aligned")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     out_dir: str                       # final HF model directory
@@ -80,6 +83,10 @@ class TrainConfig:
     # --resume checkpoint, when there is one, wins over it
     init_from: str | None = None
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.packing not in PACKINGS:
+            raise ValueError(f"packing {self.packing!r}: choose one of {', '.join(PACKINGS)}")
 
     @property
     def work(self) -> Path:
@@ -366,7 +373,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--packing", default=d.packing, choices=("stream", "aligned"),
+    p.add_argument("--packing", default=d.packing, choices=PACKINGS,
                    help="aligned: documents whole in rows, padded (see tandem/demo/packing.py)")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--decay-fraction", type=_fraction, default=d.decay_fraction,

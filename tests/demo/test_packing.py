@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tandem.demo.packing import TokenizedDocs, aligned_rows, epoch_rows
+from tandem.demo.train import TrainConfig
 
 PAD = 0
 
@@ -45,3 +47,9 @@ def test_stream_rows_split_documents_where_aligned_rows_do_not():
     aligned, _ = aligned_rows(docs, 100, seed=0, epoch=0, pad_id=PAD)
     assert split > 10
     assert all(len(np.nonzero((aligned == i + 1).any(axis=1))[0]) == 1 for i in range(50))
+
+
+def test_an_unknown_packing_is_refused():
+    with pytest.raises(ValueError, match="packing 'greedy'"):
+        TrainConfig(out_dir="/tmp/x", packing="greedy")
+    assert TrainConfig(out_dir="/tmp/x", packing="aligned").packing == "aligned"
