@@ -1,5 +1,9 @@
 """Shared fixtures: small HF-format models written once per session, and engines whose
-blocks are checked to be free again when the test ends."""
+blocks are checked to be free again when the test ends.
+
+TANDEM_TEST_DEVICE (default cpu) is where engine_config's engines compute: `TANDEM_TEST_DEVICE=cuda`
+runs the engine, parallel and spec tests on a GPU (references such as transformers stay on the CPU).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfi
 from tandem.testing.tiny_model import write_test_model
 
 torch.set_num_threads(1)
+
+TEST_DEVICE = os.environ.get("TANDEM_TEST_DEVICE", "cpu")
 
 # servers keep their queue database under $XDG_STATE_HOME/tandem: the tests' own directory, not the
 # user's home (set before any server, in-process or child, is started; children inherit it)
@@ -37,9 +43,9 @@ def llama_or_qwen3_dir(request):
 
 def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,
                   max_num_seqs=32, prefix_caching=True, role="both", dtype="float32",
-                  kv_cache_dtype="auto") -> EngineConfig:
+                  kv_cache_dtype="auto", device=TEST_DEVICE) -> EngineConfig:
     return EngineConfig(
-        model=ModelConfig(path=str(model_dir), dtype=dtype, show_progress=False),
+        model=ModelConfig(path=str(model_dir), dtype=dtype, show_progress=False, device=device),
         cache=CacheConfig(block_size=block_size, num_blocks=num_blocks,
                           enable_prefix_caching=prefix_caching, kv_cache_dtype=kv_cache_dtype),
         scheduler=SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
@@ -53,6 +59,11 @@ def assert_all_blocks_free(engine) -> None:
     assert engine.kv.num_held() == 0, "a finished request still holds blocks"
     assert engine.kv.pool.num_free == engine.num_blocks
     assert all(b.ref_count == 0 for b in engine.kv.pool.blocks)
+
+
+def shm_safe_device(kind: str | None) -> str:
+    """TEST_DEVICE, except the CPU for the shm transport (it keeps the KV cache in host memory)."""
+    return "cpu" if kind == "shm" else TEST_DEVICE
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ Every rank calls the same collectives in the same order, token counts differing 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from tandem.layers.moe import SparseMoE
 from tandem.parallel.group import RankGroup
@@ -42,20 +41,20 @@ class AllToAllDispatch:
         send_tok = order // k                                              # [t*k] row in `own`
         send_counts = torch.bincount(send_ids // self.per, minlength=n)   # [n]
         recv_counts = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv_counts, send_counts, group=self.g.tp_group)
+        self.g.all_to_all(recv_counts, send_counts)
         sends, recvs = send_counts.tolist(), recv_counts.tolist()
         # dispatch: rows and their expert ids as one byte tensor [m, hidden * itemsize + 8]
         packed = torch.cat((own.index_select(0, send_tok).view(torch.uint8),
                             send_ids.unsqueeze(1).view(torch.uint8)), dim=1)
         got = packed.new_empty((sum(recvs), packed.shape[1]))
-        dist.all_to_all_single(got, packed, recvs, sends, group=self.g.tp_group)
+        self.g.all_to_all(got, packed, recvs, sends)
         row_bytes = packed.shape[1] - 8
         recv_x = got[:, :row_bytes].contiguous().view(x.dtype)           # [m', hidden]
         recv_ids = got[:, row_bytes:].contiguous().view(torch.int64).reshape(-1)   # [m']
         y = moe.expert_rows(recv_x, recv_ids)                              # [m', hidden]
         # combine: outputs back to their tokens' ranks, in the order they were sent
         back = y.new_empty((sum(sends), y.shape[1]))
-        dist.all_to_all_single(back, y, sends, recvs, group=self.g.tp_group)
+        self.g.all_to_all(back, y, sends, recvs)
         w = weights.reshape(-1)[order].unsqueeze(1)                        # [t*k, 1]
         out = torch.zeros_like(own)
         out.index_add_(0, send_tok, (back * w).to(x.dtype))
@@ -70,5 +69,5 @@ class AllToAllDispatch:
         pad = part.new_zeros((size, part.shape[1]))
         pad[:part.shape[0]] = part
         bufs = [torch.empty_like(pad) for _ in range(n)]
-        dist.all_gather(bufs, pad, group=self.g.tp_group)
+        self.g.all_gather(bufs, pad)
         return torch.cat([b[:(q + 1) * T // n - q * T // n] for q, b in enumerate(bufs)])

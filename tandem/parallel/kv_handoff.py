@@ -13,7 +13,9 @@ two layouts of the same model, dtype and block size hand over to each other; the
 confirmation and the release stay with rank 0's scheduler, as on one process. The other ranks
 never take part in a transfer: a loaded block is in their cache before rank 0 schedules the step
 that reads it (the broadcast of that step's inputs orders them).
-Needs the caches in host memory (CPU ranks); NCCL ranks would need CUDA IPC handles instead.
+CPU ranks share their caches as files under the shm directory, GPU ranks as CUDA IPC handles
+(rank 0 then reads and writes the other ranks' GPU memory: peer copies, or through the host when
+the GPUs have no peer access); the shm transport needs host memory, tcp serves both.
 """
 
 from __future__ import annotations
@@ -29,16 +31,16 @@ from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
 from tandem.parallel.group import RankGroup
 from tandem.parallel.messages import CacheInit, broadcast
-from tandem.parallel.rank_kv import map_rank_kv, rank_shard
+from tandem.parallel.rank_kv import allocate_rank_cache, map_rank_kv, rank_cache_ref, rank_shard
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.transfer.shards import ShardedKV
-from tandem.transfer.shm import allocate_shm_kv, find_shm_file
 
 
 def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind: str) -> Engine:
     """Rank 0's engine with the KV handoff over every rank's cache; tells the ranks to allocate theirs."""
-    if g.device.type != "cpu":
-        raise ValueError("a parallel worker hands KV over only with its caches in host memory (CPU ranks)")
+    if g.device.type != "cpu" and kind != "tcp":
+        raise ValueError(f"a parallel worker on {g.device.type} hands KV over with --kv-transport tcp, "
+                         f"not {kind} (its caches are not in host memory)")
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     arch = loaded.model.arch                                  # the whole model's, not this rank's
@@ -46,14 +48,14 @@ def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind
     whole = layout_of(dataclasses.replace(loaded, arch=arch), config.cache)
     num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // local.block_nbytes
     shm_dir = config.transfer.shm_dir
-    own = allocate_shm_kv(local, num_blocks, shm_dir)
-    broadcast(CacheInit(num_blocks, local.block_size, local.dtype, shm_dir))
-    files: list = [None] * g.cfg.world_size
-    dist.gather_object(find_shm_file(own, shm_dir), files, dst=0)
+    own = allocate_rank_cache(local, num_blocks, g.device, shm_dir)
+    broadcast(CacheInit(num_blocks, local.block_size, local.dtype, handoff=True, shm_dir=shm_dir))
+    refs: list = [None] * g.cfg.world_size
+    dist.gather_object(rank_cache_ref(own, shm_dir), refs, dst=0)
     parts = []
-    for rank, (path, offset) in enumerate(files):
+    for rank, ref in enumerate(refs):
         shard = rank_shard(arch, g.cfg, rank)
-        parts.append((shard, own if rank == 0 else map_rank_kv(path, offset, shard.layout(whole), num_blocks)))
+        parts.append((shard, own if rank == 0 else map_rank_kv(ref, shard.layout(whole), num_blocks)))
     kv = ShardedKV(whole, tuple(parts))
 
     from tandem.transfer.factory import make_sharded_transport

@@ -56,12 +56,17 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     # --threads is the worker's: its ranks share its cores, so each takes an equal part of them
     threads = max(1, (config.num_threads or torch.get_num_threads()) // pcfg.world_size)
     config = dataclasses.replace(config, num_threads=threads)
+    num_gpus = torch.cuda.device_count() if torch.device(config.model.device).type == "cuda" else 0
+    device = pcfg.rank_device(config.model.device, 0, num_gpus)
+    pcfg.backend(device.type, num_gpus)          # a backend that cannot work fails before any rank starts
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=worker_main, args=(config.model, pcfg, r, port, threads),
                          name=f"tandem-rank-{r}", daemon=True) for r in range(1, pcfg.world_size)]
     for p in procs:
         p.start()
-    device = torch.device(config.model.device if config.model.device != "cuda" else "cuda:0")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, device=str(device)))
     try:
         g = init_group(pcfg, 0, port, device)
         loaded = load_rank_model(config.model, g)

@@ -17,8 +17,8 @@ class CacheInit:
     num_blocks: int
     block_size: int
     dtype: str               # the cache's storage type name, e.g. "bfloat16"
-    shm_dir: str | None = None   # set: the worker hands KV over; each rank's cache lives in a file
-                                 # here, announced to rank 0 (tandem.parallel.kv_handoff)
+    handoff: bool = False    # the worker hands KV over: each rank shares its cache with rank 0
+    shm_dir: str = ""        # (tandem.parallel.kv_handoff), CPU ranks in a file under this directory
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ class PipelineStage(nn.Module):
             outs = []
             for s, e, _ in parts:
                 buf = torch.empty(2, e - s, m.arch.hidden_size, dtype=self._dtype, device=input_ids.device)
-                dist.recv(buf, src=self.g.stage_rank(self.g.pp_size - 1) - self.g.tp_rank)
+                self.g.recv(buf, src=self.g.stage_rank(self.g.pp_size - 1) - self.g.tp_rank)
                 outs.append((buf[0], buf[1]))
         x = torch.cat([o[0] for o in outs]) if len(outs) > 1 else outs[0][0]
         residual = torch.cat([o[1] for o in outs]) if len(outs) > 1 else outs[0][1]
@@ -101,7 +101,7 @@ class PipelineStage(nn.Module):
             x, residual = m.model.embed_tokens(input_ids), None
         else:
             buf = torch.empty(2, n, m.arch.hidden_size, dtype=self._dtype, device=input_ids.device)
-            dist.recv(buf, src=g.stage_rank(g.stage - 1))
+            g.recv(buf, src=g.stage_rank(g.stage - 1))
             x, residual = buf[0], buf[1]
         cos, sin = m.rotary.cos_sin(positions, self._dtype)
         for layer in m.model.layers:
@@ -114,7 +114,7 @@ class PipelineStage(nn.Module):
         else:
             return x, residual
         out = torch.stack((x, residual)).contiguous()
-        self._pending_sends.append((dist.isend(out, dst=dst), out))
+        self._pending_sends.append(g.isend(out, dst))
         return x, residual
 
     @torch.inference_mode()

@@ -4,6 +4,7 @@ collective fails and the process exits (non-zero)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 
@@ -22,19 +23,21 @@ log = logging.getLogger(__name__)
 
 def worker_main(model_cfg: ModelConfig, pcfg: ParallelConfig, rank: int, port: int, num_threads: int) -> None:
     torch.set_num_threads(num_threads)
-    device = torch.device(model_cfg.device if model_cfg.device != "cuda" else f"cuda:{rank}")
+    num_gpus = torch.cuda.device_count() if torch.device(model_cfg.device).type == "cuda" else 0
+    device = pcfg.rank_device(model_cfg.device, rank, num_gpus)
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    model_cfg = dataclasses.replace(model_cfg, device=str(device))
     g = init_group(pcfg, rank, port, device)
     try:
         loaded = load_rank_model(model_cfg, g)
         init = broadcast(None)
         assert isinstance(init, CacheInit), f"expected the cache first, got {init!r}"
         layout = rank_layout(loaded, init.block_size, init.dtype)
-        if init.shm_dir is None:
+        if init.handoff:   # rank 0 maps it: the KV handoff reads and writes this rank's share of each block
+            kv_cache = shared_rank_cache(layout, init.num_blocks, device, init.shm_dir)
+        else:
             kv_cache = layout.allocate(init.num_blocks, device)
-        else:   # rank 0 maps it: the KV handoff reads and writes this rank's share of each block
-            kv_cache = shared_rank_cache(layout, init.num_blocks, init.shm_dir)
         run_steps(loaded.model, kv_cache, init.block_size, device)
     except Exception:   # noqa: BLE001 - logged; the exit code tells rank 0's monitor
         log.exception("rank %d failed", rank)

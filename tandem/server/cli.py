@@ -108,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=_positive, default=None,
                    help="torch threads of the worker (a parallel worker's ranks split them)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
-                   help="ranks splitting each layer's heads and MLP (one process each; gloo on the CPU, NCCL on CUDA)")
+                   help="ranks splitting each layer's heads and MLP (one process each; see --distributed-backend)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
                    help="ranks holding consecutive stages of the layers")
     p.add_argument("--enable-expert-parallel", action="store_true",
@@ -116,6 +116,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--expert-dispatch", choices=("allreduce", "alltoall"), default="allreduce",
                    help="with --enable-expert-parallel: combine expert outputs with one all-reduce, or "
                         "dispatch tokens to their experts' ranks and back (all-to-all)")
+    p.add_argument("--distributed-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="torch.distributed backend of a parallel worker; auto: gloo on the CPU, NCCL on "
+                        "CUDA when each rank has a GPU of its own, else gloo through host memory")
     p.add_argument("--kv-transport", default=None, choices=("tcp", "shm", "mooncake"),
                    help="KV handoff transport (prefill/decode roles default to tcp)")
     p.add_argument("--kv-pin-timeout", type=float, default=TransferConfig.pin_timeout_s,
@@ -181,6 +184,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=transfer_config(args),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config)
+    if engine.resolved_transport == "shm" and engine.model.device != "cpu":
+        raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
+                         f"{engine.model.device} use tcp or mooncake, or pass --device cpu")
     server = ServerConfig(served_model_name=args.served_model_name,
                           sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
                           **parser_settings(args),
@@ -241,14 +247,18 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
         pcfg = ParallelConfig(tensor_parallel_size=args.tensor_parallel_size,
                               pipeline_parallel_size=args.pipeline_parallel_size,
                               enable_expert_parallel=args.enable_expert_parallel,
-                              expert_dispatch=args.expert_dispatch)
+                              expert_dispatch=args.expert_dispatch,
+                              distributed_backend=args.distributed_backend)
     except ValueError as exc:
         raise SystemExit(f"tandem serve: {exc}") from None
     if not pcfg.enabled:
         return None
     from tandem.parallel.launch import parallel_engine
 
-    return parallel_engine(engine_config, pcfg)
+    try:
+        return parallel_engine(engine_config, pcfg)
+    except ValueError as exc:
+        raise SystemExit(f"tandem serve: {exc}") from None
 
 
 def transfer_config(args: argparse.Namespace) -> TransferConfig:

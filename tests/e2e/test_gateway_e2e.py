@@ -34,6 +34,8 @@ def build(model: str, roles: list[str], gateways: dict[str, tuple],
     for i, spec in enumerate(roles):
         role, _, transport = spec.partition(":")
         extra = WORKER_ARGS + worker_args + (("--kv-transport", transport) if transport else ())
+        if transport == "shm":    # host-memory KV: on the CPU also where --device auto would pick a GPU
+            extra += ("--device", "cpu")
         port = free_port(avoid=taken)
         taken.add(port)
         procs.append(worker_proc(f"w{i}", model, role, "127.0.0.1", port, (CORES[i % len(CORES)],),

@@ -23,8 +23,8 @@ def _cluster(model: str) -> LocalCluster:
     workers = [("w0", "prefill", ("--tensor-parallel-size", "2", "--kv-transport", "tcp")),
                ("w1", "decode", ("--tensor-parallel-size", "2", "--kv-transport", "tcp")),
                ("w2", "both", ()),
-               ("w3", "prefill", ("--tensor-parallel-size", "2", "--kv-transport", "shm")),
-               ("w4", "decode", ("--kv-transport", "shm"))]
+               ("w3", "prefill", ("--tensor-parallel-size", "2", "--kv-transport", "shm", "--device", "cpu")),
+               ("w4", "decode", ("--kv-transport", "shm", "--device", "cpu"))]   # shm: host-memory KV
     taken: set[int] = set()
     procs: list[ProcSpec] = []
     for i, (name, role, extra) in enumerate(workers):

@@ -10,11 +10,12 @@ from tandem.engine.engine import Engine
 from tandem.errors import InvalidRequest
 from tandem.kv.layout import KVLayout
 from tandem.types import EngineRequest, KVHandle
-from tests.conftest import assert_all_blocks_free, engine_config
+from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
 from tests.engine.helpers import prompts, request, run, tokens
 
 
 def _pair(model_dir, kind, **kw):
+    kw.setdefault("device", shm_safe_device(kind))
     prefill = Engine.from_config(dataclasses.replace(
         engine_config(model_dir, role="prefill", **kw), kv_transport=kind))
     decode = Engine.from_config(dataclasses.replace(

@@ -159,7 +159,7 @@ def test_packed_bfloat16_weights_give_the_same_greedy_tokens(llama_dir):
         pytest.skip("this torch has no oneDNN ops")
     outs = []
     for pack in (True, False):
-        cfg = engine_config(llama_dir, dtype="bfloat16")
+        cfg = engine_config(llama_dir, dtype="bfloat16", device="cpu")   # the CPU's packed weights
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, pack_weights=pack))
         engine = Engine.from_config(cfg)
         reqs = [request(p, max_tokens=12) for p in prompts(6, seed=21)]
@@ -184,7 +184,7 @@ def test_native_decode_attention_gives_the_sdpa_greedy_tokens(llama_dir):
 
     outs = []
     for attention in ("auto", "sdpa"):
-        cfg = engine_config(llama_dir)
+        cfg = engine_config(llama_dir, device="cpu")   # the CPU's native kernel
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, attention=attention))
         engine = Engine.from_config(cfg)
         kernel = engine.loaded.model.workspace.decode_kernel
@@ -216,7 +216,7 @@ def test_amx_prefill_greedy_tokens_do_not_depend_on_chunks_or_the_prefix_cache(t
     suffixes = prompts(6, seed=9, min_len=5, max_len=70)
     outs = []
     for caching, budget in ((True, 48), (False, 512)):
-        cfg = engine_config(model_dir, dtype="bfloat16", block_size=16, prefix_caching=caching,
+        cfg = engine_config(model_dir, dtype="bfloat16", block_size=16, prefix_caching=caching, device="cpu",
                             max_num_batched_tokens=budget)
         engine = Engine.from_config(cfg)
         assert isinstance(engine.loaded.model.workspace.prefill_kernel, PagedPrefillKernel)

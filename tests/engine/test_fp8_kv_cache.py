@@ -11,7 +11,7 @@ import torch
 from tandem.config import CacheConfig
 from tandem.engine.engine import Engine
 from tandem.types import EngineRequest
-from tests.conftest import assert_all_blocks_free, engine_config
+from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
 from tests.engine.helpers import prompts, request, run, tokens
 
 FP8 = "fp8_e5m2"
@@ -75,7 +75,8 @@ def test_greedy_tokens_do_not_depend_on_chunks_the_prefix_cache_or_preemption(ll
 def test_native_kernels_give_the_sdpa_greedy_tokens(llama_dir):
     outs = []
     for attention in ("auto", "sdpa"):
-        engine = Engine.from_config(_with(engine_config(llama_dir, kv_cache_dtype=FP8), attention=attention))
+        engine = Engine.from_config(_with(engine_config(llama_dir, kv_cache_dtype=FP8, device="cpu"),
+                                          attention=attention))   # the CPU's native kernels
         try:
             assert (engine.loaded.model.workspace.decode_kernel is None) == (attention == "sdpa")
             outs.append(_greedy(engine, [request(p, max_tokens=16) for p in prompts(6, seed=42)])[0])
@@ -109,7 +110,7 @@ def test_a_handoff_between_fp8_workers_keeps_greedy_tokens(llama_dir, kind):
         pytest.importorskip("mooncake.engine", reason="mooncake wheel is installed by make test")
     single = Engine.from_config(engine_config(llama_dir, kv_cache_dtype=FP8))
     prefill, decode = (Engine.from_config(dataclasses.replace(
-        engine_config(llama_dir, role=role, kv_cache_dtype=FP8), kv_transport=kind))
+        engine_config(llama_dir, role=role, kv_cache_dtype=FP8, device=shm_safe_device(kind)), kv_transport=kind))
         for role in ("prefill", "decode"))
     try:
         for prompt in prompts(3, seed=44, min_len=5, max_len=50):

@@ -27,7 +27,7 @@ def _engine(model_dir, make_connectors, **kw):
     cfg = engine_config(model_dir, **kw)
     loaded = load_model(cfg.model)
     layout = layout_of(loaded, cfg.cache)
-    kv = layout.allocate(cfg.cache.num_blocks, "cpu")
+    kv = layout.allocate(cfg.cache.num_blocks, cfg.model.device)
     connectors, address = make_connectors(kv, layout, cfg)
     return Engine(cfg, loaded, Tokenizer.from_dir(model_dir), kv, connector_set(connectors),
                   transport_address=address)

@@ -19,7 +19,7 @@ from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.testing.tiny_model import write_test_model
 from tandem.types import EngineRequest
-from tests.conftest import assert_all_blocks_free, engine_config
+from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
 from tests.engine.helpers import prompts, request, run, tokens
 
 torch.set_num_threads(1)
@@ -28,6 +28,7 @@ TP2 = ParallelConfig(tensor_parallel_size=2)
 
 
 def _worker(path, role, pcfg, kind="tcp", **kw):
+    kw.setdefault("device", shm_safe_device(kind))
     cfg = dataclasses.replace(engine_config(path, role=role, **kw), kv_transport=kind, num_threads=1)
     return Engine.from_config(cfg) if pcfg is None else parallel_engine(cfg, pcfg)
 

@@ -20,7 +20,7 @@ class RecordingTap:
 
 
 def test_forward_aux_matches_forward(make_engine, llama_dir):
-    engine = make_engine(llama_dir)
+    engine = make_engine(llama_dir, device="cpu")   # driven below with CPU tensors
     model = engine.loaded.model
     n = model.arch.num_layers
     ids = torch.tensor(prompts(1, seed=3, min_len=9, max_len=9)[0])

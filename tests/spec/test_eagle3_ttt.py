@@ -17,7 +17,7 @@ from tandem.spec.eagle3_ttt import step_losses, unroll
 
 
 def _setup(make_engine, llama_dir, T=13):
-    engine = make_engine(llama_dir)
+    engine = make_engine(llama_dir, device="cpu")   # the steps below build CPU tensors
     model = engine.loaded.model
     head = init_head(Eagle3Head(config_for_target(model)), seed=5).eval()
     with torch.no_grad():   # a head far from identity, so that attention matters
