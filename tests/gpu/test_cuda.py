@@ -100,3 +100,35 @@ def test_tensor_parallel_2_over_nccl_equals_1(tmp_path, make_engine, arch):
         assert_all_blocks_free(engine)
     finally:
         engine.shutdown()
+
+
+@pytest.mark.parametrize("role", ["both", "prefill"])
+def test_a_one_rank_worker_over_nccl_steps_and_hands_over(tmp_path, make_engine, role):
+    """NCCL's start-up, the step broadcasts and (prefill) the gather of the cache handles, on one GPU:
+    NCCL refuses two ranks on one device, so with one GPU they run with one rank."""
+    path = write_test_model(tmp_path, "Qwen3ForCausalLM", seed=49)
+    single = make_engine(path, device="cuda")
+    cfg = dataclasses.replace(engine_config(path, role=role, device="cuda"), num_threads=1,
+                              kv_transport=None if role == "both" else "tcp")
+    engine = parallel_engine(cfg, ParallelConfig(distributed_backend="nccl"))
+    decode = Engine.from_config(dataclasses.replace(engine_config(path, role="decode", device="cuda"),
+                                                    kv_transport="tcp"))
+    try:
+        import torch.distributed as dist
+        assert dist.get_backend() == "nccl"
+        ps = prompts(3, seed=50, min_len=9, max_len=30)
+        refs = _greedy(single, ps)
+        if role == "both":
+            assert _greedy(engine, ps) == refs
+        else:
+            for prompt, ref in zip(ps, refs):
+                check_decode_after_handoff(engine, decode, prompt, ref)
+            for _ in range(200):
+                if not engine.scheduler.kept:
+                    break
+                engine.step()
+        assert_all_blocks_free(engine)
+        assert_all_blocks_free(decode)
+    finally:
+        engine.shutdown()
+        decode.shutdown()
