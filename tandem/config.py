@@ -46,11 +46,17 @@ class ModelConfig:
     fused_layers: bool = True
 
 
+CPU_KV_CACHE_BYTES = 512 * 2**20    # a CPU worker's KV memory unless told (--kv-cache-memory)
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     block_size: int = 16                 # tokens per KV block
-    kv_cache_bytes: int = 512 * 2**20    # memory for KV blocks; the block count follows from it
+    # memory for KV blocks, the block count follows from it; None: 512 MiB on the CPU, on a GPU what
+    # gpu_memory_utilization leaves (tandem/runner/kv_budget.py)
+    kv_cache_bytes: int | None = None
     num_blocks: int | None = None        # overrides kv_cache_bytes when set (tests)
+    gpu_memory_utilization: float = 0.9  # share of a GPU's memory the worker may use (vLLM's meaning)
     enable_prefix_caching: bool = True
     hash_seed: int = 0                   # seed of the chained block hashes; equal on every worker
     # storage type of the KV cache: "auto" = the model's dtype; "fp8_e5m2" = 8-bit floats (5-bit
@@ -62,6 +68,8 @@ class CacheConfig:
     KV_CACHE_DTYPES = ("auto", "fp8_e5m2")
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_cache_dtype not in self.KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r}: choose one of "
                              f"{', '.join(self.KV_CACHE_DTYPES)}")

@@ -11,6 +11,7 @@ after a decode's last token, sampled by the runner at each position, accepted by
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from tandem.kv.kv_cache_manager import KVCacheManager
 from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel, load_model
 from tandem.tokenization.tokenizer import Tokenizer
+from tandem.runner.kv_budget import KVBudget
 from tandem.runner.model_runner import ModelRunner, StepResult
 from tandem.runner.scheduled import SampledSeq, ScheduledSeq, accepted_length
 from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta,
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 
 # constrained rows up to which a step's grammar masks are filled on the engine thread
 _INLINE_MASK_ROWS = 8
+
+
+def _with_blocks(config: EngineConfig, num_blocks: int) -> EngineConfig:
+    return dataclasses.replace(config, cache=dataclasses.replace(config.cache, num_blocks=num_blocks))
 
 
 @dataclass
@@ -78,8 +84,8 @@ class Engine:
         self.max_model_len = loaded.max_model_len
         device = torch.device(config.model.device)
         if kv_cache is None:
-            num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // self.layout.block_nbytes
-            kv_cache = self.layout.allocate(num_blocks, device)
+            budget = KVBudget(config, loaded.model, loaded.arch.vocab_size, loaded.max_model_len)
+            kv_cache = self.layout.allocate(budget.num_blocks(self.layout), device)
         self.num_blocks = kv_cache.shape[0]
         if self.num_blocks < 2:
             raise ValueError(f"the KV cache budget holds {self.num_blocks} blocks of "
@@ -107,17 +113,23 @@ class Engine:
             torch.set_num_threads(config.num_threads)
         loaded = loaded if loaded is not None else load_model(config.model)
         tokenizer = Tokenizer.from_dir(config.model.path)
+        layout = layout_of(loaded, config.cache)
+        # the block count, fixed before a draft model sizes its own cache by it (SpecTarget.kv_tokens)
+        budget = KVBudget(config, loaded.model, loaded.arch.vocab_size, loaded.max_model_len)
+        has_draft = config.speculative is not None and bool(config.speculative.model)
+        config = _with_blocks(config, budget.num_blocks(layout, draft_to_come=has_draft))
         proposer = None
         if config.speculative is not None:
             from tandem.spec.factory import make_proposer
             from tandem.spec.target import SpecTarget
 
             proposer = make_proposer(config.speculative, SpecTarget(config, loaded, tokenizer))
+            if has_draft:   # on a GPU its weights and cache now hold part of the share
+                config = _with_blocks(config, min(config.cache.num_blocks, budget.num_blocks(layout)))
         kind = config.resolved_transport
         if kind is None and not config.kv_store.enabled:
             return cls(config, loaded, tokenizer, proposer=proposer)
-        layout = layout_of(loaded, config.cache)
-        num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // layout.block_nbytes
+        num_blocks = config.cache.num_blocks
         # the handoff first: a request carrying a KV handle pulls from its prefill worker
         connectors, address = [], None
         if kind is not None:

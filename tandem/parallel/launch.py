@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 
 import torch
 
-from tandem.config import EngineConfig
+from tandem.config import CPU_KV_CACHE_BYTES, EngineConfig
 from tandem.engine.engine import Engine
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.group import close_group, init_group
@@ -56,6 +56,10 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     # --threads is the worker's: its ranks share its cores, so each takes an equal part of them
     threads = max(1, (config.num_threads or torch.get_num_threads()) // pcfg.world_size)
     config = dataclasses.replace(config, num_threads=threads)
+    if config.cache.num_blocks is None and config.cache.kv_cache_bytes is None:
+        # a GPU share would be measured by a forward of rank 0 alone, which its ranks must join:
+        # the CPU's fixed budget instead (--kv-cache-memory sets another)
+        config = dataclasses.replace(config, cache=dataclasses.replace(config.cache, kv_cache_bytes=CPU_KV_CACHE_BYTES))
     num_gpus = torch.cuda.device_count() if torch.device(config.model.device).type == "cuda" else 0
     device = pcfg.rank_device(config.model.device, 0, num_gpus)
     pcfg.backend(device.type, num_gpus)          # a backend that cannot work fails before any rank starts

@@ -57,6 +57,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1]: {text}")
+    return value
+
+
 def speculative_config(text: str) -> SpeculativeConfig:
     """--speculative-config JSON (vLLM's form); a bad value is a usage error naming the problem."""
     try:
@@ -87,8 +94,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-model-len", type=_positive, default=None,
                    help="default: the model's max_position_embeddings")
     p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
-    p.add_argument("--kv-cache-memory", type=parse_bytes, default=CacheConfig.kv_cache_bytes,
-                   help="memory for KV blocks, e.g. 512MiB (default) or 4GiB")
+    p.add_argument("--kv-cache-memory", type=parse_bytes, default=None,
+                   help="memory for KV blocks, e.g. 4GiB; default: 512MiB on the CPU, on a GPU what "
+                        "--gpu-memory-utilization leaves after the weights and a step's activations")
+    p.add_argument("--gpu-memory-utilization", type=_fraction, default=CacheConfig.gpu_memory_utilization,
+                   help="share of a GPU's memory this worker may use, weights, activations and KV cache "
+                        "together (as vLLM's)")
     p.add_argument("--num-kv-blocks", type=_positive, default=None,
                    help="exact number of KV blocks (overrides --kv-cache-memory)")
     p.add_argument("--kv-cache-dtype", choices=CacheConfig.KV_CACHE_DTYPES, default=CacheConfig.kv_cache_dtype,
@@ -175,6 +186,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           pack_weights=args.pack_weights, attention=args.attention,
                           fused_layers=args.fused_layers),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
+                          gpu_memory_utilization=args.gpu_memory_utilization,
                           num_blocks=args.num_kv_blocks, kv_cache_dtype=args.kv_cache_dtype,
                           enable_prefix_caching=not args.no_prefix_caching),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,

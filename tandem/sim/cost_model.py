@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.config import CacheConfig
+from tandem.config import CPU_KV_CACHE_BYTES
 from tandem.sim.hardware import Accelerator
 from tandem.sim.model_spec import ModelSpec
 
@@ -96,7 +96,7 @@ class CostModel:
         if self.kv_cache_bytes is not None:
             free = self.kv_cache_bytes
         elif self.accel.memory_bytes == 0:   # the cpu: tandem serve's default KV memory
-            free = CacheConfig().kv_cache_bytes
+            free = CPU_KV_CACHE_BYTES
         else:
             a = self.accel
             free = self.devices * a.memory_bytes * a.memory_utilization - self.model.weight_bytes_total()

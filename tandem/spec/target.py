@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from tandem.config import EngineConfig
 from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
+from tandem.runner.kv_budget import KVBudget
 from tandem.tokenization.tokenizer import Tokenizer
 
 
@@ -20,9 +21,8 @@ class SpecTarget:
     @property
     def kv_tokens(self) -> int:
         """Tokens the target's KV cache holds: running requests never hold more."""
-        cache = self.config.cache
-        num_blocks = cache.num_blocks or cache.kv_cache_bytes // layout_of(self.loaded, cache).block_nbytes
-        return num_blocks * cache.block_size
+        budget = KVBudget(self.config, self.loaded.model, self.loaded.arch.vocab_size, self.loaded.max_model_len)
+        return budget.num_blocks(layout_of(self.loaded, self.config.cache)) * self.config.cache.block_size
 
     @classmethod
     def of_engine(cls, engine) -> "SpecTarget":

@@ -132,3 +132,31 @@ def test_a_one_rank_worker_over_nccl_steps_and_hands_over(tmp_path, make_engine,
     finally:
         engine.shutdown()
         decode.shutdown()
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_the_kv_cache_takes_the_share_of_gpu_memory_that_is_left(tmp_path, draft):
+    """No --kv-cache-memory on a GPU: weights, a step's activations and the cache (a draft model's
+    too) stay within --gpu-memory-utilization of the GPU's memory, and the cache takes most of it."""
+    from tandem.config import SpeculativeConfig
+
+    path = write_test_model(tmp_path, "LlamaForCausalLM", seed=51)
+    cfg = engine_config(path, device="cuda", num_blocks=None, max_num_batched_tokens=2048)
+    share = 0.05
+    cfg = dataclasses.replace(cfg, cache=dataclasses.replace(cfg.cache, gpu_memory_utilization=share))
+    if draft:
+        cfg = dataclasses.replace(cfg, speculative=SpeculativeConfig(method="draft_model", model=str(path),
+                                                                     num_speculative_tokens=3))
+    _, total = torch.cuda.mem_get_info()
+    engine = Engine.from_config(cfg)
+    try:
+        held = torch.cuda.memory_allocated()
+        cache = engine.num_blocks * engine.layout.block_nbytes
+        assert engine.config.cache.num_blocks == engine.num_blocks
+        assert held <= share * total
+        # a draft as large as the target (this one) leaves the target half
+        assert cache >= (0.4 if draft else 0.8) * share * total, (cache, share * total)
+        assert _greedy(engine, prompts(2, seed=52, min_len=5, max_len=30)) \
+            == _greedy(Engine.from_config(engine_config(path, device="cpu")), prompts(2, seed=52, min_len=5, max_len=30))
+    finally:
+        engine.shutdown()
