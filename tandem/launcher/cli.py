@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "restarted in their new role)")
     u.add_argument("--slo-itl-ms", type=float, default=None, metavar="MS",
                    help="the gateway planner's p90 inter-token latency target")
+    u.add_argument("--gpu-memory-utilization", type=float, default=0.9, metavar="F",
+                   help="on a GPU: the share of its memory the workers use together, each worker "
+                        "F / (number of workers) (they share the GPU; a --worker-arg wins)")
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -76,10 +79,15 @@ def up(args: argparse.Namespace) -> int:
     if args.colocated is None and not (args.prefill and args.decode):
         print("tandem up: --prefill and --decode both need at least 1", file=sys.stderr)
         return 2
+    if not 0.0 < args.gpu_memory_utilization <= 1.0:
+        print("tandem up: --gpu-memory-utilization must be in (0, 1]", file=sys.stderr)
+        return 2
     parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser)
+    workers = (args.prefill or 0) + (args.decode or 0) + (args.colocated or 0)
+    share = (f"--gpu-memory-utilization={args.gpu_memory_utilization / workers:.4g}",)
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
-                       policy=args.policy, worker_args=tuple(args.worker_arg) + parsers,
+                       policy=args.policy, worker_args=share + tuple(args.worker_arg) + parsers,
                        role_args=role_args,
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
                        + forwarded_queue_args(args),

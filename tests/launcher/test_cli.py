@@ -16,7 +16,9 @@ def test_up_passes_gateway_args_to_the_gateway(monkeypatch):
                               "--gateway-arg=--local-prefill-tokens=64", "--worker-arg=--dtype=float32"])
     assert args.func(args) == 0
     spec = seen["spec"]
-    assert spec.gateway_args == ("--local-prefill-tokens=64",) and spec.worker_args == ("--dtype=float32",)
+    # the two workers share a GPU's 0.9 (ignored on the CPU); a --worker-arg comes after and wins
+    assert spec.gateway_args == ("--local-prefill-tokens=64",)
+    assert spec.worker_args == ("--gpu-memory-utilization=0.45", "--dtype=float32")
     gateway = plan(spec)[-1]
     assert gateway.role is None and "--local-prefill-tokens=64" in gateway.cmd
 
