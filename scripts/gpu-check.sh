@@ -4,7 +4,10 @@
 #      engines on the GPU (TANDEM_TEST_DEVICE=cuda, tests/conftest.py);
 #   2. the server and end-to-end suites whose `tandem serve` processes pick the GPU (--device auto).
 # Usage: scripts/gpu-check.sh [OUT_DIR]  (logs and JUnit XML there; exit status non-zero on a failure)
-#   GPU_CHECK_STAGES="engine servers" (the default: both), GPU_CHECK_JOBS (pytest-xdist workers, 8).
+#   GPU_CHECK_STAGES="engine servers" (the default: both), GPU_CHECK_JOBS (pytest-xdist workers for the
+#   engine stage, 8). The server stage runs one test at a time: a `tandem serve` without
+#   --kv-cache-memory takes --gpu-memory-utilization (0.9) of the GPU, which leaves no room for
+#   servers of other tests running at once.
 # Needs pytest-xdist, and tandem's own dependencies installed in the Python that runs it (server
 # tests start `python -m tandem.cli` with PYTHONPATH set to the checkout alone).
 set -u
@@ -19,19 +22,19 @@ jobs=${GPU_CHECK_JOBS:-8}
 } >"$out/env.txt" 2>&1
 cat "$out/env.txt"
 status=0
-run() {   # run NAME TIMEOUT_S PYTEST_ARGS...
-  local name=$1 limit=$2
-  shift 2
-  timeout -k 10 "$limit" "$py" -m pytest -q -rfEs -p no:cacheprovider -n "$jobs" --timeout 240 \
+run() {   # run NAME JOBS TIMEOUT_S PYTEST_ARGS...
+  local name=$1 n=$2 limit=$3
+  shift 3
+  timeout -k 10 "$limit" "$py" -m pytest -q -rfEs -p no:cacheprovider -n "$n" --timeout 240 \
     --junitxml="$out/$name.xml" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   echo "== $name: exit $rc ($(tail -1 "$out/$name.log"))"
   [ "$rc" -eq 0 ] || status=1
 }
 stages=${GPU_CHECK_STAGES:-engine servers}
-[[ " $stages " == *" engine "* ]] && TANDEM_TEST_DEVICE=cuda run engine-on-cuda "${GPU_CHECK_ENGINE_S:-300}" \
+[[ " $stages " == *" engine "* ]] && TANDEM_TEST_DEVICE=cuda run engine-on-cuda "$jobs" "${GPU_CHECK_ENGINE_S:-300}" \
   tests/gpu tests/engine tests/models tests/parallel tests/spec tests/transfer tests/kvstore tests/runner
-[[ " $stages " == *" servers "* ]] && run servers-on-cuda "${GPU_CHECK_SERVER_S:-200}" \
+[[ " $stages " == *" servers "* ]] && run servers-on-cuda 1 "${GPU_CHECK_SERVER_S:-1200}" \
   tests/server tests/e2e/test_parallel_pd_e2e.py tests/e2e/test_spec_serve.py tests/e2e/test_tools_e2e.py \
   tests/e2e/test_agent_apis_e2e.py tests/e2e/test_gateway_e2e.py
 exit $status
