@@ -12,6 +12,10 @@ A pass is either
   worker's steps): when the prefill queue would make the request wait longer than the decode
   worker's streams would stall, when the remainder is at most GatewayConfig.local_prefill_tokens,
   or when no prefill worker is available;
+- whole requests on a role=both worker of a disaggregated fleet (one the planner moved half-way
+  between the pools, tandem/router/planner.py): the decode worker is chosen among the decode and
+  the both workers, and a both worker serves the whole request (placement reason "both"); it
+  never takes part in a handoff, so it needs no KV transport;
 - whole requests on one disaggregated pool: while the other pool has no live worker, the
   surviving pool's workers serve whole requests (Router.mode()).
 
@@ -44,7 +48,7 @@ from tandem.gateway.registry import Registry
 from tandem.router.router import HashMemo, Route, Router
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.policies.placement import PlacementConfig, place
+from tandem.router.policies.placement import Placement, PlacementConfig, place
 from tandem.server.backend import ResponseInfo
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
 
@@ -240,18 +244,24 @@ class _Flow:
         exclude = frozenset(self.exclude)
         router = self.p.router
         # where to prefill: look at the decode and the prefill worker the router would pick
-        decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False)
-        try:
-            prefill: Route | None = router.choose("prefill", memo, self.session, exclude, commit=False)
-        except (NoHealthyWorker, CapacityExceeded):
-            prefill = None   # the decode worker serves it whole
-        where = place(prefill.load if prefill else None, decode.load, decode.request,
-                      placement_config(self.p.config))
+        decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False,
+                                             also=("both",))
+        prefill: Route | None = None
+        if decode.worker.role == "both":
+            where = Placement(local=True, reason="both")
+        else:
+            try:
+                prefill = router.choose("prefill", memo, self.session, exclude, commit=False)
+            except (NoHealthyWorker, CapacityExceeded):
+                pass   # the decode worker serves it whole
+            where = place(prefill.load if prefill else None, decode.load, decode.request,
+                          placement_config(self.p.config))
         if self.p.metrics:
             self.p.metrics.on_placement(where)
         if where.local:
             router.commit("decode", decode)
-            async with aclosing(self._whole_pass(decode, "decode")) as deltas:
+            pool = "both" if decode.worker.role == "both" else "decode"
+            async with aclosing(self._whole_pass(decode, pool)) as deltas:
                 async for d in deltas:
                     yield d
             return

@@ -110,14 +110,16 @@ class Router:
         raise NoHealthyWorker("no healthy worker is registered with the gateway; retry later")
 
     def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
-               exclude: frozenset[str] = frozenset(), commit: bool = True) -> Route:
-        """Pick a worker of role `pool`; raises NoHealthyWorker (503) or CapacityExceeded (429).
+               exclude: frozenset[str] = frozenset(), commit: bool = True,
+               also: tuple[str, ...] = ()) -> Route:
+        """Pick a worker of role `pool` (or of a role in `also`, with `pool`'s policy and counter);
+        raises NoHealthyWorker (503) or CapacityExceeded (429).
 
         `exclude` lists workers that just failed this request: avoided while another is live.
         `commit=False` only looks: the decision is neither counted nor advances the pool's
         request counter (round robin) until `commit(pool, route)`.
         """
-        workers = self.registry.pool(pool)
+        workers = [*self.registry.pool(pool), *(w for role in also for w in self.registry.pool(role))]
         live = [w for w in workers if w.healthy and not w.draining]
         if exclude and any(w.url not in exclude for w in live):
             workers = [w for w in workers if w.url not in exclude]

@@ -5,8 +5,9 @@ Per request it does what tandem/gateway/pd_flow.py does, with events in place of
   (or on the pool that is left while the other has no healthy worker);
 - whole requests: `Router.choose(pool)`, `LoadTracker.dispatch` with the uncached tokens,
   `prefill_done` at the first token, `tokens` per token, `finish` at the end;
-- disaggregated: the decode and the prefill worker the router would pick (`commit=False`), then
-  `place()` (tandem/router/policies/placement.py) decides remote or local; remote: the prefill
+- disaggregated: the decode worker (among the decode and the both workers) and the prefill worker
+  the router would pick (`commit=False`); a both worker serves the request whole, else `place()`
+  (tandem/router/policies/placement.py) decides remote or local; remote: the prefill
   worker computes the prompt and the first token, the decode worker is chosen again at that
   moment and pulls the KV (its time from the cost model's interconnect), then decodes.
 - 503/429 from admission (NoHealthyWorker, CapacityExceeded): the client retries after
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from tandem.errors import CapacityExceeded, NoHealthyWorker
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.policies.placement import PlacementConfig, place
+from tandem.router.policies.placement import Placement, PlacementConfig, place
 from tandem.router.router import Route, Router
 from tandem.sim.events import EventLoop
 from tandem.sim.metrics import Metrics
@@ -109,12 +110,16 @@ class SimGateway:
 
     def _pd(self, req: SimRequest, memo: TraceTokens, session: str | None) -> None:
         router = self.router
-        decode = router.choose("decode", memo, session, commit=False)
-        try:
-            prefill: Route | None = router.choose("prefill", memo, session, commit=False)
-        except (NoHealthyWorker, CapacityExceeded):
-            prefill = None
-        where = place(prefill.load if prefill else None, decode.load, decode.request, self.config.placement)
+        decode = router.choose("decode", memo, session, commit=False, also=("both",))
+        prefill: Route | None = None
+        if decode.worker.role == "both":      # the planner's half-way role: whole requests there
+            where = Placement(local=True, reason="both")
+        else:
+            try:
+                prefill = router.choose("prefill", memo, session, commit=False)
+            except (NoHealthyWorker, CapacityExceeded):
+                pass
+            where = place(prefill.load if prefill else None, decode.load, decode.request, self.config.placement)
         self.metrics.placements[where.reason] += 1
         if where.local:
             router.commit("decode", decode)

@@ -117,6 +117,21 @@ def test_local_prefill_short_prompt_is_served_whole_by_the_decode_worker():
     assert tracker.load(D0).in_flight == 0
 
 
+def test_a_both_worker_in_a_disaggregated_fleet_serves_whole_requests_beside_the_decode_worker():
+    """The planner's half-way role: chosen among the decode workers (round robin here: D0, then B0),
+    a both worker computes the prompt and every token itself; the decode worker still gets handoffs."""
+    cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode", B0: "both"})
+    first, info1 = run(backend, monitor)
+    second, info2 = run(backend, monitor)
+    assert tokens(first) == tokens(second) == expected()
+    assert info1.headers == {"x-tandem-prefill": P0, "x-tandem-decode": D0}
+    assert info2.headers == {"x-tandem-prefill": B0, "x-tandem-decode": B0}
+    assert [(c[0], c[3]) for c in cluster.calls] == [(P0, False), (D0, True), (B0, False)]
+    placements = backend.parts.metrics.placements
+    assert placements.labels("local", "both")._value.get() == 1
+    assert all(tracker.load(u).in_flight == 0 for u in (P0, D0, B0))
+
+
 def test_local_prefill_longer_prompt_still_goes_prefill_then_decode():
     cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"}, local_prefill_tokens=9)
     deltas, info = run(backend, monitor)

@@ -40,11 +40,11 @@ def test_a_round_measures_only_its_own_window_and_publishes_one_switch():
     m = loop.measured
     assert (m.ttft_p90_ms, m.itl_p90_ms) == pytest.approx((1900.0, 45.0))
     assert (m.ttft_samples, m.itl_samples) == (4, 4)
-    assert sw == RoleSwitch("http://d0", "decode", "prefill", "ttft") and loop.seq == 1
+    assert sw == RoleSwitch("http://d0", "decode", "both", "ttft") and loop.seq == 1
     state = loop.state()
-    assert state["seq"] == 1 and state["switch"]["to_role"] == "prefill" and state["enabled"]
+    assert state["seq"] == 1 and state["switch"]["to_role"] == "both" and state["enabled"]
     assert prom.get_sample_value("tandem:gateway_planner_switches_total",
-                                 {"from_role": "decode", "to_role": "prefill", "reason": "ttft"}) == 1
+                                 {"from_role": "decode", "to_role": "both", "reason": "ttft"}) == 1
     # next round: nothing new observed, and the cooldown holds anyway
     clock[0] = 10.0
     assert loop.round() is None and loop.measured.ttft_samples == 0 and loop.seq == 1

@@ -119,3 +119,12 @@ def test_a_look_without_commit_is_neither_counted_nor_advances_round_robin():
     assert len(decisions) == 1
     assert router.choose("decode", memo, None).worker.url == "http://127.0.0.1:9001"
     assert len(decisions) == 2
+
+
+def test_also_adds_the_workers_of_other_roles_under_the_pools_policy_and_counter():
+    reg, index, tracker, router, decisions = cluster(["decode", "both", "prefill"], policy="round_robin")
+    memo = HashMemo([1, 2, 3], None)
+    picked = [router.choose("decode", memo, None, also=("both",)).worker.url for _ in range(4)]
+    assert picked == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"] * 2
+    assert {router.choose("decode", memo, None).worker.url for _ in range(3)} == {"http://127.0.0.1:9000"}
+    assert {pool for pool, _ in decisions} == {"decode"}

@@ -64,7 +64,8 @@ class PlacementConfig:
 @dataclass(frozen=True)
 class Placement:
     local: bool
-    reason: str                     # metric label: no_prefill, short, off, decode_busy, idle_decode, queue, remote
+    reason: str                     # metric label: no_prefill, short, off, decode_busy, idle_decode, queue, remote;
+                                    # "both": the gateway chose a role=both worker (tandem/gateway/pd_flow.py)
     remote_tokens: float = 0.0      # the estimates above, for logs and tests
     local_tokens: float = 0.0
     stall_tokens: float = 0.0
