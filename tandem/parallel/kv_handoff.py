@@ -46,7 +46,8 @@ def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind
     arch = loaded.model.arch                                  # the whole model's, not this rank's
     local = layout_of(loaded, config.cache)
     whole = layout_of(dataclasses.replace(loaded, arch=arch), config.cache)
-    num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // local.block_nbytes   # set: parallel_engine
+    # parallel_engine sets kv_cache_bytes when neither it nor num_blocks was given
+    num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // local.block_nbytes
     shm_dir = config.transfer.shm_dir
     own = allocate_rank_cache(local, num_blocks, g.device, shm_dir)
     broadcast(CacheInit(num_blocks, local.block_size, local.dtype, handoff=True, shm_dir=shm_dir))

@@ -23,9 +23,9 @@ than `min_samples` samples of the metric that triggers it, and never emptying a 
   moves to decode (the one with the fewest queued prefill tokens); without one, the prefill
   worker with the fewest queued prefill tokens moves to both if another prefill worker stays,
   or straight to decode when no decode worker is live.
+- Both over their targets: no move can fix both (more workers are needed); both within: nothing.
 A fleet of both workers alone (colocated) is never changed: a prefill worker there would idle
 (the gateway serves whole requests on both workers while no decode worker is live).
-- Both over their targets: no move can fix both (more workers are needed); both within: nothing.
 `margin` < 1 keeps the move from pushing the other metric straight over its target, and the
 cooldown lets the moved worker's effect show before the next decision (no flapping).
 
