@@ -116,11 +116,14 @@ class Eagle3Proposer:
             if run is None:
                 continue
             first, aux = run
+            window = self.cfg.catchup_window
             if first > seq.origin + seq.rows:   # a prompt from the target's prefix cache: the head's may hold it
-                self.cache.reuse_prefix(seq, tokens, n - 1)
+                self.cache.reuse(seq, tokens, n - 1 - window if window else 0, first)
             want = min(seq.origin + seq.rows, n - 2)   # the last row is always recomputed: it drafts
-            floor = max(first, n - 1 - self.cfg.catchup_window) if self.cfg.catchup_window else first
+            floor = max(first, n - 1 - window) if window else first
             if floor > want:   # no states for [want, first), or too many rows behind: restart there
+                aligned = -(-floor // self.cache.block_size) * self.cache.block_size
+                floor = aligned if aligned <= n - 2 else floor    # on a block boundary: publishable
                 self.cache.restart(seq, floor)
                 want = floor
             aux = aux[want - first:]

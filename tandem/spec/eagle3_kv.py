@@ -3,12 +3,17 @@ and a prefix cache of full blocks so that a prompt the target reads from its own
 (and so computes no hidden states for) still finds the head's rows for it (mechanism only;
 tandem/spec/eagle3.py decides).
 
-Slot j of a request holds the head's row at position origin + j. A full block of rows computed
-from the target's states with origin 0 depends only on the tokens up to one past its end (row p
-reads token p + 1): it is published under a chained hash of those tokens, seeded with the
-request's cache salt (tenants that salt their prompts never share the head's rows), and stays in
-the pool's free queue after its request leaves until a new block is taken over it
-(tandem.kv.BlockPool's caching). A hit adds a reference; such blocks are never written again except with the same rows.
+Slot j of a request holds the head's row at position origin + j. A row's keys and values depend
+on its own input only (the target's states at its position and the token after it), and the
+target's states on every token before: so with a block-aligned origin, a full block of rows
+computed from the target's states (absolute block b: positions [b*bs, (b+1)*bs)) depends only on
+the tokens up to one past its end (row p reads token p + 1), whatever the window it was computed
+in. It is published under a chained hash of those tokens, seeded with the request's cache salt
+(tenants that salt their prompts never share the head's rows), and stays in the pool's free queue
+after its request leaves until a new block is taken over it (tandem.kv.BlockPool's caching). A
+later request adopts a run of such blocks that ends where its own target states begin, wherever
+the run starts (its window then starts there). A hit adds a reference; such blocks are never
+written again except with the same rows.
 Hashes are Python's hash of int tuples (process-local); a collision would only cost drafts, since
 the target verifies every draft.
 """
@@ -67,24 +72,30 @@ class HeadKV:
         seq.blocks += self.pool.take(needed)
         return True
 
-    def reuse_prefix(self, seq: HeadSeq, tokens: list[int], limit: int) -> int:
-        """For a request with no rows yet: take the cached blocks of its longest cached prefix,
-        at most `limit` rows; -> the rows they hold (0: none, nothing taken)."""
+    def reuse(self, seq: HeadSeq, tokens: list[int], lo: int, hi: int) -> int:
+        """For a request with no rows yet: take cached blocks holding its rows for positions
+        [b * bs, hi // bs * bs), the longest such run that starts at or after lo's block; the run
+        must reach hi's block boundary. -> the rows they hold (0: none, nothing taken)."""
         if seq.blocks or seq.rows:
             return 0
-        hits = self.pool.cached_prefix(
-            block_hashes(tokens, min(limit, len(tokens) - 1) // self.block_size, self.block_size,
-                         seq.cache_salt))
-        if hits:
-            self.pool.touch(hits)
-            seq.blocks, seq.origin, seq.rows, seq.published = hits, 0, len(hits) * self.block_size, len(hits)
-        return seq.rows
+        bs = self.block_size
+        end = min(hi, len(tokens) - 1) // bs
+        hashes = block_hashes(tokens, end, bs, seq.cache_salt)
+        for b in range(max(0, lo) // bs, end):
+            hits = self.pool.cached_prefix(hashes[b:])
+            if len(hits) == end - b:
+                self.pool.touch(hits)
+                seq.blocks, seq.origin, seq.rows, seq.published = hits, b * bs, len(hits) * bs, len(hits)
+                return seq.rows
+        return 0
 
     def publish(self, seq: HeadSeq, tokens: list[int]) -> None:
-        """Cache the request's full blocks of rows from the target's states (origin 0 only)."""
-        full = seq.rows // self.block_size if seq.origin == 0 else 0
+        """Cache the request's full blocks of rows from the target's states (a block-aligned origin)."""
+        if seq.origin % self.block_size:
+            return
+        base, full = seq.origin // self.block_size, seq.rows // self.block_size
         if full > seq.published:
-            hashes = block_hashes(tokens, full, self.block_size, seq.cache_salt)
+            hashes = block_hashes(tokens, base + full, self.block_size, seq.cache_salt)[base:]
             self.pool.cache(seq.blocks[seq.published:full], hashes[seq.published:full])
             seq.published = full
 

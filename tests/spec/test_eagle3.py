@@ -115,7 +115,7 @@ def test_prompts_from_the_prefix_cache_reuse_the_heads_rows(llama_dir, make_engi
                          k=3, max_num_batched_tokens=256)
     eagle = spec.proposer.method
     if not reuse:
-        eagle.cache.reuse_prefix = lambda *a: 0
+        eagle.cache.reuse = lambda *a: 0
     firsts = []
     for wave in range(2):
         drafts_before = []
@@ -179,14 +179,15 @@ def test_the_heads_prefix_cache_is_keyed_by_cache_salt():
     seq.rows = len(tokens) - 1     # rows from the target's states for every position but the last
     kv.publish(seq, tokens)
     kv.free(first)
-    hits = {salt: kv.reuse_prefix(kv.seq(Req(salt)), tokens, len(tokens) - 1)
+    hits = {salt: kv.reuse(kv.seq(Req(salt)), tokens, 0, len(tokens) - 1)
             for salt in ("tenant-a", "tenant-b", None)}
     assert hits == {"tenant-a": 12, "tenant-b": 0, None: 0}
 
 
 def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine, tmp_path):
-    """With catchup_window W, a 40-token prompt gives the head only its last W rows (its window
-    restarts there); drafting goes on from them, and greedy output is unchanged."""
+    """With catchup_window W, a 40-token prompt gives the head only its last W rows at most (its
+    window restarts there, on a block boundary); drafting goes on from them, and greedy output is
+    unchanged."""
     prompt = prompts(1, seed=8, min_len=40, max_len=41)[0]
     ref = run(make_engine(llama_dir, prefix_caching=False), [r0 := request(prompt, max_tokens=10)])
     spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=2,
@@ -198,10 +199,68 @@ def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine,
     deltas = spec.step()     # the prompt and its first token; then the head catches up and drafts
     req = spec.requests[r.request_id]
     seq = eagle.cache.seqs[req]
-    assert (seq.origin, seq.origin + seq.rows) == (req.num_tokens - 1 - 8, req.num_tokens - 1)
+    # the window starts on the first block boundary at or after n - 1 - 8 (block size 4)
+    assert (seq.origin, seq.origin + seq.rows) == (-(-(req.num_tokens - 1 - 8) // 4) * 4, req.num_tokens - 1)
     for _ in range(50):
         if not spec.requests:
             break
         deltas += spec.step()
     assert tokens(deltas) == tokens(ref[r0.request_id])
     assert spec.stats().spec_num_draft_tokens > 0 and eagle.cache.num_held == 0
+
+
+def test_a_window_anywhere_in_the_prompt_is_published_and_reused():
+    """Rows computed in a window starting on a block boundary are cached under their absolute
+    blocks; a later request adopts the run that ends where its own target states begin."""
+    class Req:
+        cache_salt = None
+
+    kv = HeadKV(num_blocks=16, block_size=4)
+    tokens = list(range(200, 230))                # 30 tokens
+    first = Req()
+    seq = kv.seq(first)
+    kv.restart(seq, 12)                           # a window from position 12 (block 3)
+    assert kv.reserve(seq, 29 - 12)
+    seq.rows = 29 - 12                            # rows for positions [12, 29)
+    kv.publish(seq, tokens)
+    assert seq.published == 4                     # blocks 3..6 (positions 12-27)
+    kv.free(first)
+    again = kv.seq(Req())
+    assert kv.reuse(again, tokens, 14, 24) == 12  # from block 3 (lo 14 is in it) up to position 24
+    assert (again.origin, again.rows) == (12, 12)
+    kv.free(Req())
+    assert kv.reuse(kv.seq(Req()), tokens, 0, 10) == 0      # blocks 0-1 were never computed
+    late = Req()
+    kv.restart(s2 := kv.seq(late), 13)            # off a block boundary: nothing published
+    assert kv.reserve(s2, 16)
+    s2.rows = 16
+    kv.publish(s2, tokens)
+    assert s2.published == 0
+
+
+def test_a_long_prompt_from_the_targets_prefix_cache_finds_its_window(llama_dir, make_engine, tmp_path):
+    """With the target's prefix cache on, a prompt whose start the target has cached gives the head
+    no states for it; the head adopts the rows a previous request computed in its window, and its
+    window ends where the new states begin."""
+    # 46 tokens: the target caches blocks up to 44 for the second prompt; head row 43 reads token 44,
+    # shared too (a prompt diverging right on a block boundary would leave the head's last block unusable)
+    base = prompts(1, seed=9, min_len=46, max_len=46)[0]
+    spec = _eagle_engine(make_engine, llama_dir, _head_dir(make_engine(llama_dir), tmp_path / "h"), k=2)
+    eagle = spec.proposer.method
+    eagle.reconfigure(dataclasses.replace(eagle.cfg, catchup_window=8))
+    run(spec, [request(base, max_tokens=6)])
+    reused = []
+    orig = eagle.cache.reuse
+    eagle.cache.reuse = lambda *a: reused.append(orig(*a)) or reused[-1]
+    spec.add_request(r := request(base + [7, 8, 9, 10], max_tokens=6))
+    spec.step()
+    req = spec.requests[r.request_id]
+    seq = eagle.cache.seqs[req]
+    assert reused and reused[0] > 0 and seq.origin > 0 and seq.origin % 4 == 0
+    assert seq.origin + seq.rows == req.num_tokens - 1
+    assert seq.origin <= req.num_tokens - 1 - 8      # the window reaches back as far as asked
+    for _ in range(50):
+        if not spec.requests:
+            break
+        spec.step()
+    assert eagle.cache.num_held == 0
