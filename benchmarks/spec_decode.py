@@ -18,8 +18,12 @@ Each batch size B runs the same `--requests` prompts, B at a time (a wave of B s
 previous one has finished). Decode tokens/s = tokens sampled in steps that only decode (no
 prefill chunk scheduled) / the wall time of those steps, proposers' time included; prefill steps
 are left out of both. One engine (prefix caching on, warmed by one unmeasured run of every
-workload) serves all runs, so the runs differ only by the proposer; proposers are built fresh
-for every run (the suffix proposer learns only from the run's own earlier requests). Runs of
+workload, with the EAGLE-3 head attached when one is kept) serves all runs, so the runs differ
+only by the proposer; proposers are built fresh
+for every run (the suffix proposer learns only from the run's own earlier requests), except the
+draft model's and the EAGLE-3 head's models, loaded once, whose own prefix caches persist across
+runs as in a server, as the target's does (`--fresh-eagle3`: a new head, with an empty cache, for
+every run: it then finds no rows for the prompts the target reads from its cache). Runs of
 one (workload, batch) cell alternate between the proposers, `--reps` times, and the medians are
 reported. One torch thread.
 """
@@ -105,13 +109,17 @@ def run_wave(engine: Engine, prompts: list[list[int]], max_tokens: int, tag: str
     return out, decode_s, decode_cpu_s, decode_tokens
 
 
-def proposer_for(name: str, engine: Engine, args, draft_method, gate: SpeculationGate) -> AdaptiveProposer | None:
+def proposer_for(name: str, engine: Engine, args, draft_method, gate: SpeculationGate,
+                 eagle3_method=None) -> AdaptiveProposer | None:
     """A fresh proposer (no drafting state from earlier runs) around the workload's gate."""
     if name == "none":
         return None
     k = getattr(args, f"k_{name}")
     if name == "draft_model":   # the loaded draft is reused; its state is per request and freed
         return AdaptiveProposer(draft_method, k, AdaptiveDraftLength(k, 64), gate)
+    if name == "eagle3" and eagle3_method is not None:   # the kept head, capturing again
+        eagle3_method.attach()
+        return AdaptiveProposer(eagle3_method, k, AdaptiveDraftLength(k, 64), gate)
     if name == "suffix_draft":  # {"method": "suffix", "model": DRAFT}: the same draft behind suffix
         method = SuffixWithDraftModel(SuffixProposer(k), draft_method)
         return AdaptiveProposer(method, k, AdaptiveDraftLength(k, 64, shorten=False), gate)
@@ -174,6 +182,8 @@ def main() -> None:
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="every prompt computed whole (an EAGLE-3 head gets no target states for a "
                         "prompt read from the prefix cache; decode-only tokens/s leave prefills out anyway)")
+    p.add_argument("--fresh-eagle3", action="store_true",
+                   help="a new EAGLE-3 head (empty cache) for every run instead of one kept across runs")
     p.add_argument("--out", default="spec_decode.json")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -194,13 +204,24 @@ def main() -> None:
         cfg = SpeculativeConfig("draft_model", model=args.draft, num_speculative_tokens=args.k_draft_model)
         draft_method = make_proposer(cfg, SpecTarget.of_engine(engine)).method
         draft_method.loaded.wait_packed()
+    eagle3_method = None
+    if "eagle3" in names and not args.fresh_eagle3:
+        cfg = SpeculativeConfig("eagle3", model=args.eagle3, num_speculative_tokens=args.k_eagle3)
+        eagle3_method = make_proposer(cfg, SpecTarget.of_engine(engine)).method
+        if args.eagle3_catchup_window is not None:
+            eagle3_method.reconfigure(dataclasses.replace(eagle3_method.cfg, catchup_window=args.eagle3_catchup_window))
+        eagle3_method.close()   # captures only while its runs are on
     tok = engine.tokenizer
     texts = {"toolcall": tool_call_prompts, "prose": prose_prompts}
     workloads = {w: [tok.encode(t, add_special_tokens=False) for t in texts[w](args.requests)]
                  for w in args.workloads.split(",")}
     results: list[dict] = []
     for wname, prompts in workloads.items():
-        run_cell(engine, prompts, max(batches), args.max_tokens, None, f"warm-{wname}")
+        # the warm-up fills the target's prefix cache, and a kept EAGLE-3 head's with it (a server's
+        # head has computed the rows of every prompt its target has cached)
+        warm = proposer_for("eagle3", engine, args, draft_method, SpeculationGate(), eagle3_method) \
+            if eagle3_method is not None else None
+        run_cell(engine, prompts, max(batches), args.max_tokens, warm, f"warm-{wname}")
         # one gate per proposer and workload: what it measures persists, as in a running server
         gates = {n: SpeculationGate() for n in names}
         for batch in batches:
@@ -208,7 +229,7 @@ def main() -> None:
             for rep in range(args.reps):
                 for n in (names if rep % 2 == 0 else names[::-1]):
                     r = run_cell(engine, prompts, batch, args.max_tokens,
-                                 proposer_for(n, engine, args, draft_method, gates[n]),
+                                 proposer_for(n, engine, args, draft_method, gates[n], eagle3_method),
                                  f"{wname}-{batch}-{n}-{rep}")
                     runs[n].append(r)
                     print(f"{wname} b{batch} {n} rep{rep}: {r['tok_cpu_s']:.1f} tok/CPU-s, "

@@ -92,6 +92,10 @@ class Eagle3Proposer:
         self.cfg = cfg
         self.tap.max_rows = _held_rows(cfg)
 
+    def attach(self) -> None:
+        """Capture the target's states for this head again (after `close`)."""
+        self.target.aux_tap = self.tap
+
     def close(self) -> None:
         """Stop the target's capture (the proposer is being replaced or dropped)."""
         if self.target.aux_tap is self.tap:

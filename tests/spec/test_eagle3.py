@@ -86,6 +86,9 @@ def test_greedy_output_identical_with_a_random_head(llama_dir, make_engine, tmp_
     assert eagle.cache.num_held == 0 and not eagle.cache.seqs and not eagle.tap.pending
     eagle.close()
     assert spec.loaded.model.aux_tap is None
+    eagle.attach()                                   # a kept head captures again
+    assert spec.loaded.model.aux_tap is eagle.tap
+    eagle.close()
 
 
 def test_the_head_rows_follow_the_tokens(llama_dir, make_engine, tmp_path):
