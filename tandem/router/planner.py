@@ -103,16 +103,22 @@ def plan(m: Measured, workers: tuple[WorkerLoad, ...], cfg: PlannerConfig,
     disaggregated = bool(prefill and decode)
     if (_over(m.ttft_p90_ms, cfg.slo_ttft_ms) and m.ttft_samples >= cfg.min_samples
             and _within(m.itl_p90_ms, cfg.slo_itl_ms, cfg.margin)):
-        if both and disaggregated:
-            return RoleSwitch(min(both, key=_by_context).worker_id, "both", "prefill", "ttft")
-        if len(decode) > 1:
-            to = "both" if disaggregated else "prefill"
-            return RoleSwitch(min(decode, key=_by_context).worker_id, "decode", to, "ttft")
+        switch = _rung(both, decode, "decode", "prefill", disaggregated, _by_context, "ttft")
+        if switch is not None:
+            return switch
     if (_over(m.itl_p90_ms, cfg.slo_itl_ms) and m.itl_samples >= cfg.min_samples
             and _within(m.ttft_p90_ms, cfg.slo_ttft_ms, cfg.margin)):
-        if both and disaggregated:
-            return RoleSwitch(min(both, key=_by_queue).worker_id, "both", "decode", "itl")
-        if len(prefill) > 1:
-            to = "both" if disaggregated else "decode"
-            return RoleSwitch(min(prefill, key=_by_queue).worker_id, "prefill", to, "itl")
+        return _rung(both, prefill, "prefill", "decode", disaggregated, _by_queue, "itl")
+    return None
+
+
+def _rung(both: list[WorkerLoad], giving: list[WorkerLoad], from_role: str, to_role: str,
+          disaggregated: bool, key, reason: str) -> RoleSwitch | None:
+    """One rung towards `to_role`: a both worker the rest of the way (in a disaggregated fleet),
+    else a worker of the pool that gives (`from_role`) to both, or straight to `to_role` when the
+    fleet has no live worker of `to_role` yet; never the pool's last worker. `key` picks the worker."""
+    if both and disaggregated:
+        return RoleSwitch(min(both, key=key).worker_id, "both", to_role, reason)
+    if len(giving) > 1:
+        return RoleSwitch(min(giving, key=key).worker_id, from_role, "both" if disaggregated else to_role, reason)
     return None

@@ -39,6 +39,15 @@ def run(engine, requests, max_steps=10_000, timeout_s=120.0):
     return out
 
 
+def settle_handoffs(prefill, timeout_s: float = 10.0) -> None:
+    """Step a prefill worker until it keeps no handed-over blocks: it frees its copy once the
+    pull is confirmed (a step's connector poll)."""
+    deadline = time.monotonic() + timeout_s
+    while prefill.scheduler.kept and time.monotonic() < deadline:
+        prefill.step()
+        time.sleep(0.01)
+
+
 def check_decode_after_handoff(prefill, decode, prompt, ref, resume_at=7) -> None:
     """`prompt` prefilled on `prefill`, its KV handed to `decode`, which continues it; then a
     migration (the stream resumes on `decode` from the client's first `resume_at` tokens, no

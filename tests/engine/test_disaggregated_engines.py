@@ -2,7 +2,6 @@
 output equals one engine's, and every block on both sides is free afterwards."""
 
 import dataclasses
-import time
 
 import pytest
 
@@ -11,7 +10,7 @@ from tandem.errors import InvalidRequest
 from tandem.kv.layout import KVLayout
 from tandem.types import EngineRequest, KVHandle
 from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
-from tests.engine.helpers import prompts, request, run, tokens
+from tests.engine.helpers import prompts, request, run, settle_handoffs, tokens
 
 
 def _pair(model_dir, kind, **kw):
@@ -35,13 +34,6 @@ def _disaggregated(prefill, decode, prompt, max_tokens):
     return pre[0].new_token_ids + tokens(out), pre, out
 
 
-def _wait_released(engine, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while engine.scheduler.kept and time.monotonic() < deadline:
-        engine.step()
-        time.sleep(0.01)
-
-
 @pytest.mark.parametrize("kind", ["tcp", "shm", "mooncake"])
 def test_greedy_identity_across_the_handoff(llama_dir, make_engine, kind):
     if kind == "mooncake":
@@ -54,7 +46,7 @@ def test_greedy_identity_across_the_handoff(llama_dir, make_engine, kind):
             got, pre, out = _disaggregated(prefill, decode, prompt, 9)
             assert got == ref
             assert out[-1].num_output_tokens == 9
-        _wait_released(prefill)
+        settle_handoffs(prefill)
         assert_all_blocks_free(prefill)
         assert_all_blocks_free(decode)
     finally:
@@ -69,7 +61,7 @@ def test_decode_pulls_only_blocks_it_lacks(llama_dir):
         run(decode, [request(shared + [7, 8, 9], max_tokens=2)])  # decode side caches 6 blocks
         got, pre, out = _disaggregated(prefill, decode, shared + [40, 41], 5)
         assert decode.stats().prefix_cache_hits >= 24
-        _wait_released(prefill)
+        settle_handoffs(prefill)
         assert_all_blocks_free(prefill)
         assert_all_blocks_free(decode)
     finally:

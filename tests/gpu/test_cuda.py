@@ -17,7 +17,7 @@ from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.testing.tiny_model import write_test_model
 from tests.conftest import assert_all_blocks_free, engine_config
-from tests.engine.helpers import check_decode_after_handoff, prompts, request, run, tokens
+from tests.engine.helpers import check_decode_after_handoff, prompts, request, run, settle_handoffs, tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -76,10 +76,7 @@ def test_kv_hands_over_between_cpu_and_gpu_workers(tmp_path, make_engine, prefil
         for prompt in prompts(3, seed=46, min_len=9, max_len=40):
             ref = tokens(run(single, [r := request(prompt, max_tokens=10)])[r.request_id])
             check_decode_after_handoff(prefill, decode, prompt, ref)
-        for _ in range(200):                     # the prefill side frees its copy once the pull is confirmed
-            if not prefill.scheduler.kept:
-                break
-            prefill.step()
+        settle_handoffs(prefill)
         assert_all_blocks_free(prefill)
         assert_all_blocks_free(decode)
     finally:
@@ -123,10 +120,7 @@ def test_a_one_rank_worker_over_nccl_steps_and_hands_over(tmp_path, make_engine,
         else:
             for prompt, ref in zip(ps, refs):
                 check_decode_after_handoff(engine, decode, prompt, ref)
-            for _ in range(200):
-                if not engine.scheduler.kept:
-                    break
-                engine.step()
+            settle_handoffs(engine)
         assert_all_blocks_free(engine)
         assert_all_blocks_free(decode)
     finally:

@@ -8,7 +8,6 @@ dtype) are clear errors."""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from tandem.parallel.launch import parallel_engine
 from tandem.testing.tiny_model import write_test_model
 from tandem.types import EngineRequest
 from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
-from tests.engine.helpers import prompts, request, run, tokens
+from tests.engine.helpers import prompts, request, run, settle_handoffs, tokens
 
 torch.set_num_threads(1)
 
@@ -40,14 +39,6 @@ def _handoff(prefill, decode, prompt, n):
     second = EngineRequest(f"{first.request_id}-d", list(prompt), first.sampling,
                            kv_handle=last.kv_handle, resume_output_ids=list(last.new_token_ids))
     return last.new_token_ids + tokens(run(decode, [second])[second.request_id])
-
-
-def _settle(prefill):
-    """The prefill side frees its copy once the pull is confirmed (a step's connector poll)."""
-    deadline = time.monotonic() + 10
-    while prefill.scheduler.kept and time.monotonic() < deadline:
-        prefill.step()
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("arch,prefill_pcfg,decode_pcfg,kind", [
@@ -73,7 +64,7 @@ def test_handoff_across_parallel_layouts_is_greedy_identical(tmp_path, make_engi
         for prompt in prompts(3, seed=32, min_len=9, max_len=30):
             ref = tokens(run(single, [r := request(prompt, max_tokens=6)])[r.request_id])
             assert _handoff(prefill, decode, prompt, 6) == ref
-        _settle(prefill)
+        settle_handoffs(prefill)
         assert_all_blocks_free(prefill)
         assert_all_blocks_free(decode)
         assert prefill.connector.worker.transport.source.num_pinned() == 0
@@ -100,7 +91,7 @@ def test_layouts_that_cannot_be_converted_are_clear_errors(tmp_path, other):
         with pytest.raises(KVLayoutMismatch, match=field):
             decode.add_request(second)
         prefill.release_kv(first.request_id)
-        _settle(prefill)
+        settle_handoffs(prefill)
         assert_all_blocks_free(prefill)
     finally:
         prefill.shutdown()
