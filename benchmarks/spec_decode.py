@@ -24,8 +24,9 @@ for every run (the suffix proposer learns only from the run's own earlier reques
 draft model's and the EAGLE-3 head's models, loaded once, whose own prefix caches persist across
 runs as in a server, as the target's does (`--fresh-eagle3`: a new head, with an empty cache, for
 every run: it then finds no rows for the prompts the target reads from its cache). Runs of
-one (workload, batch) cell alternate between the proposers, `--reps` times, and the medians are
-reported. One torch thread.
+one (workload, batch) cell alternate between the proposers, `--reps` times; tokens/s are the
+medians of the runs, a proposer's speed-up the median of its per-repetition ratios against the
+none run of the same repetition (the runs beside it in time). One torch thread.
 """
 
 from __future__ import annotations
@@ -236,6 +237,10 @@ def main() -> None:
                           f"{r['tok_s']:.1f} tok/s", file=sys.stderr)
             base = runs["none"][0]["outputs"] if "none" in runs else None
             for n, rs in runs.items():
+                # each repetition's ratio against the none run of the same repetition (adjacent in
+                # time, in alternating order), so that the machine's slow drifts cancel
+                ratios = [r["tok_cpu_s"] / b["tok_cpu_s"] for r, b in zip(rs, runs["none"])
+                          if b["tok_cpu_s"]] if "none" in runs else []
                 identical = base is None or all(r["outputs"] == base for r in rs)
                 if not identical:
                     print(f"OUTPUT DIFFERS: {wname} b{batch} {n}", file=sys.stderr)
@@ -245,6 +250,8 @@ def main() -> None:
                     "wall_tok_s": statistics.median(r["tok_s"] for r in rs),
                     "cpu_tok_s_runs": [round(r["tok_cpu_s"], 2) for r in rs],
                     "wall_tok_s_runs": [round(r["tok_s"], 2) for r in rs],
+                    "ratio": statistics.median(ratios) if ratios else None,
+                    "ratio_runs": [round(x, 3) for x in ratios],
                     "output_tokens": sum(len(t) for t in rs[0]["outputs"].values()),
                     **{key: rs[0][key] for key in ("draft_tokens", "accepted_tokens", "acceptance",
                                                    "mean_accepted_per_draft")}})
@@ -257,7 +264,8 @@ def main() -> None:
 
 
 def markdown(results: list[dict], names: list[str]) -> str:
-    """Decode tokens per CPU-second (wall tokens/s in parentheses), speed-up over none, acceptance."""
+    """Decode tokens per CPU-second (wall tokens/s in parentheses), speed-up over none (the median
+    of the repetitions' ratios against none's run in the same repetition), acceptance."""
     others = [n for n in names if n != "none"]
     lines = ["| workload | batch | none | " + " | ".join(others) + " |",
              "|---|---:|---:|" + "---:|" * len(others)]
@@ -269,7 +277,7 @@ def markdown(results: list[dict], names: list[str]) -> str:
         for n in others:
             r = row[n]
             acc = "" if r["acceptance"] is None else f", acc {r['acceptance']:.2f}"
-            out.append(f"{r['cpu_tok_s']:.0f} ({r['wall_tok_s']:.0f}) x{r['cpu_tok_s'] / none['cpu_tok_s']:.2f}{acc}"
+            out.append(f"{r['cpu_tok_s']:.0f} ({r['wall_tok_s']:.0f}) x{r['ratio']:.2f}{acc}"
                        + ("" if r["identical"] else " DIFFERS"))
         lines.append(f"| {wname} | {batch} | " + " | ".join(out) + " |")
     return "\n".join(lines)
