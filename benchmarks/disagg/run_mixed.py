@@ -1,7 +1,7 @@
 """Colocated vs disaggregated on the same cores: agentic sessions while other streams decode.
 
 For each configuration, one after another on the same port and cores:
-  1. `tandem up --model M <topology> --policy P [--worker-arg ...]` in its own process group
+  1. `tandem up --model M <topology> [--up-arg ...] --policy P [--worker-arg ...]` in its own process group
      (each worker pinned to one core, one torch thread);
   2. two `tandem bench serve` clients at once against the gateway, both bounded by --duration:
      - "agentic": sessions with a long shared prefix (system prompt + tools) and tool results,
@@ -101,7 +101,7 @@ def loadavg() -> str:
 
 def run_config(cfg: Config, a: argparse.Namespace, out: Path) -> dict:
     url = f"http://127.0.0.1:{a.port}"
-    up = [sys.executable, "-m", "tandem", "up", "--model", a.model, *cfg.up_args, "--port", str(a.port),
+    up = [sys.executable, "-m", "tandem", "up", "--model", a.model, *cfg.up_args, *a.up_arg, "--port", str(a.port),
           "--policy", a.policy, *(f"--worker-arg={w}" for w in (*a.worker_arg, *cfg.worker_args)),
           *(f"--gateway-arg={g}" for g in cfg.gateway_args)]
     run_dir = out / cfg.label
@@ -143,6 +143,9 @@ def main() -> int:
     p.add_argument("--configs", default="colocated:2,pd:1:1")
     p.add_argument("--policy", default="default")
     p.add_argument("--worker-arg", action="append", default=[], help="for every worker; write --worker-arg=--flag=v")
+    p.add_argument("--up-arg", action="append", default=[],
+                   help="for every configuration's `tandem up` (e.g. the planner's targets: "
+                        "--up-arg=--slo-ttft-ms=6000; a colocated fleet's roles are never changed)")
     p.add_argument("--agentic-args", required=True, help="`tandem bench serve` workload flags")
     p.add_argument("--decoders-args", default="", help="`tandem bench serve` workload flags ('' = none)")
     p.add_argument("--duration", type=float, default=120.0, help="each client sends nothing after this (s)")
