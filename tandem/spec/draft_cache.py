@@ -7,8 +7,8 @@ never see it, and the draft recomputes what it misses. A request's draft KV hold
 draft tokens the draft fed itself after it (`fed`). At the next call the request has grown by
 the tokens the target accepted plus its own next token; the draft's K/V stays valid up to where
 those agree with `fed` (`valid`), and the rest is recomputed (a rejected draft's K/V is simply
-overwritten). Blocks come from a tandem.kv BlockPool, sized by the caller; they return to it
-when the request leaves (`free`).
+overwritten). Blocks come from tandem/spec/proposer_kv.py's pool, sized by the caller; they
+return to it when the request leaves (`free`).
 
 Prefix caching (the draft's own, by the chained block hashes of the request's tokens and cache
 salt): a new request takes the cached blocks of its leading full blocks (`adopt`), so a system
@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.kv.block_hash import hash_request_blocks
-from tandem.kv.block_pool import BlockPool, KVBlock
+from tandem.kv.block_pool import KVBlock
+from tandem.spec.proposer_kv import ProposerKV
 
 
 @dataclass(eq=False)
@@ -35,6 +36,10 @@ class DraftSeq:
     num_published: int = 0                               # leading blocks cached (adopted or published)
     base: int = 0                                        # the request's length at the last call
     fed: list[int] = field(default_factory=list)         # draft tokens at positions [base, computed)
+
+    def add_blocks(self, taken: list[KVBlock]) -> None:
+        self.blocks += taken
+        self.block_ids += [b.block_id for b in taken]
 
     def valid(self, tokens: list[int]) -> int:
         """Positions of `tokens` (the request's tokens now) whose K/V the draft holds."""
@@ -49,29 +54,9 @@ class DraftSeq:
         return self.base + n
 
 
-class DraftCache:
+class DraftCache(ProposerKV[DraftSeq]):
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.block_size = block_size
-        self.pool = BlockPool(num_blocks, enable_caching=True)
-        self.seqs: dict[object, DraftSeq] = {}   # request (by identity) -> its draft KV
-
-    def seq(self, request) -> DraftSeq:
-        seq = self.seqs.get(request)
-        if seq is None:
-            seq = self.seqs[request] = DraftSeq()
-        return seq
-
-    def reserve(self, seq: DraftSeq, num_positions: int) -> bool:
-        """Hold blocks for positions [0, num_positions); False (nothing taken) when too few are free."""
-        needed = -(-num_positions // self.block_size) - len(seq.blocks)
-        if needed <= 0:
-            return True
-        if needed > self.pool.num_free:
-            return False
-        taken = self.pool.take(needed)
-        seq.blocks += taken
-        seq.block_ids += [b.block_id for b in taken]
-        return True
+        super().__init__(num_blocks, block_size, lambda request: DraftSeq())
 
     def _hashes(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> list[int]:
         n = len(tokens) // self.block_size
@@ -89,8 +74,7 @@ class DraftCache:
         hit = self.pool.cached_prefix(leading)
         if hit:
             self.pool.touch(hit)
-            seq.blocks += hit
-            seq.block_ids += [b.block_id for b in hit]
+            seq.add_blocks(hit)
             seq.computed = seq.base = len(hit) * self.block_size
             seq.num_published = len(hit)
 
@@ -101,12 +85,3 @@ class DraftCache:
             hashes = self._hashes(seq, tokens, cache_salt)
             self.pool.cache(seq.blocks[seq.num_published:full], hashes[seq.num_published:full])
             seq.num_published = full
-
-    def free(self, request) -> None:
-        seq = self.seqs.pop(request, None)
-        if seq is not None and seq.blocks:
-            self.pool.release(seq.blocks)
-
-    @property
-    def num_held(self) -> int:
-        return self.pool.num_blocks - self.pool.num_free

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tandem.kv.block_pool import BlockPool, KVBlock
+from tandem.kv.block_pool import KVBlock
+from tandem.spec.proposer_kv import ProposerKV
 
 _SEED = 0x3A61E
 
@@ -39,6 +40,9 @@ class HeadSeq:
     def block_ids(self) -> list[int]:
         return [b.block_id for b in self.blocks]
 
+    def add_blocks(self, taken: list[KVBlock]) -> None:
+        self.blocks += taken
+
 
 def block_hashes(tokens: list[int], num_blocks: int, block_size: int,
                  cache_salt: str | None = None) -> list[int]:
@@ -50,27 +54,9 @@ def block_hashes(tokens: list[int], num_blocks: int, block_size: int,
     return out
 
 
-class HeadKV:
+class HeadKV(ProposerKV[HeadSeq]):
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        self.block_size = block_size
-        self.pool = BlockPool(num_blocks, enable_caching=True)
-        self.seqs: dict[object, HeadSeq] = {}   # request (by identity) -> its head KV
-
-    def seq(self, request) -> HeadSeq:
-        seq = self.seqs.get(request)
-        if seq is None:
-            seq = self.seqs[request] = HeadSeq(cache_salt=request.cache_salt)
-        return seq
-
-    def reserve(self, seq: HeadSeq, num_slots: int) -> bool:
-        """Hold blocks for slots [0, num_slots); False (nothing taken) when too few are free."""
-        needed = -(-num_slots // self.block_size) - len(seq.blocks)
-        if needed <= 0:
-            return True
-        if needed > self.pool.num_free:
-            return False
-        seq.blocks += self.pool.take(needed)
-        return True
+        super().__init__(num_blocks, block_size, lambda request: HeadSeq(cache_salt=request.cache_salt))
 
     def reuse(self, seq: HeadSeq, tokens: list[int], lo: int, hi: int) -> int:
         """For a request with no rows yet: take cached blocks holding its rows for positions
@@ -105,12 +91,3 @@ class HeadKV:
         if seq.blocks:
             self.pool.release(seq.blocks)
         seq.blocks, seq.origin, seq.rows, seq.published = [], origin, 0, 0
-
-    def free(self, request) -> None:
-        seq = self.seqs.pop(request, None)
-        if seq is not None and seq.blocks:
-            self.pool.release(seq.blocks)
-
-    @property
-    def num_held(self) -> int:
-        return sum(1 for b in self.pool.blocks if b.ref_count > 0)
