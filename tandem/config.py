@@ -31,6 +31,8 @@ class ModelConfig:
     device: str = "cpu"               # cpu | cuda | cuda:N
     served_name: str | None = None    # name in /v1/models; default: the directory's name
     max_model_len: int | None = None  # default: the config's max_position_embeddings
+    # a chat template's source (--chat-template) in place of the model directory's templates
+    chat_template: str | None = None
     show_progress: bool = True        # progress bar while loading weights
     # CPU bfloat16: linear weights packed once into oneDNN's layout (tandem.layers.linear), faster
     # matrix products for one copy of them in RAM in place of the memory-mapped checkpoint

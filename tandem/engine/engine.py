@@ -112,7 +112,7 @@ class Engine:
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         loaded = loaded if loaded is not None else load_model(config.model)
-        tokenizer = Tokenizer.from_dir(config.model.path)
+        tokenizer = Tokenizer.from_dir(config.model.path, config.model.chat_template)
         layout = layout_of(loaded, config.cache)
         # the block count, fixed before a draft model sizes its own cache by it (SpecTarget.kv_tokens)
         budget = KVBudget(config, loaded.model, loaded.arch.vocab_size, loaded.max_model_len)

@@ -73,8 +73,10 @@ class RetryAfter:
         await self.app(scope, receive, send_with_header)
 
 
-def model_facts(model_path: str | None, served_name: str | None) -> tuple[object, str, int]:
-    """(tokenizer, served model name, max_model_len) from the model directory."""
+def model_facts(model_path: str | None, served_name: str | None,
+                chat_template: str | None = None) -> tuple[object, str, int]:
+    """(tokenizer, served model name, max_model_len) from the model directory (its chat templates
+    replaced by `chat_template` when given)."""
     if model_path is None:
         raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
                          "and chat template to hash prompt prefixes like the workers do")
@@ -82,7 +84,7 @@ def model_facts(model_path: str | None, served_name: str | None) -> tuple[object
     from tandem.tokenization.tokenizer import Tokenizer, warm_chat_template
 
     path = Path(model_path)
-    tokenizer = Tokenizer.from_dir(path)
+    tokenizer = Tokenizer.from_dir(path, chat_template)
     warm_chat_template(tokenizer)
     # the workers' default context; the gateway serves the smallest its workers report
     max_len = ModelArch.from_dir(path).context_length()

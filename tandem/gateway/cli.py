@@ -17,6 +17,7 @@ from tandem.server.cli import origins
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
+from tandem.tokenization.chat_template_arg import chat_template_arg
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--model", default=None, metavar="PATH",
                    help="model directory: tokenizer and chat template (to hash prompt prefixes)")
     g.add_argument("--served-model-name", default=None)
+    g.add_argument("--chat-template", type=chat_template_arg, default=None, metavar="FILE|TEMPLATE",
+                   help="the workers' --chat-template (prompts are rendered here as there)")
     g.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM "
                         "and tandem serve); vllm: the API's own defaults")
@@ -89,7 +92,7 @@ def gateway_config_from_args(args: argparse.Namespace):
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
-        model_path=args.model, served_model_name=args.served_model_name,
+        model_path=args.model, served_model_name=args.served_model_name, chat_template=args.chat_template,
         sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config)
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
@@ -117,7 +120,7 @@ def gateway(args: argparse.Namespace) -> int:
     config = gateway_config_from_args(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name)
+    tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name, config.chat_template)
     app = build_gateway_app(config, tokenizer, name, max_len)
     # Everything imported so far lives as long as the process: keep it out of the collector's
     # full passes, which would otherwise walk ~10^5 objects (~100 ms) in the request path.

@@ -30,6 +30,7 @@ class GatewayConfig:
     decode_policy: str | None = None   # ... for the decode pool
     model_path: str | None = None     # tokenizer and chat template (needed to hash prefixes)
     served_model_name: str | None = None
+    chat_template: str | None = None  # --chat-template's source: the workers' template, to render as they do
     sampling_defaults: SamplingDefaults = SamplingDefaults()  # the model's generation_config.json
     tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/server/parser_setup.py)
     reasoning_parser: str | None = None

@@ -18,6 +18,7 @@ from tandem.launcher.profiles import PROFILES, apply_profile
 from tandem.router.policies import POLICY_NAMES
 from tandem.server.parser_setup import parser_flag_args, reasoning_parser_arg, tool_parser_arg
 from tandem.server.queue_cli import add_queue_arguments, forwarded_queue_args
+from tandem.tokenization.chat_template_arg import chat_template_arg, chat_template_flag
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,6 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="for the gateway and every worker (default: recognized from the chat template)")
     u.add_argument("--reasoning-parser", type=reasoning_parser_arg, default=None, metavar="NAME",
                    help="for the gateway and every worker (default: none)")
+    u.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE",
+                   help="for the gateway and every worker: a Jinja chat template in place of the model's own")
     u.add_argument("--kv-store", default=None, metavar="auto|mooncake://HOST:PORT",
                    help="Mooncake Store shared by every worker's KV tiers: auto starts a mooncake_master "
                         "on 127.0.0.1 (and stops it); a URL uses a running one")
@@ -82,7 +85,13 @@ def up(args: argparse.Namespace) -> int:
     if not 0.0 < args.gpu_memory_utilization <= 1.0:
         print("tandem up: --gpu-memory-utilization must be in (0, 1]", file=sys.stderr)
         return 2
-    parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser)
+    if args.chat_template is not None:
+        try:
+            chat_template_arg(args.chat_template)
+        except argparse.ArgumentTypeError as exc:
+            print(f"tandem up: {exc}", file=sys.stderr)
+            return 2
+    parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser) + chat_template_flag(args.chat_template)
     workers = (args.prefill or 0) + (args.decode or 0) + (args.colocated or 0)
     share = (f"--gpu-memory-utilization={args.gpu_memory_utilization / workers:.4g}",)
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,

@@ -64,7 +64,7 @@ def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind
 
     transport = make_sharded_transport(kind, kv, config.transfer)
     transport.source.start()
-    tokenizer = Tokenizer.from_dir(config.model.path)
+    tokenizer = Tokenizer.from_dir(config.model.path, config.model.chat_template)
     proposer = None
     if config.speculative is not None:
         from tandem.spec.factory import make_proposer

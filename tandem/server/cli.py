@@ -28,6 +28,7 @@ from tandem.server.kvstore_cli import add_kv_store_arguments, kv_store_config_fr
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
+from tandem.tokenization.chat_template_arg import chat_template_arg
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
           "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
@@ -150,6 +151,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         '"num_speculative_tokens": 4, "model": DRAFT_DIR, "prompt_lookup_min": 2, '
                         '"prompt_lookup_max": 5}')
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
+    p.add_argument("--chat-template", type=chat_template_arg, default=None, metavar="FILE|TEMPLATE",
+                   help="a Jinja chat template (its file, or the template on one line) in place of the "
+                        "model's own")
     p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
                         "vllm: the API's own defaults")
@@ -183,6 +187,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
+                          chat_template=args.chat_template,
                           pack_weights=args.pack_weights, attention=args.attention,
                           fused_layers=args.fused_layers),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,

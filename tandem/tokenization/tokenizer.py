@@ -46,7 +46,9 @@ class Tokenizer:
         self._prompt_encoder: SegmentEncoder | None = None  # made on first chat prompt
 
     @classmethod
-    def from_dir(cls, path: str | Path) -> "Tokenizer":
+    def from_dir(cls, path: str | Path, chat_template: str | None = None) -> "Tokenizer":
+        """The tokenizer of a model directory; `chat_template` (a template's source, --chat-template)
+        replaces every chat template the directory has."""
         path = Path(path)
         tok_file = path / "tokenizer.json"
         config = _read_json(path / "tokenizer_config.json")
@@ -60,7 +62,8 @@ class Tokenizer:
         gen = _read_json(path / "generation_config.json")
         eos = gen.get("eos_token_id")
         extra = eos if isinstance(eos, list) else ([eos] if isinstance(eos, int) else [])
-        return cls(backend, config, _find_chat_templates(path, config), extra)
+        templates = {"default": chat_template} if chat_template else _find_chat_templates(path, config)
+        return cls(backend, config, templates, extra)
 
     # -- text <-> ids -------------------------------------------------------------------------
     @property
@@ -99,7 +102,8 @@ class Tokenizer:
         none or it does not parse."""
         source = self.chat_templates.get(name)
         if not source:
-            raise ChatTemplateError("this model has no chat template; use a completion prompt instead")
+            raise ChatTemplateError("this model has no chat template: start the server with --chat-template "
+                                    "FILE, or send a completion prompt instead")
         if name not in self._compiled:
             from tandem.tokenization.chat_template import compile_template
 
