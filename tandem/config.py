@@ -183,6 +183,8 @@ class EngineConfig:
     transfer: TransferConfig = field(default_factory=TransferConfig)
     speculative: SpeculativeConfig | None = None   # speculative decoding; None: off
     kv_store: KVStoreConfig = field(default_factory=KVStoreConfig)   # tiers below the device
+    # torch's global random generator at start-up (--seed): requests without a seed sample from it
+    seed: int | None = None
 
     @property
     def resolved_transport(self) -> str | None:

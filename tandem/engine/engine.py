@@ -78,6 +78,8 @@ class Engine:
         """`connector` moves KV between this worker and others (the handoff, a store);
         `transport_address` is where this worker's blocks are served, when they are."""
         self.config = config
+        if config.seed is not None:   # requests without a seed sample from torch's global generator
+            torch.manual_seed(config.seed)
         self.loaded = loaded
         self.tokenizer = tokenizer
         self.layout = layout_of(loaded, config.cache)

@@ -28,6 +28,7 @@ from tandem.server.kvstore_cli import add_kv_store_arguments, kv_store_config_fr
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
 from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
+from tandem.server.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.tokenization.chat_template_arg import chat_template_arg
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
@@ -158,6 +159,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
                         "vllm: the API's own defaults")
     add_parser_flags(p)
+    add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
     p.add_argument("--allowed-origins", type=origins, default="*",
@@ -193,14 +195,14 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           gpu_memory_utilization=args.gpu_memory_utilization,
                           num_blocks=args.num_kv_blocks, kv_cache_dtype=args.kv_cache_dtype,
-                          enable_prefix_caching=not args.no_prefix_caching),
+                          enable_prefix_caching=prefix_caching(args)),
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   background_chunk_tokens=args.background_chunk_tokens),
         role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
         transfer=transfer_config(args),
-        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config)
+        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
                          f"{engine.model.device} use tcp or mooncake, or pass --device cpu")

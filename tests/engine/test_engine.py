@@ -1,10 +1,14 @@
 """Engine behaviour: prefix cache, limits, abort, sampling, stop conditions."""
 
+import dataclasses
+
 import pytest
 import torch
 
+from tandem.engine.engine import Engine
 from tandem.errors import InvalidRequest, PromptTooLong
 from tandem.types import FinishReason, RequestContext
+from tests.conftest import assert_all_blocks_free, engine_config
 from tests.engine.helpers import prompts, request, run, tokens
 
 
@@ -106,6 +110,25 @@ def test_seeded_sampling_is_reproducible_in_any_batch(llama_dir, make_engine):
     unseeded = [tokens(run(engine, [u := request(p, max_tokens=10, temperature=1.0)])[u.request_id])
                 for _ in range(3)]
     assert any(u != alone for u in unseeded)
+
+
+def test_engine_seed_makes_unseeded_sampling_reproducible(llama_dir):
+    """--seed (EngineConfig.seed) seeds torch's generator as the engine starts: the same unseeded
+    request sampled by two engines of the same seed gives the same tokens, another seed others."""
+    p = prompts(1, seed=15)[0]
+
+    def sample(seed):
+        engine = Engine.from_config(dataclasses.replace(engine_config(llama_dir), seed=seed))
+        try:
+            out = tokens(run(engine, [r := request(p, max_tokens=16, temperature=1.0)])[r.request_id])
+            assert_all_blocks_free(engine)
+            return out
+        finally:
+            engine.shutdown()
+
+    first = sample(7)
+    assert sample(7) == first
+    assert sample(8) != first
 
 
 def test_logprobs_reported_per_token(llama_dir, make_engine):
