@@ -16,7 +16,7 @@ from tandem.router.policies import POLICY_NAMES
 from tandem.server.cli import origins
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
-from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
+from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
 from tandem.tokenization.chat_template_arg import chat_template_arg
 
 
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM "
                         "and tandem serve); vllm: the API's own defaults")
+    add_override_flag(g)
     add_parser_flags(g)   # the gateway's routes parse the output (tool calls, reasoning)
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
     g.add_argument("--allowed-origins", type=origins, default="*",
@@ -93,7 +94,8 @@ def gateway_config_from_args(args: argparse.Namespace):
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
         model_path=args.model, served_model_name=args.served_model_name, chat_template=args.chat_template,
-        sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config)
+        sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config,
+                                                     args.override_generation_config)
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
         allowed_origins=args.allowed_origins,

@@ -27,7 +27,7 @@ from tandem.server.config import ServerConfig
 from tandem.server.kvstore_cli import add_kv_store_arguments, kv_store_config_from_args
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
-from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults
+from tandem.server.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
 from tandem.server.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.tokenization.chat_template_arg import chat_template_arg
 
@@ -158,6 +158,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--generation-config", default="auto", choices=GENERATION_CONFIG_MODES,
                    help="auto: sampling defaults from the model's generation_config.json (as vLLM); "
                         "vllm: the API's own defaults")
+    add_override_flag(p)
     add_parser_flags(p)
     add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
@@ -207,7 +208,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
                          f"{engine.model.device} use tcp or mooncake, or pass --device cpu")
     server = ServerConfig(served_model_name=args.served_model_name,
-                          sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config),
+                          sampling_defaults=SamplingDefaults.for_model(
+                              args.model, args.generation_config, args.override_generation_config),
                           **parser_settings(args),
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
                           allowed_origins=args.allowed_origins,

@@ -20,6 +20,9 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
                         "it supports and never imports a checkpoint's Python files")
     p.add_argument("--enforce-eager", action="store_true",
                    help="accepted for vLLM compatibility: tandem always runs eagerly (no CUDA graphs)")
+    p.add_argument("--enable-prompt-tokens-details", action="store_true",
+                   help="accepted for vLLM compatibility: usage always reports "
+                        "prompt_tokens_details.cached_tokens")
     p.add_argument("--disable-log-requests", "--disable-log-stats", action="store_true",
                    help="accepted for vLLM compatibility: tandem logs no requests (unless --access-log) "
                         "and no periodic statistics (see /metrics)")

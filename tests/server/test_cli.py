@@ -209,7 +209,8 @@ def test_the_shm_transport_on_a_gpu_is_a_usage_error():
 def test_vllm_command_lines_start_unchanged():
     engine, _ = configs_from_args(parse(
         ["serve", "--model", "/m", "--device", "cpu", "--trust-remote-code", "--enforce-eager",
-         "--disable-log-requests", "--disable-log-stats", "--enable-prefix-caching", "--seed", "7"]))
+         "--disable-log-requests", "--disable-log-stats", "--enable-prefix-caching", "--seed", "7",
+         "--enable-prompt-tokens-details"]))
     assert engine.seed == 7 and engine.cache.enable_prefix_caching
     off, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--no-enable-prefix-caching"]))
     assert not off.cache.enable_prefix_caching and off.seed is None

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 
+import pytest
 from starlette.testclient import TestClient
 
 from tests.server.fakes import ByteTokenizer, FakeBackend
@@ -85,3 +86,24 @@ def test_serve_and_gateway_flags(tmp_path):
     gw = gateway_config_from_args(_parse(register_gateway, ["gateway", "--model", str(tmp_path),
                                                             "--generation-config", "vllm"]))
     assert gw.sampling_defaults == SamplingDefaults()
+
+
+def test_override_generation_config(tmp_path):
+    (tmp_path / "generation_config.json").write_text(json.dumps(QWEN_LIKE))
+    over = '{"temperature": 0.2, "max_new_tokens": 8}'
+    _, server = configs_from_args(_parse(register_serve, ["serve", "--model", str(tmp_path), "--device", "cpu",
+                                                          "--override-generation-config", over]))
+    assert (server.sampling_defaults.temperature, server.sampling_defaults.max_tokens,
+            server.sampling_defaults.top_k) == (0.2, 8, 20)          # over the file's, the rest kept
+    _, server = configs_from_args(_parse(register_serve, ["serve", "--model", str(tmp_path), "--device", "cpu",
+                                                          "--generation-config", "vllm",
+                                                          "--override-generation-config", over]))
+    assert server.sampling_defaults == SamplingDefaults(temperature=0.2, max_tokens=8)   # over the API's
+    gw = gateway_config_from_args(_parse(register_gateway, ["gateway", "--model", str(tmp_path),
+                                                            "--override-generation-config", over]))
+    assert gw.sampling_defaults == SamplingDefaults(temperature=0.2, top_p=0.8, top_k=20,
+                                                   repetition_penalty=1.05, max_tokens=8)
+    for bad in ('{"temperature": 9}', '{"top_k": 2.5}', '{"colour": 1}', "[1]", "{nope"):
+        with pytest.raises(SystemExit) as exit_:
+            _parse(register_serve, ["serve", "--model", str(tmp_path), "--override-generation-config", bad])
+        assert exit_.value.code == 2
