@@ -1,12 +1,15 @@
 """`tandem up`.
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
-           [--slo-ttft-ms MS --slo-itl-ms MS]
+           [--slo-ttft-ms MS --slo-itl-ms MS] [--served-model-name NAME] [--chat-template FILE]
+           [--tool-call-parser NAME] [--reasoning-parser NAME]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
       serves the asynchronous batch API (the queue flags go to it); workers run with --no-queue.
+      The model name, chat template and output parsers go to the gateway (which renders prompts)
+      and to every worker alike.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="for the gateway and every worker (default: recognized from the chat template)")
     u.add_argument("--reasoning-parser", type=reasoning_parser_arg, default=None, metavar="NAME",
                    help="for the gateway and every worker (default: none)")
+    u.add_argument("--served-model-name", default=None, metavar="NAME",
+                   help="for the gateway and every worker (default: the model directory's name)")
     u.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE",
                    help="for the gateway and every worker: a Jinja chat template in place of the model's own")
     u.add_argument("--kv-store", default=None, metavar="auto|mooncake://HOST:PORT",
@@ -91,7 +96,8 @@ def up(args: argparse.Namespace) -> int:
         except argparse.ArgumentTypeError as exc:
             print(f"tandem up: {exc}", file=sys.stderr)
             return 2
-    parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser) + chat_template_flag(args.chat_template)
+    parsers = parser_flag_args(args.tool_call_parser, args.reasoning_parser) + chat_template_flag(args.chat_template) \
+        + ((f"--served-model-name={args.served_model_name}",) if args.served_model_name else ())
     workers = (args.prefill or 0) + (args.decode or 0) + (args.colocated or 0)
     share = (f"--gpu-memory-utilization={args.gpu_memory_utilization / workers:.4g}",)
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,

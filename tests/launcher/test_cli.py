@@ -78,3 +78,26 @@ def test_up_forwards_the_planner_targets_to_its_gateway(monkeypatch):
     args = seen["spec"].gateway_args
     assert args[:2] == ("--slo-ttft-ms=800", "--slo-itl-ms=50.5")
     assert args.index("--slo-itl-ms=60") > 1     # an explicit --gateway-arg comes later and wins
+
+
+def test_up_passes_the_model_name_and_chat_template_to_the_gateway_and_every_worker(monkeypatch, tmp_path, capsys):
+    import argparse
+
+    from tandem.launcher import cli, cluster
+
+    seen = {}
+    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    (tmp_path / "t.jinja").write_text("{{ messages[0].content }}")
+    monkeypatch.chdir(tmp_path)
+    args = parser.parse_args(["up", "--model", "/m", "--colocated", "2", "--served-model-name", "m",
+                              "--chat-template", "t.jinja"])
+    assert args.func(args) == 0
+    flags = ("--served-model-name=m", f"--chat-template={tmp_path / 't.jinja'}")
+    procs = plan(seen["spec"])
+    assert len(procs) == 3
+    for proc in procs:
+        assert all(f in proc.cmd for f in flags), proc.cmd
+    args = parser.parse_args(["up", "--model", "/m", "--chat-template", "missing.jinja"])
+    assert args.func(args) == 2 and "no such file" in capsys.readouterr().err
