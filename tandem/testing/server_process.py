@@ -1,4 +1,5 @@
-"""A `tandem serve` (or any HTTP server) subprocess: wait until it is healthy, stop it.
+"""A `tandem serve` (or any HTTP server) subprocess: wait until it is healthy, stop it; a
+`tandem up` cluster the same way.
 
 Used by tests and benchmark scripts that start servers; every wait is bounded in time and
 notices a server that exited instead of becoming healthy.
@@ -6,10 +7,13 @@ notices a server that exited instead of becoming healthy.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from typing import Callable
 
 import httpx
@@ -49,3 +53,19 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15.
         except ProcessLookupError:
             pass
         proc.wait(10)
+
+
+@contextlib.contextmanager
+def tandem_up(args: list[str], cwd: str | os.PathLike, env: dict) -> Iterator[subprocess.Popen]:
+    """`tandem up ARGS` (give it --ready-timeout): yields once it prints that it is ready; stops it
+    as Ctrl-C does (SIGINT, then SIGKILL after 60 s). Raises AssertionError if it exits first."""
+    proc = subprocess.Popen([sys.executable, "-m", "tandem.cli", "up", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in proc.stdout:
+            if "ready at" in line:
+                break
+        assert proc.poll() is None, "tandem up exited"
+        yield proc
+    finally:
+        stop(proc, signal.SIGINT, 60.0)

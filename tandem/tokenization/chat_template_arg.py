@@ -11,15 +11,21 @@ import argparse
 from pathlib import Path
 
 
+def _file(value: str) -> Path | None:
+    """`value` as the path of an existing file, else None."""
+    path = Path(value).expanduser()
+    try:
+        return path if path.is_file() else None
+    except OSError:   # an inline template longer than a file name may be
+        return None
+
+
 def read_chat_template(value: str) -> str:
     """The template's source: the file at `value`, else `value` itself when it reads as a
     template (braces or a newline, as vLLM decides); ValueError otherwise."""
-    path = Path(value).expanduser()
-    try:
-        if path.is_file():
-            return path.read_text()
-    except OSError:   # an inline template longer than a file name may be
-        pass
+    path = _file(value)
+    if path is not None:
+        return path.read_text()
     if any(c in value for c in "{}\n"):
         return value
     raise ValueError(f"--chat-template {value!r}: no such file, and not a template either "
@@ -42,9 +48,5 @@ def chat_template_flag(value: str | None) -> tuple[str, ...]:
     absolute path (children may start elsewhere), an inline template as it is."""
     if value is None:
         return ()
-    path = Path(value).expanduser()
-    try:
-        is_file = path.is_file()
-    except OSError:
-        is_file = False
-    return (f"--chat-template={path.resolve() if is_file else value}",)
+    path = _file(value)
+    return (f"--chat-template={path.resolve() if path is not None else value}",)

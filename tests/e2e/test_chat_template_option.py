@@ -6,7 +6,6 @@ transformers' rendering with the same template."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import openai
 import pytest
 
 from tandem.launcher.cluster import free_port
-from tandem.testing.server_process import stop, wait_healthy
+from tandem.testing.server_process import stop, tandem_up, wait_healthy
 from tandem.testing.tiny_model import write_test_model
 
 transformers = pytest.importorskip("transformers")
@@ -84,26 +83,13 @@ def test_serve_with_an_inline_template(bare_model, expected_ids):
 def test_up_passes_a_relative_template_file_to_the_gateway_and_workers(bare_model, expected_ids, tmp_path):
     (tmp_path / "tpl.jinja").write_text(TEMPLATE)
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tandem.cli", "up", "--model", str(bare_model), "--prefill", "1", "--decode", "1",
-         "--port", str(port), "--ready-timeout", "180", "--chat-template", "tpl.jinja",
-         "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32",
-         "--worker-arg=--served-model-name=m", "--gateway-arg=--served-model-name=m"],
-        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        for line in proc.stdout:
-            if "ready at" in line:
-                break
-        assert proc.poll() is None, "tandem up exited"
+    with tandem_up(["--model", str(bare_model), "--prefill", "1", "--decode", "1", "--port", str(port),
+                    "--ready-timeout", "180", "--chat-template", "tpl.jinja",
+                    "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32",
+                    "--worker-arg=--served-model-name=m", "--gateway-arg=--served-model-name=m"],
+                   cwd=tmp_path, env=ENV):
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0,
                                timeout=120)
         for _ in range(2):   # the second turn's prompt is a prefix-cache hit on the workers
             out = client.chat.completions.create(model="m", messages=CHAT, max_tokens=4, temperature=0)
             assert out.usage.prompt_tokens == len(expected_ids) and out.usage.completion_tokens == 4
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)

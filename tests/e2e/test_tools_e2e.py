@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 from tandem.demo.schema_check import validate
 from tandem.launcher.cluster import free_port
-from tandem.testing.server_process import stop, wait_healthy
+from tandem.testing.server_process import stop, tandem_up, wait_healthy
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -46,26 +45,12 @@ SEEDS = (1, 2, 3, 4)
 def cluster(llama_dir):
     """`tandem up --prefill 1 --decode 1` on free ports; yields the gateway's base URL."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tandem.cli", "up", "--model", str(llama_dir), "--prefill", "1",
-         "--decode", "1", "--port", str(port), "--ready-timeout", "180",
-         "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32",
-         "--worker-arg=--served-model-name=m", "--gateway-arg=--served-model-name=m"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)})
-    try:
-        for line in proc.stdout:
-            if "ready at" in line:
-                break
-        assert proc.poll() is None, "tandem up exited"
+    with tandem_up(["--model", str(llama_dir), "--prefill", "1", "--decode", "1", "--port", str(port),
+                    "--ready-timeout", "180", "--worker-arg=--kv-cache-memory=16MiB",
+                    "--worker-arg=--dtype=float32", "--worker-arg=--served-model-name=m",
+                    "--gateway-arg=--served-model-name=m"],
+                   cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 
 import torch
 
 from tandem.types import EngineRequest, SamplingParams
+from tests.conftest import assert_all_blocks_free
 
 _ids = itertools.count()
 
@@ -46,6 +48,20 @@ def settle_handoffs(prefill, timeout_s: float = 10.0) -> None:
     while prefill.scheduler.kept and time.monotonic() < deadline:
         prefill.step()
         time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def handoff_pair(prefill, decode):
+    """A prefill and a decode engine for the body; after it, every handoff settled and every block
+    of both free (the idle invariant); both shut down whatever happens."""
+    try:
+        yield prefill, decode
+        settle_handoffs(prefill)
+        assert_all_blocks_free(prefill)
+        assert_all_blocks_free(decode)
+    finally:
+        prefill.shutdown()
+        decode.shutdown()
 
 
 def check_decode_after_handoff(prefill, decode, prompt, ref, resume_at=7) -> None:

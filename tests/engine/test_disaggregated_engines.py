@@ -10,7 +10,7 @@ from tandem.errors import InvalidRequest
 from tandem.kv.layout import KVLayout
 from tandem.types import EngineRequest, KVHandle
 from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
-from tests.engine.helpers import prompts, request, run, settle_handoffs, tokens
+from tests.engine.helpers import handoff_pair, prompts, request, run, tokens
 
 
 def _pair(model_dir, kind, **kw):
@@ -40,33 +40,21 @@ def test_greedy_identity_across_the_handoff(llama_dir, make_engine, kind):
         pytest.importorskip("mooncake.engine", reason="mooncake wheel is installed by make test")
     single = make_engine(llama_dir)
     prefill, decode = _pair(llama_dir, kind)
-    try:
+    with handoff_pair(prefill, decode):
         for prompt in prompts(3, seed=30, min_len=5, max_len=50):
             ref = tokens(run(single, [r := request(prompt, max_tokens=9)])[r.request_id])
             got, pre, out = _disaggregated(prefill, decode, prompt, 9)
             assert got == ref
             assert out[-1].num_output_tokens == 9
-        settle_handoffs(prefill)
-        assert_all_blocks_free(prefill)
-        assert_all_blocks_free(decode)
-    finally:
-        prefill.shutdown()
-        decode.shutdown()
 
 
 def test_decode_pulls_only_blocks_it_lacks(llama_dir):
     prefill, decode = _pair(llama_dir, "tcp")
-    try:
+    with handoff_pair(prefill, decode):
         shared = prompts(1, seed=31, min_len=24, max_len=24)[0]
         run(decode, [request(shared + [7, 8, 9], max_tokens=2)])  # decode side caches 6 blocks
         got, pre, out = _disaggregated(prefill, decode, shared + [40, 41], 5)
         assert decode.stats().prefix_cache_hits >= 24
-        settle_handoffs(prefill)
-        assert_all_blocks_free(prefill)
-        assert_all_blocks_free(decode)
-    finally:
-        prefill.shutdown()
-        decode.shutdown()
 
 
 def test_pull_failure_falls_back_to_recompute(llama_dir, make_engine):

@@ -17,7 +17,8 @@ from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.testing.tiny_model import write_test_model
 from tests.conftest import assert_all_blocks_free, engine_config
-from tests.engine.helpers import check_decode_after_handoff, prompts, request, run, settle_handoffs, tokens
+from tests.engine.helpers import (check_decode_after_handoff, handoff_pair, prompts, request, run,
+                                 settle_handoffs, tokens)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -72,16 +73,10 @@ def test_kv_hands_over_between_cpu_and_gpu_workers(tmp_path, make_engine, prefil
 
     prefill = worker("prefill", prefill_device)
     decode = worker("decode", decode_device)
-    try:
+    with handoff_pair(prefill, decode):
         for prompt in prompts(3, seed=46, min_len=9, max_len=40):
             ref = tokens(run(single, [r := request(prompt, max_tokens=10)])[r.request_id])
             check_decode_after_handoff(prefill, decode, prompt, ref)
-        settle_handoffs(prefill)
-        assert_all_blocks_free(prefill)
-        assert_all_blocks_free(decode)
-    finally:
-        prefill.shutdown()
-        decode.shutdown()
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs a GPU per rank")
