@@ -18,7 +18,7 @@ import statistics
 import time
 
 from tandem.tokenization.tokenizer import Tokenizer
-from tandem.server.chat_request import normalize_messages
+from tandem.turn.chat_request import normalize_messages
 
 WORDS = ("the file src/main.py line error returned value function call test passed failed "
          "config path user request tool output json list item name status ok").split()

@@ -36,10 +36,10 @@ import torch
 from tandem.config import CacheConfig, EngineConfig, ModelConfig
 from tandem.demo.tools import tool_catalog
 from tandem.engine.engine import Engine
-from tandem.server.chat_plan import plan_chat
-from tandem.server.parser_setup import ParserSetup
-from tandem.server.tool_request import ToolRequest
-from tandem.server.tool_grammar import tool_call_grammar
+from tandem.turn.chat_plan import plan_chat
+from tandem.turn.parser_setup import ParserSetup
+from tandem.turn.tool_request import ToolRequest
+from tandem.turn.tool_grammar import tool_call_grammar
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.types import EngineRequest, GrammarSpec, SamplingParams
 

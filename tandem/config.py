@@ -6,6 +6,7 @@ below the CLI reads the environment.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 
@@ -131,7 +132,6 @@ class SpeculativeConfig:
     @classmethod
     def from_json(cls, text: str) -> "SpeculativeConfig":
         """From vLLM's JSON form, e.g. '{"method": "ngram", "num_speculative_tokens": 4}'."""
-        import json
 
         try:
             raw = json.loads(text)

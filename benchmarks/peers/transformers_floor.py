@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # the repo root, for `tandem`
 
-from tandem.bench.cli import add_workload_args, config_from_args
+from tandem.cli.bench import add_workload_args, config_from_args
 from tandem.bench.metrics import summarize
 from tandem.bench.plots import plot_cdfs, plot_timeline
 from tandem.bench.report import build_report, to_markdown, write_json

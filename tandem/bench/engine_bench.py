@@ -13,7 +13,7 @@ every figure is the median over repetitions, and the verdicts are ratios within 
 Goals (issue 2): (a) tandem >= 3x transformers; (b) tandem TPOT <= transformers TPOT;
 (c) ready <= 2 x read + interpreter start (with `import torch`).
 
-tandem/bench/cli.py calls `register_engine(sub)` with the `bench` subparsers;
+tandem/cli/bench.py calls `register_engine(sub)` with the `bench` subparsers;
 benchmarks/engine_bench.py runs the same `main`.
 """
 

@@ -11,14 +11,17 @@ import asyncio
 import os
 import re
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tandem.bench.agentic import AgenticConfig, agentic_workload
 from tandem.bench.client import ClientConfig, StreamingClient, fetch_models
 from tandem.bench.metrics import SLO, summarize
+from tandem.bench.plots import plot_cdfs, plot_timeline
 from tandem.bench.report import build_report, to_markdown, write_json
 from tandem.bench.runner import LoadConfig, planned_requests, run_workload
+from tandem.bench.sample import RequestSample
 from tandem.bench.trace import TraceConfig, trace_workload
 from tandem.bench.vocab import TokenSpace
 from tandem.bench.workload import Workload
@@ -88,9 +91,7 @@ def plots_available() -> bool:
 
 async def warm_up(client: StreamingClient, n: int) -> None:
     """n short requests whose prompts share no full KV block with any workload prompt."""
-    import time
 
-    from tandem.bench.sample import RequestSample
     for i in range(n):
         messages = [{"role": "user", "content": f"Warm-up {i}."}]
         body = client.build_body(4, prompt_ids=None, messages=messages)
@@ -154,7 +155,6 @@ async def run_bench(cfg: BenchConfig) -> BenchResult:
     write_json(report, json_path)
     plots: list[str] = []
     if cfg.plots and plots_available():
-        from tandem.bench.plots import plot_cdfs, plot_timeline
         plots.append(plot_cdfs({label: samples}, out / f"{stem}-cdf.png"))
         plots.append(plot_timeline(samples, out / f"{stem}-timeline.png"))
     md_path.write_text(to_markdown(report, summarize(samples, cfg.slo), plots))

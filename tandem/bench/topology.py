@@ -23,6 +23,7 @@ import httpx
 import tandem
 from tandem.bench.compare import compare_table
 from tandem.bench.metrics import summarize
+from tandem.bench.plots import plot_cdfs
 from tandem.bench.sample import RequestSample
 from tandem.bench.serve import BenchConfig, plots_available, run_bench_sync
 
@@ -167,7 +168,6 @@ def run_topology(cfg: TopologyConfig, bench_for_url: Callable[[str], BenchConfig
             f"`{bench.command}`\n\nRatios are against the first column.\n\n"
             + compare_table([(label, summary) for label, _, summary in results]))
     if bench.plots and plots_available():
-        from tandem.bench.plots import plot_cdfs
         plot_cdfs({label: samples for label, samples, _ in results}, out / "compare-cdf.png")
         text += "\n![CDFs](compare-cdf.png)\n"
     (out / "compare.md").write_text(text)

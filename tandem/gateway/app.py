@@ -1,6 +1,6 @@
-"""The gateway's HTTP app: tandem.server's routes over the GatewayBackend, plus worker management.
+"""The gateway's HTTP app: tandem.api's routes over the GatewayBackend, plus worker management.
 
-Routes: everything `tandem.server.app.build_app` serves (OpenAI, Workers AI, /health, /metrics),
+Routes: everything `tandem.api.app.build_app` serves (OpenAI, Workers AI, /health, /metrics),
 with the gateway's metrics added to /metrics, and
 - POST /internal/register   {"url", "role", "draining"?} - a worker registers; repeated as heartbeat
 - POST /internal/deregister {"url"}                      - a worker leaves (after draining)
@@ -9,7 +9,7 @@ with the gateway's metrics added to /metrics, and
 - GET  /internal/planner                                 - the planner's latest role switch (--slo-*);
   the gateway carries out those of self-registered workers (tandem/gateway/role_executor.py)
 503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy inside each
-engine request's RequestContext (built by the server's routes, tandem.server.request_context).
+engine request's RequestContext (built by the server's routes, tandem.api.request_context).
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.api.errors import openai_error_response
+from tandem.api.request_body import read_json_object
+from tandem.api.responses import json_response
+from tandem.asyncq.service import QueueSetup
 from tandem.errors import InvalidRequest
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
@@ -34,18 +40,14 @@ from tandem.gateway.planner_loop import PlannerLoop, planner_route
 from tandem.gateway.queue_headroom import gateway_headroom
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import ExecutorConfig, RoleExecutor
-from tandem.router.router import Router, pools_policies
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ClientConfig, HTTPClient
+from tandem.models.arch import ModelArch
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.errors import openai_error_response
-from tandem.server.queue_service import QueueSetup
-from tandem.server.request_body import read_json_object
-from tandem.server.responses import json_response
+from tandem.router.router import Router, pools_policies
+from tandem.tokenization.tokenizer import Tokenizer, warm_chat_template
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +82,6 @@ def model_facts(model_path: str | None, served_name: str | None,
     if model_path is None:
         raise SystemExit("tandem gateway needs --model PATH: it tokenizes with the model's tokenizer "
                          "and chat template to hash prompt prefixes like the workers do")
-    from tandem.models.arch import ModelArch
-    from tandem.tokenization.tokenizer import Tokenizer, warm_chat_template
 
     path = Path(model_path)
     tokenizer = Tokenizer.from_dir(path, chat_template)

@@ -1,14 +1,14 @@
-"""Frozen settings of the gateway. Built by tandem.gateway.cli; nothing below reads flags or env."""
+"""Frozen settings of the gateway. Built by tandem.cli.gateway; nothing below reads flags or env."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.asyncq.service import QueueConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.planner import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
-from tandem.server.queue_service import QueueConfig
-from tandem.server.sampling_defaults import SamplingDefaults
+from tandem.turn.sampling_defaults import SamplingDefaults
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class GatewayConfig:
     served_model_name: str | None = None
     chat_template: str | None = None  # --chat-template's source: the workers' template, to render as they do
     sampling_defaults: SamplingDefaults = SamplingDefaults()  # the model's generation_config.json
-    tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/server/parser_setup.py)
+    tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/turn/parser_setup.py)
     reasoning_parser: str | None = None
     constrain_auto_tool_calls: bool = True
     host: str = "127.0.0.1"

@@ -41,15 +41,15 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 
+from tandem.api.backend import ResponseInfo
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
-from tandem.router.router import HashMemo, Route, Router
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.placement import Placement, PlacementConfig, place
-from tandem.server.backend import ResponseInfo
+from tandem.router.router import HashMemo, Route, Router
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class GatewayParts:
 
 
 class GatewayBackend:
-    """`tandem.server.backend.Backend` over remote workers."""
+    """`tandem.api.backend.Backend` over remote workers."""
 
     def __init__(self, parts: GatewayParts, tokenizer, model_name: str, max_model_len: int) -> None:
         self.parts = parts

@@ -30,13 +30,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.api.responses import json_response
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import Outcome, RoleExecutor
 from tandem.router.latency_window import HistogramWindow, Reading, quantile
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.snapshot import WorkerLoad
-from tandem.server.responses import json_response
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 `tandem up` restarts its own workers in their new role (tandem/launcher/role_switch.py, reading
 GET /internal/planner). A worker that registered itself (`tandem serve --gateway URL`) has no
 such executor: the gateway tells it to switch, in-process, over its internal API
-(tandem/server/internal/role_switch.py). For one switch (tandem/router/planner.py `RoleSwitch`):
+(tandem/api/internal/role_switch.py). For one switch (tandem/router/planner.py `RoleSwitch`):
 1. the registry holds the worker drained (`Registry.begin_switch`) before anything is sent to it,
    so the router sends it no new request (its heartbeats cannot lift this hold);
 2. POST {worker}/internal/role {"role": to_role, "drain_timeout_s"}: the worker finishes what it

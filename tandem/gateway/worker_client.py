@@ -20,9 +20,9 @@ from typing import Protocol
 
 import orjson
 
+from tandem.api.internal import wire
 from tandem.errors import TandemError
 from tandem.http.client import ConnectFailed, HTTPFailure, ResponseTimeout
-from tandem.server.internal import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
 log = logging.getLogger(__name__)

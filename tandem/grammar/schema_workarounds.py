@@ -1,6 +1,6 @@
 """JSON schemas rewritten around a bug of xgrammar 0.2.8, wherever tandem compiles a client's
 schema: the compiler's json_schema kind, and the schemas the server embeds in tool-call
-structural tags (tandem/server/tool_grammar.py, structured_output.py).
+structural tags (tandem/turn/tool_grammar.py, structured_output.py).
 
 A string with `minLength` / `maxLength` compiles to the characters `[^"\\\r\n]`: control characters
 pass (a sampled model then writes JSON that does not parse) and escapes are refused. Such a string

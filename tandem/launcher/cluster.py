@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from tandem.kvstore.master import start_master
+from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
 
@@ -49,15 +51,6 @@ class ClusterSpec:
     # mooncake_master on 127.0.0.1 with free ports and stops it) or mooncake://HOST:PORT
     kv_store: str | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
-
-
-@dataclass(frozen=True)
-class ProcSpec:
-    name: str
-    cmd: tuple[str, ...]
-    url: str
-    cores: tuple[int, ...] | None   # None: not pinned
-    role: str | None = None         # worker role; None for the gateway
 
 
 def plan_cores(cores: list[int], n: int) -> list[tuple[int, ...]]:
@@ -225,7 +218,6 @@ def start_kv_store(spec: ClusterSpec):
     gets `--kv-store=URL`. Returns the spec to plan and the master to stop last (or None)."""
     master = None
     if spec.kv_store == "auto":
-        from tandem.kvstore.master import start_master
 
         master = start_master("127.0.0.1")
         print(f"tandem up: mooncake_master at {master.url}", flush=True)

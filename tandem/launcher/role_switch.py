@@ -21,10 +21,9 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from tandem.launcher.cluster import ProcSpec
+from tandem.launcher.proc_spec import ProcSpec
 
 
 class Cluster(Protocol):

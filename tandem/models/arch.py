@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tandem.errors import ModelLoadError
-from tandem.layers.rotary import RopeSpec
 from tandem.layers.mla_spec import MLASpec
 from tandem.layers.moe_spec import MoESpec
+from tandem.layers.rope_spec import RopeSpec
 from tandem.models.arch_specs import parse_mla, parse_moe, validate_moe
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")

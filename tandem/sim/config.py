@@ -1,4 +1,4 @@
-"""The simulator's settings (one frozen config; `tandem sim`'s flags are read in tandem/sim/cli.py).
+"""The simulator's settings (one frozen config; `tandem sim`'s flags are read in tandem/cli/sim.py).
 
 Topologies: "colocated:N" (N role=both workers), "disagg:PpDd" (P prefill and D decode workers;
 also written "pd:P:D"). A worker is `devices` accelerators of one kind (a node: TP/EP inside).

@@ -1,6 +1,6 @@
 """Chat messages and tools -> prompt token ids, through the model's chat template.
 
-Used by the routes (through tandem/server/chat_request.py) and by the gateway, which must tokenize
+Used by the routes (through tandem/turn/chat_request.py) and by the gateway, which must tokenize
 exactly like a worker to hash prefixes: the same messages always render to the same ids.
 """
 

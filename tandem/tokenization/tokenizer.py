@@ -19,6 +19,7 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as Backend
 
 from tandem.errors import ChatTemplateError, ModelLoadError
+from tandem.tokenization.chat_template import compile_template, loops_over_content, render
 from tandem.tokenization.segment_encoder import SegmentEncoder
 from tandem.tokenization.tiktoken_bpe import TIKTOKEN_FILE, tiktoken_backend
 
@@ -105,7 +106,6 @@ class Tokenizer:
             raise ChatTemplateError("this model has no chat template: start the server with --chat-template "
                                     "FILE, or send a completion prompt instead")
         if name not in self._compiled:
-            from tandem.tokenization.chat_template import compile_template
 
             self._compiled[name] = compile_template(source)
         return self._compiled[name]
@@ -114,7 +114,6 @@ class Tokenizer:
         """Template `name` loops over a message's content: it takes OpenAI's text parts as a
         list (and joins them its own way) rather than one string."""
         if name not in self._loops_over_content:
-            from tandem.tokenization.chat_template import loops_over_content
 
             source = self.chat_templates.get(name)
             self._loops_over_content[name] = bool(source) and loops_over_content(source)
@@ -135,7 +134,6 @@ class Tokenizer:
 
         Raises ChatTemplateError when the model has no template or the template rejects the input.
         """
-        from tandem.tokenization.chat_template import render
 
         template = self.compiled_chat_template(self.template_name(tools))
         # as transformers: a token the model lacks is undefined ({{ bos_token }} renders ""),

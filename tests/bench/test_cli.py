@@ -57,7 +57,7 @@ def test_bench_serve_agentic_uses_chat(tmp_path):
 def test_flags_become_configs():
     import argparse
 
-    from tandem.bench.cli import _up_args, config_from_args, register
+    from tandem.cli.bench import _up_args, config_from_args, register
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
     a = parser.parse_args(["bench", "serve", "--url", "http://h:1", "--agentic", "--request-rate", "2",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.bench.cli import config_from_args, register
+from tandem.cli.bench import config_from_args, register
 from tandem.bench.topology import ServingConfig, TopologyConfig, parse_configs, run_topology, runs_of, up_command
 from tests.bench.fake_server import free_port
 

@@ -14,7 +14,7 @@ import httpx
 import orjson
 
 from tandem.http.client import ConnectFailed, ConnectionBroken, ResponseTimeout
-from tandem.server.internal import wire
+from tandem.api.internal import wire
 from tandem.types import EngineRequest, FinishReason, KVHandle, RequestDelta, RequestTimings
 
 EOS = 999

@@ -7,7 +7,7 @@ from starlette.testclient import TestClient
 
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.server.disconnect import DisconnectGuard
+from tandem.api.disconnect import DisconnectGuard
 from tandem.testing.tiny_model import write_test_model
 from tandem.types import RequestContext
 from tests.gateway.fake_workers import FakeCluster, greedy, worker_http

@@ -4,7 +4,7 @@
 def test_gateway_flags_build_config():
     import argparse
 
-    from tandem.gateway.cli import gateway_config_from_args, register
+    from tandem.cli.gateway import gateway_config_from_args, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="verb"))
@@ -25,7 +25,7 @@ def test_gateway_flags_build_config():
 def test_gateway_parser_flags_reach_its_config():
     import argparse
 
-    from tandem.gateway.cli import gateway_config_from_args, register
+    from tandem.cli.gateway import gateway_config_from_args, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="verb"))

@@ -13,7 +13,7 @@ from tandem.router.router import Router, pools_policies
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
-from tandem.server.backend import ResponseInfo
+from tandem.api.backend import ResponseInfo
 from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
 from prometheus_client import CollectorRegistry
 

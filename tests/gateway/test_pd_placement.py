@@ -4,7 +4,7 @@ whole requests on the surviving pool while the other has no healthy worker."""
 import asyncio
 
 from tandem.router.policies.placement import PlacementConfig
-from tandem.server.backend import ResponseInfo
+from tandem.api.backend import ResponseInfo
 from tandem.types import EngineRequest, SamplingParams
 
 from tests.gateway.test_pd_flow import D0, D1, P0, PROMPT, build, expected, run, tokens

@@ -11,7 +11,7 @@ from tandem.errors import TandemError
 from tandem.launcher.cluster import free_port
 from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
 from tandem.http.client import HTTPClient
-from tandem.server.internal import wire
+from tandem.api.internal import wire
 from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams
 from tests.gateway.raw_server import (
     CHUNKED_HEAD,

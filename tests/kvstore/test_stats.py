@@ -6,7 +6,7 @@ import dataclasses
 
 from tandem.config import KVStoreConfig
 from tandem.kvstore.stats import by_tier
-from tandem.server.metrics import ServerMetrics
+from tandem.api.metrics import ServerMetrics
 from tests.engine.helpers import prompts, request, run
 from tests.kvstore.helpers import settle, tiered_engine
 

@@ -61,7 +61,7 @@ def test_a_role_switch_takes_the_new_roles_arguments(monkeypatch):
 
 
 def test_profile_flags_are_valid_serve_flags():
-    from tandem.server import cli as serve_cli
+    from tandem.cli import serve as serve_cli
 
     parser = argparse.ArgumentParser()
     serve_cli.register(parser.add_subparsers())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tandem.server import cli
+from tandem.cli import serve as cli
 
 
 def _parse(*argv: str) -> argparse.Namespace:

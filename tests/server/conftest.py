@@ -2,8 +2,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.server.fakes import FakeBackend
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from tandem.errors import PromptTooLong
-from tandem.server.backend import ResponseInfo
+from tandem.api.backend import ResponseInfo
 from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings,
                           TokenLogprob)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from tandem.engine.async_engine import AsyncEngine
 from tandem.engine.engine import Engine
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.queue_service import QueueConfig, QueueSetup
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.asyncq.service import QueueConfig, QueueSetup
 from tests.conftest import engine_config
 
 MODEL = "tiny"

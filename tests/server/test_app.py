@@ -1,8 +1,8 @@
 from starlette.testclient import TestClient
 
 from tests.server.fakes import FakeBackend
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 

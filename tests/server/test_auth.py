@@ -2,8 +2,8 @@
 
 from starlette.testclient import TestClient
 
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tests.server.fakes import FakeBackend
 
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}

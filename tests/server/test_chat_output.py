@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from tandem.parsers import OutputParser, ToolCallArguments, ToolCallStart, make_reasoning_parser, make_tool_parser
-from tandem.server.chat_output import ChatOutputSpec, call_id_factory
+from tandem.turn.chat_output import ChatOutputSpec, call_id_factory
 
 CALLS = ('<think>weather, then time</think>\n\nLet me check.'
          '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.chat_plan import plan_chat
-from tandem.server.parser_setup import ParserSetup
-from tandem.server.tool_request import ToolRequest
+from tandem.turn.chat_plan import plan_chat
+from tandem.turn.parser_setup import ParserSetup
+from tandem.turn.tool_request import ToolRequest
 from tandem.types import GrammarSpec, ParserOptions
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]

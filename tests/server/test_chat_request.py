@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.chat_request import normalize_messages
+from tandem.turn.chat_request import normalize_messages
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.tokenization.tokenizer import Tokenizer
 

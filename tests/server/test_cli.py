@@ -2,7 +2,8 @@ import argparse
 
 import pytest
 
-from tandem.server.cli import configs_from_args, parse_bytes, register
+from tandem.cli.arg_types import parse_bytes
+from tandem.cli.serve import configs_from_args, register
 
 
 def parse(argv):
@@ -94,7 +95,7 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
 
     e = Engine()
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
-    from tandem.server.cli import lifecycle
+    from tandem.cli.serve import lifecycle
     start, stop = lifecycle(e, server)
     asyncio.run(start())
     assert calls == [("start", 0)] and e.tokenizer.compiled == 1
@@ -105,7 +106,7 @@ def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():
     import asyncio
     import gc
 
-    from tandem.server.cli import lifecycle
+    from tandem.cli.serve import lifecycle
 
     class Engine:
         tokenizer = _Tokenizer()
@@ -135,7 +136,7 @@ def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shut
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tandem.server.cli import lifecycle
+    from tandem.cli.serve import lifecycle
 
     calls = []
 

@@ -8,9 +8,9 @@ from starlette.testclient import TestClient
 from tandem.config import CacheConfig, EngineConfig, ModelConfig
 from tandem.kv.events import EventBatch, KVEvent
 from tandem.kv.layout import KVLayout
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.context import ServerContext
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.api.context import ServerContext
 from tests.server.fakes import FakeBackend
 
 LAYOUT = KVLayout(model="m", dtype="float32", block_size=16, num_layers=2, num_kv_heads=2, head_dim=8)

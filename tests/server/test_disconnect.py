@@ -11,10 +11,10 @@ import pytest
 import uvicorn
 from starlette.responses import Response, StreamingResponse
 
-from tandem.server.disconnect import DisconnectGuard
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.internal import wire
+from tandem.api.disconnect import DisconnectGuard
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.api.internal import wire
 from tandem.types import EngineRequest, SamplingParams
 from tests.server.fakes import FakeBackend
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tests.server.fakes import ByteTokenizer, FakeBackend
 
 FUZZ = settings(derandomize=True, deadline=None, max_examples=150,

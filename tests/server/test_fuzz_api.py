@@ -17,8 +17,8 @@ from starlette.testclient import TestClient
 
 from tandem.engine.async_engine import AsyncEngine
 from tandem.engine.engine import Engine
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tests.conftest import assert_all_blocks_free, engine_config
 
 MODEL = "tiny"

@@ -7,7 +7,7 @@ import math
 
 import orjson
 
-from tandem.server.job_outputs import JobOutputs
+from tandem.asyncq.job_outputs import JobOutputs
 from tandem.types import (EngineRequest, FinishReason, RequestDelta, SamplingParams,
                           TokenLogprob)
 

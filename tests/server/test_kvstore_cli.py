@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from tandem.server.cli import configs_from_args, register
+from tandem.cli.serve import configs_from_args, register
 
 
 def _parse(*argv):

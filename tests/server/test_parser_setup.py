@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from tandem.parsers import TOOL_PARSER_NAMES
-from tandem.server.parser_setup import (ParserSetup, add_parser_flags, parser_flag_args,
+from tandem.turn.parser_setup import (ParserSetup, add_parser_flags, parser_flag_args,
                                         parser_settings, reasoning_parser_arg, tool_parser_arg)
 from tandem.testing.tiny_tokenizer import CHAT_TEMPLATE
 

@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from tandem.server.queue_cli import (add_queue_arguments, forwarded_queue_args,
+from tandem.cli.queue_flags import (add_queue_arguments, forwarded_queue_args,
                                      queue_config_from_args)
 
 

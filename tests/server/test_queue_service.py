@@ -13,9 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from tandem.asyncq.event import EventType
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.queue_service import QueueConfig, QueueSetup
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.asyncq.service import QueueConfig, QueueSetup
 from tests.server.fakes import FakeBackend
 
 URL = "/client/v4/accounts/acc1/ai/run/@cf/meta/fake-model"

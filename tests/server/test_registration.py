@@ -7,7 +7,7 @@ import uvicorn
 
 from tandem.gateway.app import build_gateway_app
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.server.registration import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
 
 
 def free_port() -> int:

@@ -9,14 +9,14 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.server.fakes import ByteTokenizer, FakeBackend
-from tandem.gateway.cli import gateway_config_from_args
-from tandem.gateway.cli import register as register_gateway
-from tandem.server.app import build_app
-from tandem.server.cli import configs_from_args
-from tandem.server.cli import register as register_serve
-from tandem.server.config import ServerConfig
-from tandem.server.openai.openai_protocol import ParseContext, parse_chat, parse_completion
-from tandem.server.sampling_defaults import SamplingDefaults
+from tandem.cli.gateway import gateway_config_from_args
+from tandem.cli.gateway import register as register_gateway
+from tandem.api.app import build_app
+from tandem.cli.serve import configs_from_args
+from tandem.cli.serve import register as register_serve
+from tandem.api.config import ServerConfig
+from tandem.api.openai.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.turn.sampling_defaults import SamplingDefaults
 
 QWEN_LIKE = {"bos_token_id": 1, "do_sample": True, "eos_token_id": [2, 3], "temperature": 0.7,
              "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "max_new_tokens": 64}

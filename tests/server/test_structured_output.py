@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.fields import Fields
-from tandem.server.structured_output import read_structured_output
+from tandem.api.fields import Fields
+from tandem.turn.structured_output import read_structured_output
 from tandem.types import GrammarSpec
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

@@ -12,7 +12,7 @@ from tandem.demo.schema_check import validate
 from tandem.errors import InvalidRequest
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.parsers import make_reasoning_parser, make_tool_parser
-from tandem.server.tool_grammar import arguments_schema, call_format, tool_call_grammar
+from tandem.turn.tool_grammar import arguments_schema, call_format, tool_call_grammar
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import EngineRequest, FinishReason, SamplingParams
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.fields import Fields
-from tandem.server.tool_request import ToolRequest, read_tools
+from tandem.api.fields import Fields
+from tandem.turn.tool_request import ToolRequest, read_tools
 
 FN = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 TOOL = {"type": "function", "function": FN}

@@ -1,6 +1,6 @@
 from tandem.parsers import ContentDelta, OutputParser, ToolCallArguments, ToolCallStart, make_tool_parser
-from tandem.server.chat_output import ChatOutputSpec
-from tandem.server.turn_output import TurnOutput
+from tandem.turn.chat_output import ChatOutputSpec
+from tandem.turn.turn_output import TurnOutput
 from tandem.types import FinishReason, RequestDelta
 from tests.server.fakes import ByteTokenizer
 

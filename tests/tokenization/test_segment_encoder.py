@@ -9,7 +9,7 @@ from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizer
 
 from tandem.tokenization.segment_encoder import SegmentEncoder
 from tandem.tokenization.tokenizer import Tokenizer as TandemTokenizer
-from tandem.server.chat_request import normalize_messages
+from tandem.turn.chat_request import normalize_messages
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.testing.tiny_tokenizer import trained_tokenizer_json
 from tandem.testing.tiny_model import write_test_model

@@ -178,7 +178,7 @@ PROBE_TEMPLATE = (
 
 
 def test_template_variables_and_messages_as_transformers_gives_them(tmp_path):
-    from tandem.server.chat_request import normalize_messages
+    from tandem.turn.chat_request import normalize_messages
 
     path = write_test_model(tmp_path, "Qwen3ForCausalLM")
     (path / "chat_template.jinja").write_text(PROBE_TEMPLATE)
@@ -233,7 +233,7 @@ PARTS_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message.role }}\n
 
 
 def test_text_parts_reach_a_template_that_reads_parts_and_are_joined_for_others(tmp_path):
-    from tandem.server.chat_request import normalize_messages
+    from tandem.turn.chat_request import normalize_messages
     from tandem.tokenization.chat_prompt import render_chat
 
     sent = [{"role": "user", "content": [{"type": "text", "text": " Part one. "},

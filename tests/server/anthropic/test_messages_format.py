@@ -2,8 +2,8 @@ import json
 
 from tandem.errors import InvalidRequest
 from tandem.parsers import ContentDelta, ReasoningDelta, ToolCallArguments, ToolCallStart
-from tandem.server.anthropic.messages_format import MessageBuilder
-from tandem.server.turn_output import TurnOutput
+from tandem.api.anthropic.messages_format import MessageBuilder
+from tandem.turn.turn_output import TurnOutput
 from tandem.types import FinishReason, RequestDelta
 
 

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest, ModelNotFound
-from tandem.server.anthropic.messages_protocol import parse_messages
-from tandem.server.errors import NotSupportedYet
+from tandem.api.anthropic.messages_protocol import parse_messages
+from tandem.api.errors import NotSupportedYet
 
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

@@ -1,6 +1,6 @@
 import orjson
 
-from tandem.server.internal import wire
+from tandem.api.internal import wire
 from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
 
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from starlette.testclient import TestClient
 
 from tandem.config import CacheConfig
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
-from tandem.server.internal.role_switch import RoleConflict, RoleSwitchConfig, WorkerRole
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
+from tandem.api.internal.role_switch import RoleConflict, RoleSwitchConfig, WorkerRole
 from tandem.types import EngineRequest, SamplingParams
 from tests.server.fakes import FakeBackend
 

@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.internal import wire
+from tandem.api.internal import wire
 from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
                           RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 

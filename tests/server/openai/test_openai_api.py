@@ -139,9 +139,9 @@ def test_large_body_is_parsed_off_the_event_loop():
     from starlette.testclient import TestClient
 
     from tests.server.fakes import FakeBackend
-    from tandem.server.app import build_app
-    from tandem.server.config import ServerConfig
-    from tandem.server.request_body import OFF_LOOP_BYTES
+    from tandem.api.app import build_app
+    from tandem.api.config import ServerConfig
+    from tandem.api.request_body import OFF_LOOP_BYTES
 
     backend = FakeBackend(max_model_len=10**6)
     with TestClient(build_app(backend, ServerConfig())) as c:

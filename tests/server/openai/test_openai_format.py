@@ -3,9 +3,9 @@ from dataclasses import replace
 
 from tests.server.fakes import ByteTokenizer
 from tests.server.sse import events
-from tandem.server.openai.logprobs_format import TokenTexts, chat_logprobs, completion_logprobs
-from tandem.server.openai.openai_format import OpenAIFormatter, usage_dict
-from tandem.server.openai.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.api.openai.logprobs_format import TokenTexts, chat_logprobs, completion_logprobs
+from tandem.api.openai.openai_format import OpenAIFormatter, usage_dict
+from tandem.api.openai.openai_protocol import ParseContext, parse_chat, parse_completion
 from tandem.types import FinishReason, RequestDelta, TokenLogprob
 
 TOK = ByteTokenizer()

@@ -2,7 +2,7 @@ import pytest
 
 from tests.server.fakes import ByteTokenizer
 from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
-from tandem.server.openai.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.api.openai.openai_protocol import ParseContext, parse_chat, parse_completion
 from tandem.types import RequestContext
 
 CTX = ParseContext(served_name="m", tokenizer=ByteTokenizer(), max_model_len=64, max_n=4,
@@ -187,7 +187,7 @@ def test_tools_reach_the_template_and_tool_call_arguments_become_objects():
     text = ByteTokenizer().decode(p.prompts[0])
     assert text.startswith("<s>tools:get_weather\n")
     assert "system: a\nb\n" in text  # developer -> system, parts joined
-    from tandem.server.chat_request import normalize_messages
+    from tandem.turn.chat_request import normalize_messages
     norm = normalize_messages(msgs)
     assert norm[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert norm[1]["content"] == ""

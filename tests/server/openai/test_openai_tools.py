@@ -10,8 +10,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from tandem.errors import InvalidRequest
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tests.server.fakes import FakeBackend
 from tests.server.sse import events
 

@@ -5,8 +5,8 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from tandem.server.app import build_app
-from tandem.server.config import ServerConfig
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tests.server.fakes import ByteTokenizer, FakeBackend
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -1,8 +1,8 @@
 import json
 
 from tandem.parsers import ContentDelta, ReasoningDelta, ToolCallArguments, ToolCallStart
-from tandem.server.openai.responses_format import ResponseBuilder
-from tandem.server.turn_output import TurnOutput
+from tandem.api.openai.responses_format import ResponseBuilder
+from tandem.turn.turn_output import TurnOutput
 from tandem.types import FinishReason, RequestDelta
 
 ECHO = {"instructions": None, "tools": [], "tool_choice": "auto"}

@@ -1,8 +1,8 @@
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.server.errors import NotSupportedYet
-from tandem.server.openai.responses_items import input_messages, items_to_messages
+from tandem.api.errors import NotSupportedYet
+from tandem.api.openai.responses_items import input_messages, items_to_messages
 
 
 def test_text_input_is_one_user_message():

@@ -3,8 +3,8 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest, ModelNotFound
-from tandem.server.errors import NotSupportedYet
-from tandem.server.openai.responses_protocol import parse_responses
+from tandem.api.errors import NotSupportedYet
+from tandem.api.openai.responses_protocol import parse_responses
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": True}

@@ -1,6 +1,6 @@
 import pytest
 
-from tandem.server.openai.responses_store import ResponseNotFound, ResponseStore, StoredResponse
+from tandem.api.openai.responses_store import ResponseNotFound, ResponseStore, StoredResponse
 
 
 def entry(n: int) -> StoredResponse:

@@ -3,8 +3,8 @@ import pytest
 from tests.server.fakes import ByteTokenizer
 from tests.server.sse import events
 from tandem.errors import TandemError
-from tandem.server.openai.openai_protocol import ParseContext
-from tandem.server.workers_ai.workers_ai_api import model_matches, parse_workers_ai
+from tandem.api.openai.openai_protocol import ParseContext
+from tandem.api.workers_ai.workers_ai_api import model_matches, parse_workers_ai
 
 URL = "/client/v4/accounts/acc123/ai/run/@cf/meta/fake-model"
 CTX = ParseContext("fake-model", ByteTokenizer(), 256)
@@ -105,8 +105,8 @@ WAI_TOOLS = [{"name": "get_weather", "description": "weather of a city",
 def hermes_client(backend):
     from starlette.testclient import TestClient
 
-    from tandem.server.app import build_app
-    from tandem.server.config import ServerConfig
+    from tandem.api.app import build_app
+    from tandem.api.config import ServerConfig
     backend.reply = "Checking." + CALL
     with TestClient(build_app(backend, ServerConfig(tool_call_parser="hermes"))) as c:
         yield c

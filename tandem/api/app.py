@@ -1,0 +1,123 @@
+"""build_app(backend, config): the HTTP app of a worker or of the gateway (each passes its own Backend).
+
+Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
+(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics. Bearer authentication, when keys are configured, guards everything but /health
+and /metrics; CORS headers answer the configured browser origins (all by default, as vLLM).
+A DisconnectGuard cancels a request whose client left (streaming or not), which closes its
+backend streams and so aborts its engine requests. Middleware is plain ASGI:
+Starlette's BaseHTTPMiddleware would sit between the stream and the disconnect and delay
+cancellation.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from tandem.api.anthropic.messages_api import messages_routes
+from tandem.api.auth import BearerAuth
+from tandem.api.backend import Backend
+from tandem.api.config import ServerConfig
+from tandem.api.context import ServerContext
+from tandem.api.disconnect import DisconnectGuard
+from tandem.api.errors import error_response_for_path
+from tandem.api.internal.internal_api import internal_routes
+from tandem.api.openai.openai_api import openai_routes
+from tandem.api.openai.responses_api import responses_routes
+from tandem.api.openai.tokenize_api import tokenize_routes
+from tandem.api.queue_api import JOB_RUNNERS, queue_routes
+from tandem.api.responses import json_response
+from tandem.api.workers_ai.queued_api import queued_request
+from tandem.api.workers_ai.workers_ai_api import workers_ai_routes
+from tandem.asyncq.service import QueueService, QueueSetup
+from tandem.errors import InvalidRequest
+
+Hook = Callable[[], Awaitable[None]]
+
+
+def _health_routes(ctx: ServerContext) -> list[Route]:
+    async def health(request: Request) -> Response:
+        # a backend over remote workers (the gateway) is ready only while it can route
+        if ctx.ready and (ctx.readiness is None or ctx.readiness.ready()):
+            return json_response({"status": "ok"})
+        return json_response({"status": "starting" if not ctx.ready else "no healthy worker"},
+                             status=503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def version(request: Request) -> Response:
+        return json_response({"version": _package_version()})
+
+    return [Route("/health", health, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/version", version, methods=["GET"])]
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("tandem")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    err = InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}")
+    err.status = exc.status_code  # type invalid_request_error, as OpenAI's "Invalid URL"
+    return error_response_for_path(request.url.path, err)
+
+
+def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = None,
+              shutdown: Hook | None = None, extra_routes: Sequence[BaseRoute] = (),
+              queue: QueueSetup | None = None) -> Starlette:
+    """The HTTP app over `backend`. `startup`/`shutdown` run in the lifespan (a worker passes
+    AsyncEngine.start/shutdown); /health answers 200 only between them. With `queue`, the app
+    also serves the asynchronous batch API (tandem/asyncq/service.py), dispatching queued work
+    through `backend` between startup and shutdown."""
+    ctx = ServerContext.create(backend, config)
+    service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        if startup is not None:
+            await startup()
+        if service is not None:
+            await service.start()
+        ctx.ready = True
+        try:
+            yield
+        finally:
+            ctx.ready = False
+            if service is not None:
+                await service.stop()
+            if shutdown is not None:
+                await shutdown()
+
+    routes = [*openai_routes(ctx), *responses_routes(ctx), *messages_routes(ctx),
+              *tokenize_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
+              *_health_routes(ctx), *extra_routes]
+    if service is not None:
+        ctx.queued = partial(queued_request, service)
+        routes += queue_routes(service)
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: _http_error})
+    if config.api_keys:
+        app.add_middleware(BearerAuth, keys=config.api_keys)
+    if config.allowed_origins:  # outside the authentication: a browser's preflight carries no key
+        app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
+                           allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
+    app.state.ctx = ctx
+    app.state.queue = service
+    return app

@@ -1,0 +1,29 @@
+"""Settings of the HTTP layer (worker or gateway). Built by the CLI; nothing here reads the environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.turn.sampling_defaults import SamplingDefaults
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    served_model_name: str | None = None  # name clients must send; None: the backend's model_name
+    api_keys: tuple[str, ...] = ()        # Bearer keys; empty: no authentication
+    allowed_origins: tuple[str, ...] = ("*",)  # CORS (as vLLM's default); empty: no CORS headers
+    max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
+    max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)
+    max_prompts: int = 64                 # largest list of prompts in one completions request
+    sampling_defaults: SamplingDefaults = SamplingDefaults()  # for what requests leave out
+    # output parsers (tandem/turn/parser_setup.py): "auto" = the chat template's format, "none", or a name
+    tool_call_parser: str = "auto"
+    reasoning_parser: str | None = None   # None: no reasoning split
+    constrain_auto_tool_calls: bool = True  # tool_choice auto: calls held to the tools once opened
+    host: str = "127.0.0.1"
+    port: int = 8000
+    gateway_url: str | None = None        # --gateway: the gateway this worker registers with
+    gateway_api_key: str | None = None    # Bearer key the gateway requires for registration
+    advertise_url: str | None = None      # how the gateway reaches this worker; None: from host/port
+    log_level: str = "info"
+    access_log: bool = False

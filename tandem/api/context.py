@@ -1,0 +1,96 @@
+"""What every route of one app shares: the backend and what it can do, the config, the metrics."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tandem.api.backend import (
+    Backend,
+    KVEventSource,
+    KVHandoffSource,
+    Readiness,
+    WorkerBackend,
+    missing_members,
+    provides,
+)
+from tandem.api.config import ServerConfig
+from tandem.api.metrics import ServerMetrics
+from tandem.api.openai.logprobs_format import TokenTexts
+from tandem.api.openai.openai_format import system_fingerprint
+from tandem.api.openai.openai_protocol import ParseContext
+from tandem.api.run import GenerationRun
+from tandem.turn.parser_setup import ParserSetup
+from tandem.types import EngineRequest
+
+
+@dataclass
+class ServerContext:
+    backend: Backend
+    config: ServerConfig
+    metrics: ServerMetrics
+    # What the backend can do beyond Backend, decided once here (None: it cannot). Each is the
+    # backend itself, typed by the protocol it satisfies.
+    worker: WorkerBackend | None = None        # owns a KV cache: /internal/stats reports it
+    kv_events: KVEventSource | None = None     # /internal/kv_events (404 without)
+    kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
+    readiness: Readiness | None = None         # /health asks it too
+    ready: bool = False  # set by the app's lifespan once the backend has started
+    # Workers AI's `?queueRequest=true` handler when the app has a queue (asyncq/service.py)
+    queued: Callable[[Request], Awaitable[Response]] | None = None
+    instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
+    _texts: TokenTexts | None = field(default=None, repr=False)
+    _parsers: ParserSetup | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, backend: Backend, config: ServerConfig) -> "ServerContext":
+        missing = missing_members(backend, Backend)
+        if missing:
+            raise TypeError(f"{type(backend).__name__} is not a tandem.api.backend.Backend: "
+                            f"it lacks {', '.join(missing)}")
+        holder: list[ServerContext] = []
+        metrics = ServerMetrics(stats=backend.stats, model_name=lambda: holder[0].served_name)
+        ctx = cls(backend=backend, config=config, metrics=metrics,
+                  worker=backend if provides(backend, WorkerBackend) else None,
+                  kv_events=backend if provides(backend, KVEventSource) else None,
+                  kv_handoff=backend if provides(backend, KVHandoffSource) else None,
+                  readiness=backend if provides(backend, Readiness) else None)
+        holder.append(ctx)
+        return ctx
+
+    # Backend attributes are read lazily: a backend may load its model in start().
+    @property
+    def served_name(self) -> str:
+        return self.config.served_model_name or self.backend.model_name
+
+    @property
+    def fingerprint(self) -> str:
+        return system_fingerprint(self.served_name)
+
+    @property
+    def token_texts(self) -> TokenTexts:
+        if self._texts is None:
+            self._texts = TokenTexts(self.backend.tokenizer)
+        return self._texts
+
+    @property
+    def parsers(self) -> ParserSetup:
+        """The output parsers, resolved against the model's chat template on first use."""
+        if self._parsers is None:
+            c = self.config
+            self._parsers = ParserSetup.resolve(c.tool_call_parser, c.reasoning_parser,
+                                                self.backend.tokenizer, c.constrain_auto_tool_calls)
+        return self._parsers
+
+    def parse_context(self) -> ParseContext:
+        return ParseContext(served_name=self.served_name, tokenizer=self.backend.tokenizer,
+                            max_model_len=self.backend.max_model_len, max_n=self.config.max_n,
+                            max_prompts=self.config.max_prompts, parsers=self.parsers,
+                            defaults=self.config.sampling_defaults)
+
+    def run(self, requests: list[EngineRequest]) -> GenerationRun:
+        return GenerationRun(self.backend, requests, self.metrics)

@@ -1,0 +1,33 @@
+"""The RequestContext of one HTTP request, built once by the route that serves it.
+
+- session_id: the `x-session-affinity` header, trimmed, at most 256 characters; None when the
+  header is missing or blank. The gateway routes a session's requests to one worker.
+- tenant: the API key the request authenticated with (tandem.api.auth); None without keys.
+- cache_salt, priority: body fields, as the route's parser read them (OpenAI routes: vLLM's
+  `cache_salt` and `priority`; Workers AI has neither). `priority` is carried to the engine
+  but does not change scheduling yet.
+The context then travels explicitly: route -> GenerationRun -> Backend.generate(req) inside
+`req.context` -> (gateway) the routing flow and the worker's internal API (tandem.api.internal.wire).
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from tandem.api.auth import tenant_of
+from tandem.types import RequestContext
+
+SESSION_HEADER = "x-session-affinity"
+MAX_SESSION_ID = 256
+
+
+def session_id(request: Request) -> str | None:
+    raw = request.headers.get(SESSION_HEADER)
+    if raw is None:
+        return None
+    return raw.strip()[:MAX_SESSION_ID] or None
+
+
+def http_context(request: Request, cache_salt: str | None = None, priority: int = 0) -> RequestContext:
+    return RequestContext(session_id=session_id(request), tenant=tenant_of(request.scope),
+                          cache_salt=cache_salt, priority=priority)
