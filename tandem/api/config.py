@@ -11,6 +11,9 @@ from tandem.turn.sampling_defaults import SamplingDefaults
 class ServerConfig:
     served_model_name: str | None = None  # name clients must send; None: the backend's model_name
     api_keys: tuple[str, ...] = ()        # Bearer keys; empty: no authentication
+    # tenants (API keys) share prefix-cache entries of equal prompts: off, every tenant's KV is
+    # its own (tandem/kv/block_hash.py: cache_keys); requests may still salt theirs (cache_salt)
+    share_prefix_cache: bool = False
     allowed_origins: tuple[str, ...] = ("*",)  # CORS (as vLLM's default); empty: no CORS headers
     max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
     max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)

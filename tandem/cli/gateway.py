@@ -51,6 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_override_flag(g)
     add_parser_flags(g)   # the gateway's routes parse the output (tool calls, reasoning)
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
+    g.add_argument("--share-prefix-cache", action="store_true",
+                   help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
+                        "cache hit for another (off: each tenant's KV is its own; requests may "
+                        "still separate theirs with cache_salt)")
     g.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
@@ -101,7 +105,7 @@ def gateway_config_from_args(args: argparse.Namespace):
                                                      args.override_generation_config)
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
-        allowed_origins=args.allowed_origins,
+        share_prefix_cache=args.share_prefix_cache, allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),

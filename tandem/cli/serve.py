@@ -153,6 +153,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
+    p.add_argument("--share-prefix-cache", action="store_true",
+                   help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
+                        "cache hit for another (off: each tenant's KV is its own; requests may "
+                        "still separate theirs with cache_salt)")
     p.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
@@ -201,6 +205,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                               args.model, args.generation_config, args.override_generation_config),
                           **parser_settings(args),
                           api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+                          share_prefix_cache=args.share_prefix_cache,
                           allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
                           gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,

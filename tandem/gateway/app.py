@@ -188,6 +188,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
                                  api_keys=config.api_keys, allowed_origins=config.allowed_origins,
+                                 share_prefix_cache=config.share_prefix_cache,
                                  host=config.host, port=config.port,
                                  sampling_defaults=config.sampling_defaults,
                                  tool_call_parser=config.tool_call_parser,

@@ -38,6 +38,7 @@ class GatewayConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: tuple[str, ...] = ()
+    share_prefix_cache: bool = False   # as tandem serve's ServerConfig: tenants share cached prefixes
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)

@@ -105,7 +105,7 @@ class DraftModelProposer:
             if k <= 0 or budget <= 0 or n + k > self.max_len:
                 continue
             seq = self.cache.seq(req)
-            self.cache.adopt(seq, tokens, req.cache_salt)   # a new request: its cached leading blocks
+            self.cache.adopt(seq, tokens, req.cache_keys)   # a new request: its cached leading blocks
             valid = min(seq.valid(tokens), n - 1)   # the last token always goes through: its row drafts
             todo = tokens[valid:valid + budget]
             caught_up = valid + len(todo) == n
@@ -121,7 +121,7 @@ class DraftModelProposer:
             return drafts
         rows = self._forward(catchup, [seq for _, seq, _ in drafting])
         for (seq, _, _), req in zip(catchup, catchup_requests):   # its own full blocks, now
-            self.cache.publish(seq, req.all_token_ids, req.cache_salt)   # computed, serve later requests
+            self.cache.publish(seq, req.all_token_ids, req.cache_keys)   # computed, serve later requests
         live = []
         for (i, seq, _), token in zip(drafting, rows):
             drafts[i].append(token)

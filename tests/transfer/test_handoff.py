@@ -18,7 +18,7 @@ LAYOUT = KVLayout("m", "float32", 4, 2, 2, 16)
 class _Req:
     request_id: str = "r"
     all_token_ids: list = field(default_factory=lambda: list(range(11)))
-    cache_salt: str | None = None
+    cache_keys: tuple = ()
     kv_handle: KVHandle | None = None
     prefill_only: bool = False
     num_preemptions: int = 0

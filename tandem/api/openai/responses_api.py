@@ -65,8 +65,8 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
     async def _serve(request: Request, req: ResponsesRequest, history: list[dict], turn: ChatTurn,
                      parsed: ParsedRequest) -> Response:
         rid = new_id("resp")
-        context = replace(http_context(request, cache_salt=turn.cache_salt, priority=turn.priority),
-                          parser=parsed.parser_options)
+        context = replace(http_context(request, ctx.config, cache_salt=turn.cache_salt,
+                                       priority=turn.priority), parser=parsed.parser_options)
         run = ctx.run(parsed.engine_requests(rid, context))
         out = TurnOutput(parsed.output.stream(rid) if parsed.output else None, len(parsed.prompts[0]))
         sp = parsed.sampling

@@ -154,7 +154,7 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                           ctx.parse_context(), size)
             rid = make_id("wai")
-            context = replace(http_context(request), parser=parsed.parser_options)
+            context = replace(http_context(request, ctx.config), parser=parsed.parser_options)
             run = ctx.run(parsed.engine_requests(rid, context))
             try:
                 if not parsed.stream:
