@@ -6,6 +6,11 @@ it (401 otherwise). The key a request authenticated with
 names its tenant, "key-<i>" for the i-th configured key (counted from 0 over every --api-key
 value, comma-separated ones included), written into the ASGI scope for the route to put into
 the request's RequestContext (tandem.api.request_context). Without keys the tenant is None.
+
+What a tenant creates (files, batches, queued requests, stored responses, subscriptions) is its
+own: routes pass `owner_of(scope)` to the stores, which answer another tenant's ids as absent
+(404, the same as an id that never existed). Without keys every caller is one tenant, the
+anonymous one.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tandem.api.errors import error_response_for_path
+from tandem.asyncq.job import ANONYMOUS
 from tandem.errors import Unauthorized
 
 OPEN_PATHS = ("/health", "/metrics")
@@ -24,6 +30,12 @@ TENANT_SCOPE_KEY = "tandem.tenant"   # the scope's extension key (ASGI scopes ma
 
 def tenant_of(scope: Scope) -> str | None:
     return scope.get(TENANT_SCOPE_KEY)
+
+
+def owner_of(scope: Scope) -> str:
+    """The tenant owning what the request creates and reads in the queue's store: its key's
+    tenant, or ANONYMOUS ("") on a server without keys."""
+    return tenant_of(scope) or ANONYMOUS
 
 
 class BearerAuth:

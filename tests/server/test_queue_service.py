@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from tandem.asyncq.event import EventType
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
+from tandem.asyncq.job import ANONYMOUS
 from tandem.asyncq.service import QueueConfig, QueueSetup
 from tests.server.fakes import FakeBackend
 
@@ -307,7 +308,7 @@ async def _jobs(path, batch_id):
     from tandem.asyncq.open_queue import open_queue
     q = open_queue(str(path))
     try:
-        return await q.list_batch(batch_id)
+        return await q.list_batch(batch_id, ANONYMOUS)
     finally:
         await q.close()
 
