@@ -13,8 +13,8 @@ return to it when the request leaves (`free`).
 Prefix caching (the draft's own, by the chained block hashes of the request's tokens and KV
 partition, its cache salt and tenant, as the target's: tandem/kv/block_hash.py): a new request
 takes the cached blocks of its leading full blocks (`adopt`), so a system prompt and tool list
-that every turn resends is computed by the draft once, not once per request; full blocks of a request's own tokens are cached once the draft holds them
-(`publish`). A cached block is never written again: a request only rewrites positions from its
+that every turn resends is computed by the draft once, not once per request; full blocks of a
+request's own tokens are cached once the draft holds them (`publish`). A cached block is never written again: a request only rewrites positions from its
 `valid` on, which is never below what it adopted or published.
 """
 
