@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.sim.config import SimConfig, parse_topology
 from tandem.sim.fleet import Fleet
 from tandem.sim.gateway import GatewayConfig

@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def gateway_config_from_args(args: argparse.Namespace):
     from tandem.gateway.config import GatewayConfig, RegistryConfig
     from tandem.router.admission import AdmissionLimits
-    from tandem.router.planner import PlannerConfig
+    from tandem.planner.policy import PlannerConfig
     from tandem.router.policies.placement import PlacementConfig
 
     return GatewayConfig(

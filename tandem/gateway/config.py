@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
-from tandem.router.planner import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.server.queue_service import QueueConfig
 from tandem.server.sampling_defaults import SamplingDefaults

@@ -1,4 +1,4 @@
-"""The gateway's planning rounds: measure, ask the planner (tandem/router/planner.py), publish.
+"""The gateway's planning rounds: measure, ask the planner (tandem/planner/policy.py), publish.
 
 Every `interval_s` the loop reads the app's TTFT and inter-token latency histograms (what the
 gateway's clients saw), takes the round's p90s from the difference with the previous reading,
@@ -32,9 +32,9 @@ from starlette.routing import Route
 
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import Outcome, RoleExecutor
+from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.latency_window import HistogramWindow, Reading, quantile
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.snapshot import WorkerLoad
 from tandem.server.responses import json_response
 

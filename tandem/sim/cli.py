@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(a: argparse.Namespace):
-    from tandem.router.planner import PlannerConfig
+    from tandem.planner.policy import PlannerConfig
     from tandem.router.policies.placement import PlacementConfig
     from tandem.sim.config import SimConfig, parse_topology
     from tandem.sim.gateway import GatewayConfig

@@ -1,4 +1,4 @@
-"""The planner in the simulation: the real `plan()` (tandem/router/planner.py) every round, on the
+"""The planner in the simulation: the real `plan()` (tandem/planner/policy.py) every round, on the
 round's p90 TTFT and ITL, and its switches carried out as `tandem up` does
 (tandem/launcher/role_switch.py): drain the worker at the gateway, wait until it is idle, stop it,
 start it again in its new role (`restart_s`: its cache is empty after), let the gateway take it
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.snapshot import WorkerLoad
 from tandem.sim.events import EventLoop
 from tandem.sim.metrics import Metrics

@@ -10,8 +10,8 @@ from tandem.gateway.config import RegistryConfig
 from tandem.gateway.planner_loop import PlannerLoop
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import ExecutorConfig, RoleExecutor
+from tandem.planner.policy import PlannerConfig, RoleSwitch
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import PlannerConfig, RoleSwitch
 from tests.gateway.fake_workers import HttpxWorkerHTTP
 
 P0, P1, S0 = "http://127.0.0.1:9100", "http://127.0.0.1:9101", "http://127.0.0.1:9200"

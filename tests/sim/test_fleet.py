@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.sim.config import SimConfig, parse_topology
 from tandem.sim.fleet import simulate
