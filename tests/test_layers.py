@@ -33,7 +33,7 @@ ALLOWED = {
     "parallel": BASE | {"kv", "kernels", "layers", "models", "runner", "tokenization", "grammar", "engine",
                         "transfer", "spec"},
     "router": BASE | {"kv"},
-    # the planner's policy reads the router's view of the workers
+    # the planner's policy reads the router's view of the workers; its driver, the load tracker
     "planner": BASE | {"kv", "router"},
     "http": BASE,
     "asyncq": BASE | {"http"},
