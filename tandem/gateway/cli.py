@@ -10,9 +10,14 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 
+from tandem.gateway.config import GatewayConfig, RegistryConfig
+from tandem.planner.policy import PlannerConfig
+from tandem.router.admission import AdmissionLimits
 from tandem.router.policies import POLICY_NAMES
+from tandem.router.policies.placement import PlacementConfig
 from tandem.server.cli import origins
 from tandem.server.queue_cli import add_queue_arguments, queue_config_from_args
 from tandem.server.parser_setup import add_parser_flags, parser_settings
@@ -84,12 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.set_defaults(func=gateway)
 
 
-def gateway_config_from_args(args: argparse.Namespace):
-    from tandem.gateway.config import GatewayConfig, RegistryConfig
-    from tandem.router.admission import AdmissionLimits
-    from tandem.planner.policy import PlannerConfig
-    from tandem.router.policies.placement import PlacementConfig
-
+def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
@@ -113,8 +113,7 @@ def gateway_config_from_args(args: argparse.Namespace):
 
 
 def gateway(args: argparse.Namespace) -> int:
-    import gc
-
+    # lazy: the app and the HTTP server (~0.1 s) only when a gateway runs, not for `tandem --help`
     import uvicorn
 
     from tandem.gateway.app import build_gateway_app, model_facts

@@ -13,6 +13,10 @@ import json
 import sys
 from dataclasses import replace
 
+from tandem.planner.policy import PlannerConfig
+from tandem.router.policies.placement import PlacementConfig
+from tandem.sim.trace import TraceOptions
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sim", help="fleet simulator: replay a trace through simulated workers",
@@ -51,11 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(a: argparse.Namespace):
-    from tandem.planner.policy import PlannerConfig
-    from tandem.router.policies.placement import PlacementConfig
+    # lazy: the simulator (~0.1 s, numpy) only when it runs, not for `tandem --help`
     from tandem.sim.config import SimConfig, parse_topology
     from tandem.sim.gateway import GatewayConfig
-    from tandem.sim.trace import TraceOptions
 
     constants = json.loads(open(a.cpu_constants).read()) if a.cpu_constants else {}
     constants = constants.get("fitted_cpu_constants", constants)
@@ -80,7 +82,7 @@ def config_from_args(a: argparse.Namespace):
 
 def run(a: argparse.Namespace) -> int:
     if a.calibrate:
-        from tandem.sim.calibrate import calibrate
+        from tandem.sim.calibrate import calibrate   # lazy: as above
         given = None
         if a.cpu_constants:
             given = json.loads(open(a.cpu_constants).read())
@@ -90,7 +92,7 @@ def run(a: argparse.Namespace) -> int:
     if not a.trace:
         print("tandem sim: give --trace PATH (or --calibrate FILE)", file=sys.stderr)
         return 2
-    from tandem.sim.fleet import simulate
+    from tandem.sim.fleet import simulate   # lazy: as above
     try:
         summary = simulate(config_from_args(a))
     except ValueError as exc:
