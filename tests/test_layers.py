@@ -33,10 +33,12 @@ ALLOWED = {
     "parallel": BASE | {"kv", "kernels", "layers", "models", "runner", "tokenization", "grammar", "engine",
                         "transfer", "spec"},
     "router": BASE | {"kv"},
+    # the planner's policy reads the router's view of the workers; its driver, the load tracker
+    "planner": BASE | {"kv", "router"},
     "http": BASE,
     "asyncq": BASE | {"http"},
-    # the fleet simulator drives the router's policies and the engine's prefill order
-    "sim": BASE | {"kv", "router", "engine"},
+    # the fleet simulator drives the router's policies, the planner and the engine's prefill order
+    "sim": BASE | {"kv", "router", "planner", "engine"},
 }
 # the serving layers may import anything below them, but not the demo's training code
 SERVING = ("server", "gateway", "launcher")

@@ -20,7 +20,7 @@ from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.router.admission import AdmissionLimits
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.router.policies import POLICY_NAMES
 from tandem.router.policies.placement import PlacementConfig
 from tandem.tokenization.chat_template_arg import chat_template_arg
@@ -92,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.set_defaults(func=gateway)
 
 
-def gateway_config_from_args(args: argparse.Namespace):
+def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.asyncq.service import QueueConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
-from tandem.router.planner import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
 

@@ -1,5 +1,6 @@
-"""The planner: moves a worker one step between the prefill and decode pools when one latency
-target is missed and the other has room (pure policy; the gateway measures, `tandem up` executes).
+"""The planner's policy: moves a worker one step between the prefill and decode pools when one
+latency target is missed and the other has room. A pure function of one round's snapshot; the
+driver (tandem/planner/driver.py) measures, calls it every round and hands its switch to an executor.
 
 Inputs, per planning round (every `interval_s`): the gateway's p90 time to first token and p90
 inter-token latency over the round (from its own histograms, as its clients see them), how many

@@ -1,4 +1,4 @@
-from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
+from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.snapshot import WorkerLoad
 
 CFG = PlannerConfig(slo_ttft_ms=1000, slo_itl_ms=50, cooldown_s=60, margin=0.8, min_samples=20)
