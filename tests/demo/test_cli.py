@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import argparse
 
-from tandem.demo.cli import register
+from tandem_demo.cli import register
 
 
 def _parser():
@@ -25,7 +25,7 @@ def test_subcommands_parse():
 
 
 def test_build_corpus_command(tmp_path, monkeypatch, bible_text, capsys):
-    import tandem.demo.corpus as corpus
+    import tandem_demo.corpus as corpus
 
     monkeypatch.setattr(corpus, "read_bible_text", lambda: bible_text)
     a = _parser().parse_args(["demo", "build-corpus", "--out", str(tmp_path), "--agent-train", "5",

@@ -1,6 +1,6 @@
 """Train an EAGLE-3 head (tandem/spec/eagle3_head.py) for a frozen target:
 
-    python -m tandem.demo.eagle3_train --target models/tandem-demo-target \
+    python -m tandem_demo.eagle3_train --target models/tandem-demo-target \
         --corpus /tmp/e3/corpus-dense --out models/tandem-demo-eagle3 --minutes 30
 
 The target runs with tandem's own forward (forward_aux over a paged prefill: the same states a
@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from tandem.config import ModelConfig
-from tandem.demo.corpus import load_texts
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import load_model
@@ -40,6 +39,7 @@ from tandem.spec.eagle3_head import Eagle3Head, init_head
 from tandem.spec.eagle3_loader import WEIGHTS_FILE, config_for_target, save_head
 from tandem.spec.eagle3_ttt import step_losses, unroll
 from tandem.tokenization.tokenizer import Tokenizer
+from tandem_demo.corpus import load_texts
 
 _BLOCK = 16
 
@@ -229,7 +229,7 @@ def train(cfg: TrainConfig) -> dict:
     head.eval()
     ev = evaluate(head, target, held, header, end_id, cfg.depth)
     print(json.dumps({"heldout": ev}), flush=True)
-    record = {"command": "python -m tandem.demo.eagle3_train " + " ".join(_args_of(cfg)),
+    record = {"command": "python -m tandem_demo.eagle3_train " + " ".join(_args_of(cfg)),
               "train_minutes": round(train_seconds / 60, 1), "steps": step, "tokens": tokens,
               "documents_seen": doc_i, "train_documents": len(train_docs), "heldout": ev,
               "target_model_safetensors_git_sha": sha, "config": {**asdict(cfg), "corpus": list(cfg.corpus)},

@@ -58,13 +58,13 @@ def register(subparsers) -> None:
                         "(default; --no-isolate-spaces joins a space to the word after it, as GPT-2 does)")
     p.set_defaults(func=_train_tokenizer)
 
-    from tandem.demo.train import add_train_args
+    from tandem_demo.train import add_train_args
 
     p = sub.add_parser("train", help="train the target or the draft model")
     add_train_args(p)
     p.set_defaults(func=_train)
 
-    from tandem.demo.evaluate import add_eval_args
+    from tandem_demo.evaluate import add_eval_args
 
     p = sub.add_parser("evaluate", help="perplexity, tool-call validity, draft agreement; updates model cards")
     add_eval_args(p)
@@ -72,7 +72,7 @@ def register(subparsers) -> None:
 
 
 def _build_corpus(a: argparse.Namespace) -> None:
-    from tandem.demo.corpus import CorpusConfig, build_corpus
+    from tandem_demo.corpus import CorpusConfig, build_corpus
 
     m = build_corpus(a.out, CorpusConfig(seed=a.seed, agent_train=a.agent_train, agent_heldout=a.agent_heldout,
                                         layout=a.layout))
@@ -80,7 +80,7 @@ def _build_corpus(a: argparse.Namespace) -> None:
 
 
 def _train_tokenizer(a: argparse.Namespace) -> None:
-    from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
+    from tandem_demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
 
     tok = train_tokenizer(corpus_texts(a.corpus), vocab_size=a.vocab_size, isolate_spaces=a.isolate_spaces)
     for f in save_tokenizer_files(tok, a.out):
@@ -88,13 +88,13 @@ def _train_tokenizer(a: argparse.Namespace) -> None:
 
 
 def _train(a: argparse.Namespace) -> None:
-    from tandem.demo.train import config_from_args, train
+    from tandem_demo.train import config_from_args, train
 
     train(config_from_args(a))
 
 
 def _evaluate(a: argparse.Namespace) -> None:
-    from tandem.demo.evaluate import config_from_args, evaluate
+    from tandem_demo.evaluate import config_from_args, evaluate
 
     res = evaluate(config_from_args(a))
     print(json.dumps({k: v for k, v in res.items() if k != "config"}, indent=1))

@@ -1,6 +1,6 @@
 """Train a demo model (transformers' LlamaForCausalLM on the CPU) and save it in HF format.
 
-    python -m tandem.demo.train --out models/tandem-demo-target --size target --minutes 33 [--resume]
+    python -m tandem_demo.train --out models/tandem-demo-target --size target --minutes 33 [--resume]
 
 Packed 1024-token rows, AdamW, linear warmup then cosine decay to min_lr_ratio * lr. The schedule's
 progress is step/steps with --steps, else elapsed wall time / budget with --minutes (the budget counts
@@ -29,13 +29,13 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from tandem.demo.corpus import PARTS, load_texts
-from tandem.demo.loss_curve import plot_loss_curve
-from tandem.demo.model_card import write_card
-from tandem.demo.packing import (aligned_rows, concat_docs, epoch_rows, fixed_rows, load_docs, save_docs,
+from tandem_demo.corpus import PARTS, load_texts
+from tandem_demo.loss_curve import plot_loss_curve
+from tandem_demo.model_card import write_card
+from tandem_demo.packing import (aligned_rows, concat_docs, epoch_rows, fixed_rows, load_docs, save_docs,
                                   tokenize_docs)
-from tandem.demo.sizes import SIZES, llama_config
-from tandem.demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
+from tandem_demo.sizes import SIZES, llama_config
+from tandem_demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
 
 DEFAULT_ROOT = "/tmp/tandem-demo"
 
@@ -46,7 +46,7 @@ PACKINGS = ("stream", "aligned")
 @dataclass(frozen=True)
 class TrainConfig:
     out_dir: str                       # final HF model directory
-    size: str = "target"               # a key of tandem.demo.sizes.SIZES
+    size: str = "target"               # a key of tandem_demo.sizes.SIZES
     corpus_dir: str = f"{DEFAULT_ROOT}/corpus"
     tokenizer_dir: str = f"{DEFAULT_ROOT}/tokenizer"
     work_dir: str | None = None        # checkpoint; default {DEFAULT_ROOT}/work-{size}
@@ -215,7 +215,7 @@ def save_checkpoint(path: Path, model, opt, state: TrainState, cfg: TrainConfig)
 
 def _command_line() -> str:
     args = shlex.join(sys.argv[1:])
-    return f"python -m tandem.demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
+    return f"python -m tandem_demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
 
 
 def write_corpus_manifest(corpus_dir: str, extra_corpus_dirs: tuple[str, ...], out: Path) -> None:

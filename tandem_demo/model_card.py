@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tandem.demo.tools import tool_catalog
+from tandem_demo.tools import tool_catalog
 
-EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-target "
+EVAL_COMMAND = ("python -m tandem_demo.evaluate --target models/tandem-demo-target "
                 "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
 
 
@@ -17,7 +17,7 @@ def _eval_command(ev: dict | None) -> str:
     if not ev:
         return EVAL_COMMAND
     c = ev["config"]
-    cmd = (f"python -m tandem.demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
+    cmd = (f"python -m tandem_demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
            f"--corpus {c['corpus_dir']}")
     defaults = {"toolcall_transcripts": 100, "unseen_transcripts": 60, "ppl_docs": 100, "agreement_transcripts": 60}
     for key, default in defaults.items():   # counts that differ from evaluate.py's defaults
