@@ -24,7 +24,7 @@ import math
 import random
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -177,7 +177,7 @@ def train(cfg: TrainConfig) -> dict:
     header = tok.backend.encode("<|im_start|>assistant\n", add_special_tokens=False).ids
     end_id = tok.backend.token_to_id("<|im_end|>")
     train_docs = documents(cfg, tok, "train")
-    held = [d[:cfg.max_len] for d in documents(dataclass_replace(cfg, kjv_share=0.0), tok, "heldout")[:cfg.eval_docs]]
+    held = [d[:cfg.max_len] for d in documents(replace(cfg, kjv_share=0.0), tok, "heldout")[:cfg.eval_docs]]
     sha = _git_blob_sha(Path(cfg.target) / "model.safetensors")
     hcfg = config_for_target(target.model, cfg.aux_layers, sha)
     head = init_head(Eagle3Head(hcfg), cfg.seed)
@@ -234,17 +234,11 @@ def train(cfg: TrainConfig) -> dict:
               "documents_seen": doc_i, "train_documents": len(train_docs), "heldout": ev,
               "target_model_safetensors_git_sha": sha, "config": {**asdict(cfg), "corpus": list(cfg.corpus)},
               "versions": {"torch": torch.__version__}}
-    head.cfg = dataclass_replace(head.cfg, training=record)
+    head.cfg = replace(head.cfg, training=record)
     save_head(head, cfg.out)
     (Path(cfg.out) / "train_log.json").write_text(json.dumps(log) + "\n")
     print(f"wrote {cfg.out} in {(time.monotonic() - started) / 60:.1f} minutes", flush=True)
     return record
-
-
-def dataclass_replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def _git_blob_sha(path: Path) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tokenizers import Tokenizer
+from tqdm import tqdm
 
 from tandem_demo.corpus import PARTS, load_texts
 from tandem_demo.loss_curve import plot_loss_curve
@@ -134,6 +135,7 @@ def _docs(cfg: TrainConfig, tok: Tokenizer, part: str, split: str, corpus_dir: s
 
 
 def build_model(cfg: TrainConfig, tok: Tokenizer):
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     from transformers import LlamaForCausalLM
 
     if cfg.init_from:
@@ -241,7 +243,9 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
     plot_loss_curve(state.history, out / "loss_curve.png",
                     f"tandem-demo {cfg.size}: {state.tokens / 1e6:.2f}M tokens, {state.elapsed / 60:.1f} min")
     recent = [x for _, _, x in state.history["train"][-50:]]
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     import transformers
+
     log = {
         "command": _command_line(),
         "segments": state.segments,
@@ -302,7 +306,6 @@ def train(cfg: TrainConfig) -> dict:
     print(f"{cfg.size}: {n_params / 1e6:.2f}M parameters, {len(train_docs.tokens) / 1e6:.2f}M training tokens, "
           f"{len(rows)} rows of {cfg.seq_len} per epoch", file=sys.stderr)
 
-    from tqdm import tqdm
     total = cfg.steps if cfg.steps is not None else int(cfg.minutes * 60)
     bar = tqdm(total=total, initial=min(total, state.step if cfg.steps is not None else int(state.elapsed)),
                unit="step" if cfg.steps is not None else "s", disable=not cfg.progress, mininterval=20,
