@@ -4,7 +4,7 @@
         --corpus /tmp/e3/corpus-dense --out models/tandem-demo-eagle3 --minutes 30
 
 The target runs with tandem's own forward (forward_aux over a paged prefill: the same states a
-serving runner hands the head) over transcripts of the corpus (`python -m tandem demo
+serving runner hands the head) over transcripts of the corpus (`python -m tandem_demo
 build-corpus ...`: chat-rendered agent transcripts, plus a share of KJV chapters); the head learns
 to predict the target's greedy next tokens (argmax of its logits, not the corpus's tokens),
 unrolled `--depth` steps on its own outputs (tandem/spec/eagle3_ttt.py). Tokens inside assistant

@@ -1,4 +1,4 @@
-"""Transcripts over generated tools (`tool_pool`): the layout `pool` of `tandem demo build-corpus`.
+"""Transcripts over generated tools (`tool_pool`): the layout `pool` of `python -m tandem_demo build-corpus`.
 
 Each transcript offers one to five freshly synthesised tools (or none) and holds one to four exchanges:
 - a request whose words name a tool's verb and noun and carry every argument value it needs (argument

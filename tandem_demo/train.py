@@ -56,7 +56,7 @@ class TrainConfig:
     steps: int | None = None           # fixed number of optimizer steps
     seq_len: int = 1024
     # "stream": rows cut from the concatenated documents; "aligned": documents whole in rows,
-    # padded (tandem/demo/packing.py: generated tool names need their tool list in the row)
+    # padded (tandem_demo/packing.py: generated tool names need their tool list in the row)
     packing: str = "stream"
     batch_size: int = 4                # rows per step
     lr: float = 2e-3
@@ -216,8 +216,8 @@ def save_checkpoint(path: Path, model, opt, state: TrainState, cfg: TrainConfig)
 
 
 def _command_line() -> str:
-    args = shlex.join(sys.argv[1:])
-    return f"python -m tandem_demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
+    module = "tandem_demo.train" if sys.argv[0].endswith("train.py") else "tandem_demo"
+    return f"python -m {module} {shlex.join(sys.argv[1:])}"
 
 
 def write_corpus_manifest(corpus_dir: str, extra_corpus_dirs: tuple[str, ...], out: Path) -> None:
@@ -377,7 +377,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--packing", default=d.packing, choices=PACKINGS,
-                   help="aligned: documents whole in rows, padded (see tandem/demo/packing.py)")
+                   help="aligned: documents whole in rows, padded (see tandem_demo/packing.py)")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--decay-fraction", type=_fraction, default=d.decay_fraction,
                    help="share of the budget, at its end, over which the lr decays; before it the lr "
