@@ -34,7 +34,6 @@ import time
 import torch
 
 from tandem.config import CacheConfig, EngineConfig, ModelConfig
-from tandem.demo.tools import tool_catalog
 from tandem.engine.engine import Engine
 from tandem.turn.chat_plan import plan_chat
 from tandem.turn.parser_setup import ParserSetup
@@ -42,6 +41,7 @@ from tandem.turn.tool_request import ToolRequest
 from tandem.turn.tool_grammar import tool_call_grammar
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.types import EngineRequest, GrammarSpec, SamplingParams
+from tandem_demo.tools import tool_catalog
 
 TOOL_NAMES = ("get_weather", "calculator", "send_email", "search_web", "set_timer")
 ASK = [{"role": "system", "content": "You are a helpful assistant."},

@@ -2,7 +2,7 @@
 exchanges (user request, tool calls, tool results, final answer) in OpenAI message form.
 
 A transcript is a plain dict {"tools": [...] | None, "messages": [...]}, rendered to text with
-`tandem.demo.chat_template`. Generation is a pure function of (seed, split, index).
+`tandem_demo.chat_template`. Generation is a pure function of (seed, split, index).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import random
 
-from tandem.demo import pools as P
-from tandem.demo.kjv import Verse
-from tandem.demo.scenarios import TOOL_SCENARIOS, Exchange
-from tandem.demo.tools import tool_catalog
+from tandem_demo import pools as P
+from tandem_demo.kjv import Verse
+from tandem_demo.scenarios import TOOL_SCENARIOS, Exchange
+from tandem_demo.tools import tool_catalog
 
 IDENTITY = "I am the Tandem demo assistant, a small language model that can call tools."
 

@@ -1,10 +1,10 @@
 """Train an EAGLE-3 head (tandem/spec/eagle3_head.py) for a frozen target:
 
-    python -m tandem.demo.eagle3_train --target models/tandem-demo-target \
+    python -m tandem_demo.eagle3_train --target models/tandem-demo-target \
         --corpus /tmp/e3/corpus-dense --out models/tandem-demo-eagle3 --minutes 30
 
 The target runs with tandem's own forward (forward_aux over a paged prefill: the same states a
-serving runner hands the head) over transcripts of the corpus (`python -m tandem demo
+serving runner hands the head) over transcripts of the corpus (`python -m tandem_demo
 build-corpus ...`: chat-rendered agent transcripts, plus a share of KJV chapters); the head learns
 to predict the target's greedy next tokens (argmax of its logits, not the corpus's tokens),
 unrolled `--depth` steps on its own outputs (tandem/spec/eagle3_ttt.py). Tokens inside assistant
@@ -24,7 +24,7 @@ import math
 import random
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -32,7 +32,6 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from tandem.config import ModelConfig
-from tandem.demo.corpus import load_texts
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import load_model
@@ -40,6 +39,7 @@ from tandem.spec.eagle3_head import Eagle3Head, init_head
 from tandem.spec.eagle3_loader import WEIGHTS_FILE, config_for_target, save_head
 from tandem.spec.eagle3_ttt import step_losses, unroll
 from tandem.tokenization.tokenizer import Tokenizer
+from tandem_demo.corpus import load_texts
 
 _BLOCK = 16
 
@@ -177,7 +177,7 @@ def train(cfg: TrainConfig) -> dict:
     header = tok.backend.encode("<|im_start|>assistant\n", add_special_tokens=False).ids
     end_id = tok.backend.token_to_id("<|im_end|>")
     train_docs = documents(cfg, tok, "train")
-    held = [d[:cfg.max_len] for d in documents(dataclass_replace(cfg, kjv_share=0.0), tok, "heldout")[:cfg.eval_docs]]
+    held = [d[:cfg.max_len] for d in documents(replace(cfg, kjv_share=0.0), tok, "heldout")[:cfg.eval_docs]]
     sha = _git_blob_sha(Path(cfg.target) / "model.safetensors")
     hcfg = config_for_target(target.model, cfg.aux_layers, sha)
     head = init_head(Eagle3Head(hcfg), cfg.seed)
@@ -229,22 +229,16 @@ def train(cfg: TrainConfig) -> dict:
     head.eval()
     ev = evaluate(head, target, held, header, end_id, cfg.depth)
     print(json.dumps({"heldout": ev}), flush=True)
-    record = {"command": "python -m tandem.demo.eagle3_train " + " ".join(_args_of(cfg)),
+    record = {"command": "python -m tandem_demo.eagle3_train " + " ".join(_args_of(cfg)),
               "train_minutes": round(train_seconds / 60, 1), "steps": step, "tokens": tokens,
               "documents_seen": doc_i, "train_documents": len(train_docs), "heldout": ev,
               "target_model_safetensors_git_sha": sha, "config": {**asdict(cfg), "corpus": list(cfg.corpus)},
               "versions": {"torch": torch.__version__}}
-    head.cfg = dataclass_replace(head.cfg, training=record)
+    head.cfg = replace(head.cfg, training=record)
     save_head(head, cfg.out)
     (Path(cfg.out) / "train_log.json").write_text(json.dumps(log) + "\n")
     print(f"wrote {cfg.out} in {(time.monotonic() - started) / 60:.1f} minutes", flush=True)
     return record
-
-
-def dataclass_replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def _git_blob_sha(path: Path) -> str:

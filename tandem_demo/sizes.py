@@ -28,7 +28,8 @@ SIZES = {
 
 
 def llama_config(size: ModelSize, eos_ids: list[int], pad_id: int):
-    """A transformers LlamaConfig for `size` (imported lazily: transformers is a test/training dependency)."""
+    """A transformers LlamaConfig for `size`."""
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     from transformers import LlamaConfig
 
     return LlamaConfig(

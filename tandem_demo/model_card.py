@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tandem.demo.tools import tool_catalog
+from tandem_demo.tools import tool_catalog
 
-EVAL_COMMAND = ("python -m tandem.demo.evaluate --target models/tandem-demo-target "
+EVAL_COMMAND = ("python -m tandem_demo.evaluate --target models/tandem-demo-target "
                 "--draft models/tandem-demo-draft --corpus /tmp/tandem-demo/corpus-dense")
 
 
@@ -17,7 +17,7 @@ def _eval_command(ev: dict | None) -> str:
     if not ev:
         return EVAL_COMMAND
     c = ev["config"]
-    cmd = (f"python -m tandem.demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
+    cmd = (f"python -m tandem_demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft "
            f"--corpus {c['corpus_dir']}")
     defaults = {"toolcall_transcripts": 100, "unseen_transcripts": 60, "ppl_docs": 100, "agreement_transcripts": 60}
     for key, default in defaults.items():   # counts that differ from evaluate.py's defaults
@@ -32,9 +32,9 @@ def _setup_commands(train_cfg: dict) -> str:
     """The commands that build the training inputs, with the tokenizer path the run used."""
     tokenizer = train_cfg.get("tokenizer_dir", "/tmp/tandem-demo/tokenizer")
     return ("apt-get install -y bible-kjv   # provides the `bible` command\n"
-            "python -m tandem demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
-            "python -m tandem demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill\n"
-            f"python -m tandem demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out {tokenizer}")
+            "python -m tandem_demo build-corpus --layout dense --agent-train 8000 --out /tmp/tandem-demo/corpus-dense\n"
+            "python -m tandem_demo build-corpus --layout drill --agent-train 16000 --out /tmp/tandem-demo/corpus-drill\n"
+            f"python -m tandem_demo train-tokenizer --corpus /tmp/tandem-demo/corpus-dense --out {tokenizer}")
 
 
 def _finetune_commands(log: dict, corpus: dict | None) -> list[str]:
@@ -51,9 +51,9 @@ def _finetune_commands(log: dict, corpus: dict | None) -> list[str]:
         f"mkdir -p {cfg['tokenizer_dir']} && cp {init['from']}/tokenizer* {init['from']}/chat_template.jinja "
         f"{init['from']}/generation_config.json {cfg['tokenizer_dir']}/"]
     return [*start, "# then fine-tuned (this model), its tokenizer unchanged:",
-            *[f"python -m tandem demo build-corpus --layout {c['layout']} --agent-train {c['agent_train']} --out {d}"
+            *[f"python -m tandem_demo build-corpus --layout {c['layout']} --agent-train {c['agent_train']} --out {d}"
               for d, c in extras],
-            f"python -m tandem demo build-corpus --layout {(corpus or {}).get('config', {}).get('layout', 'pool')} "
+            f"python -m tandem_demo build-corpus --layout {(corpus or {}).get('config', {}).get('layout', 'pool')} "
             f"--agent-train {(corpus or {}).get('config', {}).get('agent_train', '?')} --out {cfg['corpus_dir']}",
             *tokenizer]
 
@@ -95,7 +95,7 @@ def _read(path: Path) -> dict | None:
 def _eval_section(role: str, ev: dict | None) -> list[str]:
     if ev is None:
         return ["Not evaluated yet: run", "", f"    {_eval_command(ev)}", ""]
-    lines = ["Measured by `tandem/demo/evaluate.py` on the held-out splits (never seen in training), "
+    lines = ["Measured by `tandem_demo/evaluate.py` on the held-out splits (never seen in training), "
              f"weights in {ev['config']['dtype']}:", "",
              "| model | held-out KJV loss | KJV perplexity | held-out agent loss | agent perplexity |",
              "|---|---|---|---|---|"]
@@ -162,7 +162,7 @@ def render_card(model_dir: Path, role: str) -> str:
         f"The {role} model of tandem's demo family: a {params / 1e6:.2f}M-parameter Llama-architecture model "
         + ("trained from scratch, then fine-tuned to read the tools it is offered, "
            if log.get("init") else "trained from scratch ")
-        + "on this project's CPU with tandem's own code (`tandem/demo/`), so that "
+        + "on this project's CPU with tandem's own code (`tandem_demo/`), so that "
         "`make run` serves something that chats and calls tools, and speculative decoding can be measured "
         f"with a real draft/target pair ({other} is its {'draft' if role == 'target' else 'target'}; both share "
         "one tokenizer). It is a toy: it knows the King James Bible's style and the tool-call format of its "
@@ -180,7 +180,7 @@ def render_card(model_dir: Path, role: str) -> str:
         "## Data", "",
         "- King James Bible (public domain), from Debian's `bible-kjv` package: one document per chapter; "
         "a seeded 3% of chapters is held out.",
-        "- Generated agent transcripts (`tandem/demo/agent_transcripts.py`, `scenarios.py`): a system prompt, "
+        "- Generated agent transcripts (`tandem_demo/agent_transcripts.py`, `scenarios.py`): a system prompt, "
         f"a few of {len(tool_catalog())} tools with JSON-schema parameters "
         f"({', '.join(t['function']['name'] for t in tool_catalog())}), user requests, "
         "tool calls (single, parallel and chained) whose arguments validate against the schema and match the "
@@ -189,7 +189,7 @@ def render_card(model_dir: Path, role: str) -> str:
         "about 1.7x more tool calls per token) and `drill` (1-2 requests over 1-3 tools: short transcripts, "
         "so that copying a value from a request into a call is seen often). Held-out transcripts come from a "
         "separate seed stream, with exact duplicates of training transcripts removed.",
-        "- Layout `pool` (`tandem/demo/tool_pool.py`, `pool_transcripts.py`): every transcript offers one to five "
+        "- Layout `pool` (`tandem_demo/tool_pool.py`, `pool_transcripts.py`): every transcript offers one to five "
         "freshly generated tools (verb x noun names such as `fetch_order_status`, argument names from base x "
         "qualifier pools such as `billing_email`, string/integer/number/boolean/enum types, pooled descriptions) "
         "or none; requests name the tool's verb and noun and carry each argument value, which the calls copy; "

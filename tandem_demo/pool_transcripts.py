@@ -1,4 +1,4 @@
-"""Transcripts over generated tools (`tool_pool`): the layout `pool` of `tandem demo build-corpus`.
+"""Transcripts over generated tools (`tool_pool`): the layout `pool` of `python -m tandem_demo build-corpus`.
 
 Each transcript offers one to five freshly synthesised tools (or none) and holds one to four exchanges:
 - a request whose words name a tool's verb and noun and carry every argument value it needs (argument
@@ -17,10 +17,10 @@ from __future__ import annotations
 import json
 import random
 
-from tandem.demo import pools as P
-from tandem.demo.kjv import Verse
-from tandem.demo.scenarios import Exchange, Step
-from tandem.demo.tool_pool import GenTool, Vocab, describe, draw_value, make_tool, vocab
+from tandem_demo import pools as P
+from tandem_demo.kjv import Verse
+from tandem_demo.scenarios import Exchange, Step
+from tandem_demo.tool_pool import GenTool, Vocab, describe, draw_value, make_tool, vocab
 
 IDENTITY = "I am the Tandem demo assistant, a small language model that can call tools."
 STATUSES = ("ok", "done", "confirmed", "pending", "created", "updated", "found", "scheduled", "sent", "queued")

@@ -1,6 +1,6 @@
 """Train a demo model (transformers' LlamaForCausalLM on the CPU) and save it in HF format.
 
-    python -m tandem.demo.train --out models/tandem-demo-target --size target --minutes 33 [--resume]
+    python -m tandem_demo.train --out models/tandem-demo-target --size target --minutes 33 [--resume]
 
 Packed 1024-token rows, AdamW, linear warmup then cosine decay to min_lr_ratio * lr. The schedule's
 progress is step/steps with --steps, else elapsed wall time / budget with --minutes (the budget counts
@@ -28,14 +28,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from tokenizers import Tokenizer
+from tqdm import tqdm
 
-from tandem.demo.corpus import PARTS, load_texts
-from tandem.demo.loss_curve import plot_loss_curve
-from tandem.demo.model_card import write_card
-from tandem.demo.packing import (aligned_rows, concat_docs, epoch_rows, fixed_rows, load_docs, save_docs,
+from tandem_demo.corpus import PARTS, load_texts
+from tandem_demo.loss_curve import plot_loss_curve
+from tandem_demo.model_card import write_card
+from tandem_demo.packing import (aligned_rows, concat_docs, epoch_rows, fixed_rows, load_docs, save_docs,
                                   tokenize_docs)
-from tandem.demo.sizes import SIZES, llama_config
-from tandem.demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
+from tandem_demo.sizes import SIZES, llama_config
+from tandem_demo.tokenizer_train import PAD_TOKEN, TOKENIZER_FILES, generation_config
 
 DEFAULT_ROOT = "/tmp/tandem-demo"
 
@@ -46,7 +47,7 @@ PACKINGS = ("stream", "aligned")
 @dataclass(frozen=True)
 class TrainConfig:
     out_dir: str                       # final HF model directory
-    size: str = "target"               # a key of tandem.demo.sizes.SIZES
+    size: str = "target"               # a key of tandem_demo.sizes.SIZES
     corpus_dir: str = f"{DEFAULT_ROOT}/corpus"
     tokenizer_dir: str = f"{DEFAULT_ROOT}/tokenizer"
     work_dir: str | None = None        # checkpoint; default {DEFAULT_ROOT}/work-{size}
@@ -55,7 +56,7 @@ class TrainConfig:
     steps: int | None = None           # fixed number of optimizer steps
     seq_len: int = 1024
     # "stream": rows cut from the concatenated documents; "aligned": documents whole in rows,
-    # padded (tandem/demo/packing.py: generated tool names need their tool list in the row)
+    # padded (tandem_demo/packing.py: generated tool names need their tool list in the row)
     packing: str = "stream"
     batch_size: int = 4                # rows per step
     lr: float = 2e-3
@@ -134,6 +135,7 @@ def _docs(cfg: TrainConfig, tok: Tokenizer, part: str, split: str, corpus_dir: s
 
 
 def build_model(cfg: TrainConfig, tok: Tokenizer):
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     from transformers import LlamaForCausalLM
 
     if cfg.init_from:
@@ -214,8 +216,8 @@ def save_checkpoint(path: Path, model, opt, state: TrainState, cfg: TrainConfig)
 
 
 def _command_line() -> str:
-    args = shlex.join(sys.argv[1:])
-    return f"python -m tandem.demo.train {args}" if sys.argv[0].endswith("train.py") else f"tandem {args}"
+    module = "tandem_demo.train" if sys.argv[0].endswith("train.py") else "tandem_demo"
+    return f"python -m {module} {shlex.join(sys.argv[1:])}"
 
 
 def write_corpus_manifest(corpus_dir: str, extra_corpus_dirs: tuple[str, ...], out: Path) -> None:
@@ -241,7 +243,9 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
     plot_loss_curve(state.history, out / "loss_curve.png",
                     f"tandem-demo {cfg.size}: {state.tokens / 1e6:.2f}M tokens, {state.elapsed / 60:.1f} min")
     recent = [x for _, _, x in state.history["train"][-50:]]
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     import transformers
+
     log = {
         "command": _command_line(),
         "segments": state.segments,
@@ -302,7 +306,6 @@ def train(cfg: TrainConfig) -> dict:
     print(f"{cfg.size}: {n_params / 1e6:.2f}M parameters, {len(train_docs.tokens) / 1e6:.2f}M training tokens, "
           f"{len(rows)} rows of {cfg.seq_len} per epoch", file=sys.stderr)
 
-    from tqdm import tqdm
     total = cfg.steps if cfg.steps is not None else int(cfg.minutes * 60)
     bar = tqdm(total=total, initial=min(total, state.step if cfg.steps is not None else int(state.elapsed)),
                unit="step" if cfg.steps is not None else "s", disable=not cfg.progress, mininterval=20,
@@ -374,7 +377,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--packing", default=d.packing, choices=PACKINGS,
-                   help="aligned: documents whole in rows, padded (see tandem/demo/packing.py)")
+                   help="aligned: documents whole in rows, padded (see tandem_demo/packing.py)")
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--decay-fraction", type=_fraction, default=d.decay_fraction,
                    help="share of the budget, at its end, over which the lr decays; before it the lr "

@@ -8,9 +8,9 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from tandem.demo import pools as P
-from tandem.demo.kjv import Verse
-from tandem.demo.tools import LANGUAGES
+from tandem_demo import pools as P
+from tandem_demo.kjv import Verse
+from tandem_demo.tools import LANGUAGES
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Quality figures of the demo models, measured on the held-out corpus and written onto the model cards.
 
-    python -m tandem.demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
+    python -m tandem_demo.evaluate --target models/tandem-demo-target --draft models/tandem-demo-draft
 
 - perplexity of each model on each held-out corpus part (documents cut into 1024-token windows);
 - tool calls: for every tool-call turn of held-out transcripts, the target's greedy continuation of the
@@ -31,12 +31,13 @@ from pathlib import Path
 
 import torch
 
-from tandem.demo.agent_transcripts import tool_call_turns
-from tandem.demo.chat_template import compile_template, render
-from tandem.demo.corpus import load_texts, read_jsonl
-from tandem.demo.schema_check import check_tool_call_turn
-from tandem.demo.tools import tools_by_name
-from tandem.demo.unseen_eval import HANDWRITTEN_TOOLS, unseen_tools, verses_from_rows
+from tandem_demo.agent_transcripts import tool_call_turns
+from tandem_demo.chat_template import compile_template, render
+from tandem_demo.corpus import load_texts, read_jsonl
+from tandem_demo.model_card import write_card
+from tandem_demo.schema_check import check_tool_call_turn
+from tandem_demo.tools import tool_catalog, tools_by_name
+from tandem_demo.unseen_eval import HANDWRITTEN_TOOLS, unseen_tools, verses_from_rows
 
 DEFAULT_CORPUS = "/tmp/tandem-demo/corpus-dense"   # the corpus of the final training stage
 
@@ -59,6 +60,7 @@ class EvalConfig:
 
 
 def load_hf(path: str, dtype: str):
+    # lazy: transformers is an extra (demo, test), not a dependency, and takes ~0.6 s to import
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
@@ -175,8 +177,6 @@ EXAMPLES = (
 @torch.no_grad()
 def examples(model, tok, max_new_tokens: int) -> list[dict]:
     """Greedy replies to a few fixed conversations (shown on the model card)."""
-    from tandem.demo.tools import tool_catalog
-
     offered = {"catalog": [t for t in tool_catalog() if t["function"]["name"] in EXAMPLE_TOOLS],
                "unseen": HANDWRITTEN_TOOLS, None: None}
     template = compile_template()
@@ -234,8 +234,6 @@ def evaluate(cfg: EvalConfig) -> dict:
         print(f"draft agreement: {results['draft_agreement']}", file=sys.stderr)
     results["minutes"] = round((time.monotonic() - started) / 60, 2)
     if cfg.write_cards:
-        from tandem.demo.model_card import write_card
-
         for name, path in (("target", cfg.target_dir), ("draft", cfg.draft_dir)):
             if path:
                 (Path(path) / "eval_results.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -17,10 +17,10 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem.demo.agent_transcripts import make_transcript
-from tandem.demo.chat_template import compile_template, render
-from tandem.demo.kjv import Chapter, parse_chapters, read_bible_text
-from tandem.demo.pool_transcripts import make_pool_transcript
+from tandem_demo.agent_transcripts import make_transcript
+from tandem_demo.chat_template import compile_template, render
+from tandem_demo.kjv import Chapter, parse_chapters, read_bible_text
+from tandem_demo.pool_transcripts import make_pool_transcript
 
 PARTS = ("kjv", "agent")
 SPLITS = ("train", "heldout")

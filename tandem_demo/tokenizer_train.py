@@ -18,8 +18,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from tandem.demo.chat_template import CHAT_TEMPLATE
-from tandem.demo.corpus import PARTS, load_texts
+from tandem_demo.chat_template import CHAT_TEMPLATE
+from tandem_demo.corpus import PARTS, load_texts
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")

@@ -1,7 +1,7 @@
 """The demo tool catalog: OpenAI-style function definitions with JSON-schema parameters.
 
 `tool_catalog()` builds fresh dicts on every call, so callers may mutate what they get.
-Every schema uses only the subset that `tandem.demo.schema_check` validates.
+Every schema uses only the subset that `tandem_demo.schema_check` validates.
 """
 
 from __future__ import annotations

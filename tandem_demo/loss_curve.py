@@ -7,10 +7,10 @@ from pathlib import Path
 
 def plot_loss_curve(history: dict, path: str | Path, title: str) -> None:
     """history: {"train": [[step, tokens, loss], ...], "eval": [[step, tokens, {part: loss}], ...]}."""
-    import matplotlib
+    import matplotlib  # lazy: pyplot costs ~0.7 s, and the backend must be chosen before pyplot is imported
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: see above
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     if history["train"]:

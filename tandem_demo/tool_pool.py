@@ -15,7 +15,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from tandem.demo import pools as P
+from tandem_demo import pools as P
 
 # verb in the tool name -> ways a user says it. The last five are held out.
 VERBS: tuple[tuple[str, tuple[str, ...]], ...] = (

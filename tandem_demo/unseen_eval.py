@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from tandem.demo.agent_transcripts import tool_call_turns
-from tandem.demo.chat_template import compile_template, render
-from tandem.demo.kjv import Verse
-from tandem.demo.pool_transcripts import make_pool_transcript, no_call_turns
-from tandem.demo.schema_check import check_tool_call_turn
-from tandem.demo.tools import tools_by_name
+from tandem_demo.agent_transcripts import tool_call_turns
+from tandem_demo.chat_template import compile_template, render
+from tandem_demo.kjv import Verse
+from tandem_demo.pool_transcripts import make_pool_transcript, no_call_turns
+from tandem_demo.schema_check import check_tool_call_turn
+from tandem_demo.tools import tools_by_name
 
 EVAL_SEED = 777      # not the corpus seed: these transcripts are regenerated, never read from a corpus
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
