@@ -73,3 +73,12 @@ class ModelLoadError(Exception):
 
 class KVLayoutMismatch(Exception):
     """Two workers disagree on the KV layout (model, dtype, block size, heads, layers)."""
+
+
+class NotSupportedYet(InvalidRequest):
+    """A valid OpenAI / Workers AI parameter that tandem does not implement yet (400)."""
+
+    code = "not_supported"
+
+    def __init__(self, param: str, what: str | None = None) -> None:
+        super().__init__(f"'{param}'{' ' + what if what else ''} is not supported yet", param=param)

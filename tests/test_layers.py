@@ -39,6 +39,15 @@ ALLOWED = {
     "asyncq": BASE | {"http"},
     # the fleet simulator drives the router's policies, the planner and the engine's prefill order
     "sim": BASE | {"kv", "router", "planner", "engine"},
+    # a chat turn: its fields read, its tools and structured output made a grammar, its output parsed
+    "turn": BASE | {"tokenization", "grammar", "parsers"},
+    # the HTTP API over a Backend protocol: it never imports the engine, the gateway or the router
+    "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq"},
+    "worker": BASE | {"http"},
+    "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn"},
+    "launcher": BASE | {"kvstore"},
+    "testing": BASE | {"layers", "models", "kv", "kernels"},
+    "bench": BASE | {"engine", "http", "kv", "models", "testing", "tokenization"},
 }
 
 

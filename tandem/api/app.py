@@ -35,11 +35,11 @@ from tandem.api.internal.internal_api import internal_routes
 from tandem.api.openai.openai_api import openai_routes
 from tandem.api.openai.responses_api import responses_routes
 from tandem.api.openai.tokenize_api import tokenize_routes
-from tandem.api.queue_api import JOB_RUNNERS, queue_routes
+from tandem.api.queue.routes import JOB_RUNNERS, queue_routes
+from tandem.api.queue.service import QueueService, QueueSetup
 from tandem.api.responses import json_response
 from tandem.api.workers_ai.queued_api import queued_request
 from tandem.api.workers_ai.workers_ai_api import workers_ai_routes
-from tandem.asyncq.service import QueueService, QueueSetup
 from tandem.errors import InvalidRequest
 
 Hook = Callable[[], Awaitable[None]]
@@ -83,7 +83,7 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
               queue: QueueSetup | None = None) -> Starlette:
     """The HTTP app over `backend`. `startup`/`shutdown` run in the lifespan (a worker passes
     AsyncEngine.start/shutdown); /health answers 200 only between them. With `queue`, the app
-    also serves the asynchronous batch API (tandem/asyncq/service.py), dispatching queued work
+    also serves the asynchronous batch API (tandem/api/queue/service.py), dispatching queued work
     through `backend` between startup and shutdown."""
     ctx = ServerContext.create(backend, config)
     service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None

@@ -19,7 +19,7 @@ import uvicorn
 
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
-from tandem.asyncq.service import QueueSetup, engine_headroom
+from tandem.api.queue.service import QueueSetup, engine_headroom
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args

@@ -28,9 +28,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.api.errors import openai_error_response
+from tandem.api.queue.service import QueueSetup
 from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response
-from tandem.asyncq.service import QueueSetup
 from tandem.errors import InvalidRequest
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics

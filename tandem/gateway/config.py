@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tandem.asyncq.service import QueueConfig
+from tandem.api.queue.service import QueueConfig
 from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig

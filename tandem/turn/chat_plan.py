@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.api.fields import bad
 from tandem.turn.chat_output import ChatOutputSpec
+from tandem.turn.fields import bad
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.tool_grammar import constrains_auto, tool_call_grammar
 from tandem.turn.tool_request import ToolRequest

@@ -22,10 +22,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from tandem.api.fields import bad
 from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.parsers import ReasoningParser
 from tandem.parsers.schema_values import param_kind
+from tandem.turn.fields import bad
 from tandem.types import GrammarSpec
 
 # consecutive whitespace inside arguments (`{"a": 1}` needs 1); bounded so a sampled model cannot pad forever

@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tandem.api.errors import NotSupportedYet
-from tandem.api.fields import Fields, bad
-from tandem.errors import ModelNotFound, PromptTooLong
+from tandem.errors import ModelNotFound, NotSupportedYet, PromptTooLong
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_output import ChatOutputSpec
 from tandem.turn.chat_plan import ChatPlan, plan_chat
 from tandem.turn.chat_request import chat_render, normalize_messages
+from tandem.turn.fields import Fields, bad
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.sampling_defaults import SamplingDefaults
 from tandem.turn.structured_output import read_structured_output

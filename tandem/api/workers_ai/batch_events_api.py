@@ -20,9 +20,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.api.errors import workers_ai_error_response
+from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.responses import SSE_DONE, sse_response
 from tandem.asyncq.event import render
-from tandem.asyncq.service import NotFound, QueueService
 
 PATH = "/client/v4/accounts/{account_id}/ai/batches/{request_id}/events"
 PROGRESS = "tandem.batch.progress"

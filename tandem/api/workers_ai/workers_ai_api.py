@@ -22,12 +22,10 @@ from starlette.routing import Route
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import in_own_task
 from tandem.api.errors import (
-    NotSupportedYet,
     as_tandem_error,
     workers_ai_error_body,
     workers_ai_error_response,
 )
-from tandem.api.fields import Fields, bad
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_format import make_id
 from tandem.api.openai.openai_protocol import (
@@ -42,10 +40,11 @@ from tandem.api.request_context import http_context
 from tandem.api.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.api.workers_ai.workers_ai_output import UsageTally, WorkersAIOutput, WorkersAIResult
-from tandem.errors import ModelNotFound, TandemError
+from tandem.errors import ModelNotFound, NotSupportedYet, TandemError
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_plan import plan_chat
 from tandem.turn.chat_request import normalize_messages
+from tandem.turn.fields import Fields, bad
 from tandem.turn.structured_output import read_structured_output
 from tandem.turn.tool_request import ToolRequest, read_tools
 from tandem.types import SamplingParams

@@ -16,7 +16,7 @@ the queue (no attempt counted) when interactive requests arrive. Queued requests
 at `background_priority` (+ a batch line's own vLLM `priority`, if positive): the engine's
 scheduler orders by it where it honours priorities. A preempted job loses no work: its run is
 cancelled at once (closing its streams aborts its engine requests), what it produced is saved
-with the job, and its next run continues from there (`run_job`, tandem/asyncq/job_outputs.py).
+with the job, and its next run continues from there (`run_job`, tandem/api/queue/job_outputs.py).
 
 The store is opened on a thread from construction on (a new SQLite file costs ~50 ms, a
 PostgreSQL connection a network round trip), so that it overlaps the rest of the start-up;
@@ -35,15 +35,15 @@ from dataclasses import dataclass, field
 
 from tandem.api.backend import Backend
 from tandem.api.context import ServerContext
+from tandem.api.queue.job_outputs import JobOutputs
+from tandem.api.queue.metrics import QueueCollector, QueueReading
+from tandem.api.queue.pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 from tandem.api.run import check_delta
 from tandem.asyncq.dispatcher import Checkpoint, Dispatcher, DispatcherConfig, JobFailed, Preempted
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job
-from tandem.asyncq.job_outputs import JobOutputs
 from tandem.asyncq.notifier import Notifier, NotifierConfig
 from tandem.asyncq.open_queue import open_queue
-from tandem.asyncq.pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 from tandem.asyncq.queue import JobQueue
-from tandem.asyncq.service_metrics import QueueCollector, QueueReading
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.types import EngineRequest
 
@@ -141,7 +141,7 @@ def _open_in_background(target: str) -> Future:
 class QueueService:
     def __init__(self, ctx: ServerContext, setup: QueueSetup, runners: Mapping[str, JobRunner]) -> None:
         """`runners`: job kind (the "api" a job was stored under) -> the API's runner of such a job
-        (tandem/api/queue_api.py names them; the service knows no wire format)."""
+        (tandem/api/queue/routes.py names them; the service knows no wire format)."""
         cfg = setup.config
         self.ctx = ctx
         self.config = cfg
@@ -235,7 +235,7 @@ class QueueService:
 async def run_job(ctx: ServerContext, job: Job, reqs: list[EngineRequest],
                   progress: JobProgress) -> JobOutputs:
     """A job's engine requests through the app's backend, continuing what earlier runs of the
-    job produced (tandem/asyncq/job_outputs.py) -> every request's output, for the API's formatter.
+    job produced (tandem/api/queue/job_outputs.py) -> every request's output, for the API's formatter.
     Preempted (the task cancelled): closing the run aborts its engine requests at once, and the
     dispatcher saves the outputs so far with the job."""
     outputs = JobOutputs(len(reqs), job.progress)

@@ -1,6 +1,6 @@
 """The asynchronous batch API's routes and job runners, by wire format, over one QueueService.
 
-The service (tandem/asyncq/service.py) stores and dispatches jobs but knows no wire format: a
+The service (tandem/api/queue/service.py) stores and dispatches jobs but knows no wire format: a
 job is stored under the API that queued it ("openai": /v1/batches, "workers_ai":
 `?queueRequest=true`), and the runner of that API turns it back into engine requests and
 formats its result.
@@ -12,10 +12,10 @@ from starlette.routing import BaseRoute
 
 from tandem.api.openai.batch_api import batch_routes, run_openai_job
 from tandem.api.openai.files_api import file_routes
+from tandem.api.queue.service import JobRunner, QueueService
 from tandem.api.workers_ai.batch_events_api import batch_event_routes
 from tandem.api.workers_ai.queued_api import run_workers_ai_job
 from tandem.api.workers_ai.subscriptions_api import subscription_routes
-from tandem.asyncq.service import JobRunner, QueueService
 
 JOB_RUNNERS: dict[str, JobRunner] = {"workers_ai": run_workers_ai_job, "openai": run_openai_job}
 
