@@ -21,6 +21,7 @@ from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.api.queue.service import QueueSetup, engine_headroom
 from tandem.cli.arg_types import origins, parse_bytes
+from tandem.cli.cpu_threads import threads_arg, usable_cores
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
@@ -108,8 +109,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--background-chunk-tokens", type=int, default=SchedulerConfig.background_chunk_tokens,
                    help="largest prefill chunk of a background prompt (the queue's batch work) in "
                         "any step (0: no cap)")
-    p.add_argument("--threads", type=_positive, default=None,
-                   help="torch threads of the worker (a parallel worker's ranks split them)")
+    p.add_argument("--threads", type=threads_arg, default=None,
+                   help="compute threads of the worker, at most the cores it may use (CPU affinity and "
+                        "cgroup quota; the default); a parallel worker's ranks split them")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; see --distributed-backend)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
@@ -190,7 +192,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   background_chunk_tokens=args.background_chunk_tokens),
-        role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
+        role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
         transfer=transfer_config(args),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
