@@ -36,6 +36,7 @@ from tandem.config import (
 from tandem.engine.async_engine import AsyncEngine
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
+from tandem.spec.registry import methods_help, parse_speculative_config
 from tandem.tokenization.chat_template_arg import chat_template_arg
 from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
@@ -60,7 +61,7 @@ def _fraction(text: str) -> float:
 def speculative_config(text: str) -> SpeculativeConfig:
     """--speculative-config JSON (vLLM's form); a bad value is a usage error naming the problem."""
     try:
-        return SpeculativeConfig.from_json(text)
+        return parse_speculative_config(text)
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -140,7 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with rdma: the RDMA device names Mooncake uses (e.g. mlx5_0,mlx5_1)")
     add_kv_store_arguments(p)
     p.add_argument("--speculative-config", type=speculative_config, default=None, metavar="JSON",
-                   help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model"|"eagle3", '
+                   help='speculative decoding, as vLLM: {"method": ' + methods_help() + ', '
                         '"num_speculative_tokens": 4, "model": DRAFT_DIR, "prompt_lookup_min": 2, '
                         '"prompt_lookup_max": 5}')
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
