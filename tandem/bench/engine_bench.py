@@ -39,7 +39,18 @@ import torch
 from safetensors import safe_open
 
 from tandem.bench.engine_cold_start import drop_page_cache, measure
+from tandem.bench.engine_measure import (
+    FIRST_PROMPT_ID,
+    hf_decode,
+    hf_throughput,
+    load_hf_model,
+    offline_workload,
+    tandem_decode,
+    tandem_throughput,
+)
 from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.engine.llm import LLM
+from tandem.testing.tiny_model import write_test_model
 
 GOAL_THROUGHPUT_RATIO = 3.0   # tandem output tokens/s over transformers'
 GOAL_COLD_READ_FACTOR = 2.0   # ready <= factor x read + interpreter start
@@ -102,9 +113,6 @@ def ensure_model(cfg: EngineBenchConfig, dtype: str) -> str:
     s = cfg.shape
     path = Path(cfg.cache_dir) / f"bench-llama-{s.tag()}-{dtype}"
     if not (path / "config.json").is_file():
-        # lazy: tandem bench's other verbs import this module to register theirs; model code loads only here
-        from tandem.testing.tiny_model import write_test_model
-
         print(f"writing {path} ({s.num_params():,} parameters)", file=sys.stderr)
         write_test_model(path, "LlamaForCausalLM", hidden_size=s.hidden_size, num_layers=s.num_layers,
                          num_heads=s.num_heads, num_kv_heads=s.num_kv_heads,
@@ -130,7 +138,6 @@ def count_params(model_dir: str) -> int:
 def tandem_llm(model_dir: str, dtype: str, cfg: EngineBenchConfig, kv_tokens: int):
     """tandem's offline engine as the benchmarks run it (peers scripts use it too): room in the KV
     cache for the whole workload, the step budget and chunk cap of `cfg`."""
-    from tandem.engine.llm import LLM   # lazy: tandem bench's other verbs import this module to register theirs
 
     block = 16
     # room for every request of the workload at once, so the run measures batching, not preemption
@@ -155,9 +162,6 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
-    # lazy (here and below): engine_measure loads the engine; tandem bench's other verbs import this module
-    from tandem.bench.engine_measure import load_hf_model, offline_workload
-
     model_dir = ensure_model(cfg, dtype)
     result: dict = {"model_dir": model_dir}
     model_cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -185,8 +189,6 @@ def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
 
 
 def _warm_up(llm, hf, vocab: int, pad_id: int) -> None:
-    from tandem.bench.engine_measure import hf_throughput, offline_workload, tandem_throughput  # lazy: as above
-
     wl = offline_workload(4, (8, 40), (2, 4), vocab, lengths_seed=7, tokens_seed=7)
     tandem_throughput(llm, wl)
     hf_throughput(hf, wl, 4, pad_id)
@@ -195,7 +197,6 @@ def _warm_up(llm, hf, vocab: int, pad_id: int) -> None:
 def _throughput(cfg, dtype, llm, hf, workloads, pad_id) -> dict:
     """tandem against transformers batched two ways (engine_measure.hf_throughput): the goal is
     judged against the fastest of all transformers settings (its best case, sorted batches)."""
-    from tandem.bench.engine_measure import hf_throughput, tandem_throughput  # lazy: as in bench_dtype
 
     settings = [(order, b) for order in cfg.hf_orders for b in cfg.hf_batch_sizes]
     tandem_runs: list[dict] = []
@@ -247,8 +248,6 @@ def _best_setting(hf_runs: dict[tuple[str, int], list[dict]], order: str) -> tup
 
 
 def _decode(cfg, dtype, llm, hf, vocab: int, pad_id: int) -> dict:
-    from tandem.bench.engine_measure import FIRST_PROMPT_ID, hf_decode, tandem_decode  # lazy: as in bench_dtype
-
     tandem_runs, hf_runs, agree = [], [], []
     for rep in range(cfg.decode_repeats):
         rng = random.Random(cfg.seed + 77 + rep)

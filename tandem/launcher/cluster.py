@@ -218,7 +218,6 @@ def start_kv_store(spec: ClusterSpec):
     gets `--kv-store=URL`. Returns the spec to plan and the master to stop last (or None)."""
     master = None
     if spec.kv_store == "auto":
-
         master = start_master("127.0.0.1")
         print(f"tandem up: mooncake_master at {master.url}", flush=True)
     url = master.url if master is not None else spec.kv_store

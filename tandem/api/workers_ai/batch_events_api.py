@@ -33,7 +33,6 @@ def _sse(event_type: str, body: dict) -> bytes:
 
 
 def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Route]:
-
     async def stream(batch_id: str) -> AsyncIterator[bytes]:
         sent: set[str] = set()
         counts = None

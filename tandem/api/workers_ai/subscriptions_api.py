@@ -63,7 +63,6 @@ def _spec(account: str, body: dict, allow: tuple[str, ...] = ()) -> Subscription
 
 
 def subscription_routes(service: QueueService) -> list[Route]:
-
     def ok(result) -> Response:
         return json_response({"result": result, "success": True, "errors": [], "messages": []})
 
