@@ -1,7 +1,8 @@
 """`tandem gateway`.
 
   tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
-                 [--decode URL ...] [--policy NAME] [--model PATH]
+                 [--decode URL ...] [--policy NAME] [--model PATH] [--api-key KEY ...]
+                 [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
       the asynchronous batch API by default, on a SQLite file under the state directory.

@@ -2,8 +2,10 @@
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
+               [--cluster-secret-file FILE | --cluster-secret SECRET]
                [--queue-db [FILE] | --queue-url URL | --no-queue] ...
-      standalone (no --gateway, role both) it serves the asynchronous batch API by default
+      standalone (no --gateway, role both) it serves the asynchronous batch API by default;
+      /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
 Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 """

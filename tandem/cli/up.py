@@ -2,7 +2,7 @@
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
            [--slo-ttft-ms MS --slo-itl-ms MS] [--served-model-name NAME] [--chat-template FILE]
-           [--tool-call-parser NAME] [--reasoning-parser NAME]
+           [--tool-call-parser NAME] [--reasoning-parser NAME] [--cluster-secret-file FILE]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a

@@ -60,8 +60,8 @@ def test_planner_moves_a_decode_worker_to_both_then_prefill_without_losing_a_req
                                 r.headers.get("x-tandem-decode", "")))
 
         def served_whole_by_both() -> bool:
-            both = [w["url"] for w in httpx.get(base + "/internal/workers", headers=INTERNAL, timeout=5).json()["workers"]
-                    if w["role"] == "both"]
+            ws = httpx.get(base + "/internal/workers", headers=INTERNAL, timeout=5).json()["workers"]
+            both = [w["url"] for w in ws if w["role"] == "both"]
             return bool(both) and any(p == d == both[0] for _, _, p, d in answers)
 
         t = threading.Thread(target=client)
