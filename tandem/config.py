@@ -23,6 +23,9 @@ class TransferConfig:
     mooncake_protocol: str = "tcp"     # tcp | rdma
     mooncake_device: str = ""          # rdma device names for Mooncake ("" = auto / none for tcp)
     mooncake_bind_address: str = "127.0.0.1"  # MC_TCP_BIND_ADDRESS: the address Mooncake advertises
+    # the cluster secret (tandem/cluster_secret.py): a sink presents it in every read and release,
+    # a source with one answers nothing to a connection without it. None: no check. Not in the repr.
+    cluster_secret: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,15 @@ class Unauthorized(TandemError):
     code = "invalid_api_key"  # type invalid_request_error, as OpenAI
 
 
+class Forbidden(TandemError):
+    """The caller authenticated, but its credential does not open this route (a tenant's key on
+    an /internal route)."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "permission_denied"
+
+
 class ModelLoadError(Exception):
     """A checkpoint cannot be loaded: missing file, unsupported architecture, bad shapes."""
 

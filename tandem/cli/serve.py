@@ -2,8 +2,10 @@
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
+               [--cluster-secret-file FILE | --cluster-secret SECRET]
                [--queue-db [FILE] | --queue-url URL | --no-queue] ...
-      standalone (no --gateway, role both) it serves the asynchronous batch API by default
+      standalone (no --gateway, role both) it serves the asynchronous batch API by default;
+      /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
 Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 """
@@ -24,6 +26,12 @@ from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
+from tandem.cli.secret_flags import (
+    add_cluster_secret_arguments,
+    check_distinct,
+    cluster_secret_from_args,
+    exposure_warning,
+)
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.config import (
     CacheConfig,
@@ -42,6 +50,8 @@ from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
 from tandem.turn.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
 from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
+
+log = logging.getLogger(__name__)
 
 
 def _positive(text: str) -> int:
@@ -160,8 +170,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
                    help="gateway URL to register with (heartbeats until shutdown)")
-    p.add_argument("--gateway-api-key", default=None,
-                   help="Bearer key for registering with a gateway that requires one")
+    p.add_argument("--gateway-api-key", default=None, help=argparse.SUPPRESS)  # refused: see below
+    add_cluster_secret_arguments(p)
     p.add_argument("--advertise-url", default=None,
                    help="URL the gateway uses to reach this worker; default from --host/--port")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
@@ -179,6 +189,12 @@ def _device(name: str) -> str:
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
+    if args.gateway_api_key is not None:
+        raise SystemExit("tandem serve: --gateway-api-key is gone: a tenant key never opens a gateway's "
+                         "/internal routes; give this worker and its gateway the same --cluster-secret-file")
+    api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
+    secret = cluster_secret_from_args(args, "serve")
+    check_distinct(secret, api_keys, "serve")
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
@@ -194,7 +210,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   background_chunk_tokens=args.background_chunk_tokens),
         role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
-        transfer=transfer_config(args),
+        transfer=transfer_config(args, secret),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
@@ -203,10 +219,10 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           sampling_defaults=SamplingDefaults.for_model(
                               args.model, args.generation_config, args.override_generation_config),
                           **parser_settings(args),
-                          api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+                          api_keys=api_keys, cluster_secret=secret,
                           allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
-                          gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,
+                          gateway_url=args.gateway,
                           advertise_url=args.advertise_url,
                           log_level=args.log_level,
                           access_log=args.access_log)
@@ -238,7 +254,7 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
         hb = Heartbeat(HeartbeatConfig(
             gateway_url=config.gateway_url, role=engine.role,
             worker_url=config.advertise_url or advertised_url(config.host, config.port),
-            api_key=config.gateway_api_key))
+            cluster_secret=config.cluster_secret))
         await hb.start()
         beats.append(hb)
 
@@ -270,18 +286,23 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
         raise SystemExit(f"tandem serve: {exc}") from None
 
 
-def transfer_config(args: argparse.Namespace) -> TransferConfig:
+def transfer_config(args: argparse.Namespace, cluster_secret: str | None = None) -> TransferConfig:
     advertised = args.kv_advertise_host or (
         args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
     return TransferConfig(host=advertised, port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
                           mooncake_protocol=args.kv_mooncake_protocol,
-                          mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised)
+                          mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised,
+                          cluster_secret=cluster_secret)
 
 
 def serve(args: argparse.Namespace) -> int:
     engine_config, server_config = configs_from_args(args)
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warning = exposure_warning(gateway=False, registers=server_config.gateway_url is not None,
+                               api_keys=server_config.api_keys, secret=server_config.cluster_secret)
+    if warning:
+        log.warning("%s", warning)
     engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
     startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
     # standalone, the server is its own gateway: the queue is on unless --no-queue

@@ -37,7 +37,10 @@ class GatewayConfig:
     constrain_auto_tool_calls: bool = True
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = ()    # tenants' keys
+    # the cluster's credential (tandem/cluster_secret.py): the only one the gateway's /internal
+    # routes accept, and what it presents to every worker. Not in the repr.
+    cluster_secret: str | None = field(default=None, repr=False)
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
