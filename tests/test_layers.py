@@ -43,7 +43,8 @@ ALLOWED = {
     "turn": BASE | {"tokenization", "grammar", "parsers"},
     # the HTTP API over a Backend protocol: it never imports the engine, the gateway or the router
     "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq"},
-    "worker": BASE | {"http"},
+    # a worker process: its engine behind the api routes, and its registration with a gateway
+    "worker": BASE | {"http", "api", "engine", "tokenization"},
     "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn"},
     "launcher": BASE | {"kvstore"},
     "testing": BASE | {"layers", "models", "kv", "kernels"},

@@ -13,15 +13,11 @@ Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 
 import torch
-import uvicorn
 
-from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
-from tandem.api.queue.service import QueueSetup, engine_headroom
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
@@ -46,10 +42,9 @@ from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.spec.registry import methods_help, parse_speculative_config
 from tandem.tokenization.chat_template_arg import chat_template_arg
-from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
 from tandem.turn.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
-from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.worker.process import run_worker
 
 log = logging.getLogger(__name__)
 
@@ -229,43 +224,6 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     return engine, server
 
 
-def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
-    """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
-    starts once the engine is ready and deregisters before the engine stops. `freeze_heap` (the
-    worker process's own entry point): once the engine is up, everything allocated so far (torch,
-    the model, the engine) lives as long as the process, so it leaves the garbage collector's
-    full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
-    two decode steps."""
-
-    async def start_engine() -> None:
-        await engine.start()
-        warm_chat_template(engine.tokenizer)
-        if freeze_heap:
-            gc.collect()
-            gc.freeze()
-
-    if config.gateway_url is None:
-        return start_engine, engine.shutdown
-
-    beats: list[Heartbeat] = []
-
-    async def startup() -> None:
-        await start_engine()
-        hb = Heartbeat(HeartbeatConfig(
-            gateway_url=config.gateway_url, role=engine.role,
-            worker_url=config.advertise_url or advertised_url(config.host, config.port),
-            cluster_secret=config.cluster_secret))
-        await hb.start()
-        beats.append(hb)
-
-    async def shutdown() -> None:
-        for hb in beats:
-            await hb.stop()
-        await engine.shutdown()
-
-    return startup, shutdown
-
-
 def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
     """The engine of a worker spread over ranks (tandem.parallel), started now; None for one process."""
 
@@ -303,16 +261,8 @@ def serve(args: argparse.Namespace) -> int:
                                api_keys=server_config.api_keys, secret=server_config.cluster_secret)
     if warning:
         log.warning("%s", warning)
-    engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
-    startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
     # standalone, the server is its own gateway: the queue is on unless --no-queue
     queue_config = queue_config_from_args(
         args, server_config.port, default_on=args.gateway is None and args.role == "both")
-    queue = None if queue_config is None else QueueSetup(queue_config,
-                                                         engine_headroom(engine, queue_config))
-    app = build_app(engine, server_config, startup=startup, shutdown=shutdown, queue=queue)
-    # loop="auto" takes uvloop and http="auto" httptools when they are installed.
-    uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
-                log_level=server_config.log_level, access_log=server_config.access_log,
-                timeout_graceful_shutdown=5)
+    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config)
     return 0

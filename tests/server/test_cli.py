@@ -95,7 +95,7 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
 
     e = Engine()
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
     start, stop = lifecycle(e, server)
     asyncio.run(start())
     assert calls == [("start", 0)] and e.tokenizer.compiled == 1
@@ -106,7 +106,7 @@ def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():
     import asyncio
     import gc
 
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
 
     class Engine:
         tokenizer = _Tokenizer()
@@ -136,7 +136,7 @@ def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shut
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
 
     calls = []
 
