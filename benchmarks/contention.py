@@ -178,7 +178,9 @@ def main() -> int:
     p.add_argument("--out", default="bench-results/contention")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    vocab = json.loads((Path(args.model) / "config.json").read_text())["vocab_size"]
+    # prompt ids from the tokenizer's vocabulary (a test model's config may declare more rows)
+    vocab = min(json.loads((Path(args.model) / "config.json").read_text())["vocab_size"],
+                len(json.loads((Path(args.model) / "tokenizer.json").read_text())["model"]["vocab"]))
     work = Workload(args.requests, args.prompt_tokens, args.output_tokens, vocab, seed=0)
     prompts = work.prompts()
     systems = [(s.split("=", 1)[0], s.split("=", 1)[1] if "=" in s else None) for s in args.system]
