@@ -8,6 +8,9 @@ engine enforces, how the output is parsed, and whether special tokens stay in th
   (tool_grammar.py): forced calls for "required" or a named function, and for "auto" (unless the
   server turned it off, or the format's calls open like plain JSON: llama3_json) free text whose
   calls are held to the offered tools once opened.
+- Where no call may come (no tools, or tool_choice "none") and the server has a tool-call parser:
+  the guard (tool_guard.py), free text without the format's call opening, unless the server turned
+  it off. A structured-output grammar already keeps the opening out, and replaces it.
 - Forcing a call needs a tool-call parser (the format to enforce and parse): 400 without one.
 - Decoding keeps special tokens when the parsers' markers are special in this tokenizer.
 """
@@ -20,6 +23,7 @@ from tandem.api.fields import bad
 from tandem.turn.chat_output import ChatOutputSpec
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.tool_grammar import constrains_auto, tool_call_grammar
+from tandem.turn.tool_guard import call_openings, no_calls_grammar
 from tandem.turn.tool_request import ToolRequest
 from tandem.types import GrammarSpec, ParserOptions
 
@@ -52,10 +56,12 @@ def plan_chat(setup: ParserSetup, tools: ToolRequest, structured: GrammarSpec | 
         raise bad(structured_param or "response_format",
                   "cannot be combined with a tool_choice that forces a call")
     parser = setup.output_parser(tools.parse_calls)
-    if parser is None:
-        return ChatPlan(None, structured, structured_param)
-    starts = parser.reasoning.prompt_starts_in_reasoning(prompt_tail) if parser.reasoning else None
     grammar, param = structured, structured_param
+    if grammar is None and not tools.parse_calls and setup.tool_call_parser and setup.tool_call_guard:
+        grammar = no_calls_grammar(call_openings(setup.tool_call_parser, setup.chat_template))
+    if parser is None:
+        return ChatPlan(None, grammar, param)
+    starts = parser.reasoning.prompt_starts_in_reasoning(prompt_tail) if parser.reasoning else None
     auto = setup.constrain_auto_tool_calls and constrains_auto(setup.tool_call_parser, setup.chat_template)
     if parser.tool is not None and structured is None and (tools.forced or auto):
         grammar = tool_call_grammar(parser.tool.name, tools.tools or [], tools.choice, tools.function,
@@ -64,3 +70,4 @@ def plan_chat(setup: ParserSetup, tools: ToolRequest, structured: GrammarSpec | 
         param = "tools"
     output = ChatOutputSpec(parser, tools.tools if parser.tool else None, starts, tools.parallel)
     return ChatPlan(output, grammar, param, parser.keeps_special_tokens(setup.special_tokens))
+

@@ -109,12 +109,19 @@ def test_only_calls_means_null_content_and_forced_choices_carry_a_grammar(hermes
     assert "get_weather" not in backend.seen[-1].sampling.grammar.text
 
 
-def test_no_tools_or_tool_choice_none_leave_the_text_alone(hermes):
+def test_no_tools_or_tool_choice_none_leave_the_text_alone_under_the_guard(hermes):
     client, backend = hermes
     for extra in ({}, {"tools": TOOLS, "tool_choice": "none"}):
         choice = chat(client, **extra).json()["choices"][0]
         assert choice["message"]["content"] == "Checking." + CALL and choice["finish_reason"] == "stop"
-        assert "tool_calls" not in choice["message"] and backend.seen[-1].sampling.grammar is None
+        assert "tool_calls" not in choice["message"]
+        # the engine keeps the opening out (a scripted backend does not: the text stays text)
+        guard = json.loads(backend.seen[-1].sampling.grammar.text)["format"]
+        assert guard == {"type": "any_text", "excludes": ["<tool_call>"]}
+    client, backend = make_client("x", tool_call_parser="hermes", tool_call_guard=False)
+    with client:
+        chat(client)
+        assert backend.seen[-1].sampling.grammar is None
 
 
 def test_parallel_tool_calls_false_returns_one_call(hermes):
