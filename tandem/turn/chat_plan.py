@@ -11,7 +11,8 @@ engine enforces, how the output is parsed, and whether special tokens stay in th
 - Where no call may come (no tools, or tool_choice "none") and the server has a tool-call parser:
   the guard (tool_guard.py), free text without the format's call opening, unless the server turned
   it off. A structured-output grammar already keeps the opening out, and replaces it.
-- Forcing a call needs a tool-call parser (the format to enforce and parse): 400 without one.
+- Forcing a call without a tool-call parser (a format tandem does not know): the call is written
+  as plain JSON and parsed back (json_tools.py), as vLLM does.
 - Decoding keeps special tokens when the parsers' markers are special in this tokenizer.
 """
 
@@ -20,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.api.fields import bad
+from tandem.parsers import OutputParser, make_reasoning_parser
 from tandem.turn.chat_output import ChatOutputSpec
+from tandem.turn.json_tools import json_calls_grammar, json_calls_parser
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.tool_grammar import constrains_auto, tool_call_grammar
 from tandem.turn.tool_guard import call_openings, no_calls_grammar
@@ -48,13 +51,11 @@ def plan_chat(setup: ParserSetup, tools: ToolRequest, structured: GrammarSpec | 
               structured_param: str | None, prompt_tail: str) -> ChatPlan:
     """`prompt_tail`: the end of the rendered prompt (special tokens as text), which tells whether
     the template opened a think block."""
-    if tools.forced and setup.tool_call_parser is None:
-        raise bad("tool_choice", f"'{tools.choice if tools.choice != 'function' else 'a named function'}' "
-                  "needs a tool call parser, and this server has none for its model "
-                  "(start it with --tool-call-parser NAME)")
     if tools.forced and structured is not None:
         raise bad(structured_param or "response_format",
                   "cannot be combined with a tool_choice that forces a call")
+    if tools.forced and setup.tool_call_parser is None:
+        return _plan_json_calls(setup, tools, prompt_tail)
     parser = setup.output_parser(tools.parse_calls)
     grammar, param = structured, structured_param
     if grammar is None and not tools.parse_calls and setup.tool_call_parser and setup.tool_call_guard:
@@ -71,3 +72,12 @@ def plan_chat(setup: ParserSetup, tools: ToolRequest, structured: GrammarSpec | 
     output = ChatOutputSpec(parser, tools.tools if parser.tool else None, starts, tools.parallel)
     return ChatPlan(output, grammar, param, parser.keeps_special_tokens(setup.special_tokens))
 
+
+def _plan_json_calls(setup: ParserSetup, tools: ToolRequest, prompt_tail: str) -> ChatPlan:
+    """A forced call on a server without a tool-call parser: plain JSON (json_tools.py)."""
+    reasoning = make_reasoning_parser(setup.reasoning_parser) if setup.reasoning_parser else None
+    parser = OutputParser(reasoning, json_calls_parser(tools))
+    starts = reasoning.prompt_starts_in_reasoning(prompt_tail) if reasoning else None
+    grammar = json_calls_grammar(tools, reasoning, bool(starts))
+    output = ChatOutputSpec(parser, tools.callable_tools(), starts, tools.parallel)
+    return ChatPlan(output, grammar, "tools", parser.keeps_special_tokens(setup.special_tokens))

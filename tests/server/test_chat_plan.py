@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.turn.chat_plan import plan_chat
+from tandem.turn.chat_plan import ChatPlan, plan_chat
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.tool_request import ToolRequest
 from tandem.types import GrammarSpec, ParserOptions
@@ -75,12 +75,27 @@ def test_reasoning_parser_reads_the_prompt_and_special_markers_keep_special_toke
 
 
 @pytest.mark.parametrize("setup,tools,structured,param", [
-    (ParserSetup(None), ToolRequest(TOOLS, "required"), None, "tool_choice"),
-    (ParserSetup(None), ToolRequest(TOOLS, "function", "f"), None, "tool_choice"),
     (HERMES, ToolRequest(TOOLS, "required"), JSON, "response_format"),
+    (ParserSetup(None), ToolRequest(TOOLS, "function", "f"), JSON, "response_format"),
 ])
 def test_what_cannot_be_served_is_a_400(setup, tools, structured, param):
     with pytest.raises(InvalidRequest) as info:
         plan_chat(setup, tools, structured, "response_format" if structured else None, "")
     assert info.value.param == param and info.value.status == 400
 
+
+def test_forcing_a_call_without_a_tool_call_parser_writes_plain_json():
+    none = ParserSetup(None)
+    plan = plan_chat(none, ToolRequest(TOOLS, "required"), None, None, "")
+    assert plan.output.parser.tool.name == "json_list" and plan.grammar_param == "tools"
+    assert json.loads(plan.grammar.text)["format"]["json_schema"]["type"] == "array"
+    assert plan.parser_options == ParserOptions("json_list", None)
+    plan = plan_chat(none, ToolRequest(TOOLS, "function", "f"), None, None, "")
+    assert plan.output.parser.tool.name == "json_arguments" and plan.output.tools == TOOLS
+    assert json.loads(plan.grammar.text)["format"]["json_schema"] == {"type": "object"}
+    # "auto" stays free text, as before
+    assert plan_chat(none, ToolRequest(TOOLS, "auto"), None, None, "") == ChatPlan()
+    # a reasoning parser: a think block may come first
+    plan = plan_chat(ParserSetup(None, "qwen3"), ToolRequest(TOOLS, "required"), None, None, "<think>\n")
+    assert plan.output.starts_in_reasoning is True and plan.output.parses_reasoning
+    assert json.loads(plan.grammar.text)["format"]["elements"][0]["elements"][0]["begin"] == ""
