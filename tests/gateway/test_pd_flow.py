@@ -3,7 +3,7 @@ import asyncio
 import httpx
 import pytest
 
-from tandem.errors import NoHealthyWorker, TandemError
+from tandem.errors import NoHealthyWorker, PromptTooLong, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
@@ -234,7 +234,8 @@ def test_worker_4xx_is_the_clients_error_not_retried():
     cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
     with pytest.raises(TandemError) as e:
         run(backend, monitor, prompt=[-1, 2, 3])
-    assert (e.value.status, e.value.code, e.value.param) == (413, "context_length_exceeded", "messages")
+    assert (e.value.status, e.value.code, e.value.param) == (400, "context_length_exceeded", "messages")
+    assert isinstance(e.value, PromptTooLong)   # rebuilt as such: each API words it its own way
     assert len(cluster.calls) == 1
 
 
@@ -282,4 +283,4 @@ def test_a_resumed_request_refused_before_new_tokens_is_the_clients_error():
         return [d async for d in backend.generate(req, ResponseInfo())]
     with pytest.raises(TandemError) as e:
         asyncio.run(go())
-    assert e.value.status == 413
+    assert e.value.status == 400

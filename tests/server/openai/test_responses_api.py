@@ -141,7 +141,8 @@ def test_errors_are_openai_shaped(client, backend):
     r = client.post("/v1/responses", content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.post("/v1/responses", json={"input": "x" * 300})
-    assert r.status_code == 413 and r.json()["error"]["param"] == "input"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    assert r.json()["error"]["code"] == "context_length_exceeded"
     r = client.post("/v1/responses", json={"input": "x", "tools": TOOLS, "tool_choice": "required",
                                            "text": {"format": {"type": "json_object"}}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "text.format"

@@ -80,8 +80,9 @@ def test_errors_use_the_envelope(client):
     assert r.status_code == 400 and r.json()["success"] is False
     r = client.post(URL + "?queueRequest=true", json={"requests": []})
     assert r.status_code == 400 and "not supported yet" in r.json()["errors"][0]["message"]
-    r = client.post(URL, json={"prompt": "x" * 300})
-    assert r.status_code == 413 and r.json()["success"] is False
+    r = client.post(URL, json={"prompt": "x" * 300})   # over the context: 400 in its envelope
+    assert r.status_code == 400 and r.json()["success"] is False
+    assert r.json()["errors"][0]["code"] == 5021 and "maximum context length" in r.json()["errors"][0]["message"]
 
 
 def test_usage_is_counted_when_the_backend_reports_no_counts(client, backend):
