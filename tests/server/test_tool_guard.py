@@ -84,6 +84,9 @@ def test_completions_and_requests_that_may_call_are_not_guarded():
         client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
                                                   "tools": TOOLS, "max_tokens": 3})
         assert json.loads(backend.seen[-1].sampling.grammar.text)["format"]["type"] == "triggered_tags"
+        # Workers AI's raw prompt is the client's own template: its output is the client's to read
+        client.post(ROUTES[3][0], json={"prompt": "<|im_start|>user\nhi", "raw": True, "max_tokens": 3})
+        assert backend.seen[-1].sampling.grammar is None
     backend = FakeBackend(reply="ok")
     with TestClient(build_app(backend, ServerConfig(tool_call_parser="none"))) as client:
         client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
