@@ -7,12 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from starlette.testclient import TestClient
 
+from tandem.api.app import build_app
+from tandem.api.config import ServerConfig
 from tandem.demo.schema_check import validate
 from tandem.errors import InvalidRequest
 from tandem.parsers import make_reasoning_parser
 from tandem.turn.json_tools import json_calls_grammar, json_calls_parser, json_calls_schema
 from tandem.turn.tool_request import ToolRequest
+from tests.server.fakes import FakeBackend
 from tests.server.test_tool_grammar import SCHEMAS, TOOLS, sample
 
 
@@ -64,3 +68,20 @@ def test_random_model_calls_parse_and_validate(make_engine, llama_dir):
     qwen3 = make_reasoning_parser("qwen3")
     grammar = json.loads(json_calls_grammar(req, qwen3).text)["format"]
     assert grammar["type"] == "sequence" and grammar["elements"][1]["type"] == "json_schema"
+
+
+def test_responses_and_messages_get_the_calls_too():
+    backend = FakeBackend(reply='[{"name": "get_weather", "parameters": {"city": "Paris"}}]', max_model_len=4096)
+    with TestClient(build_app(backend, ServerConfig(tool_call_parser="none"))) as client:
+        out = client.post("/v1/responses", json={
+            "input": "weather?", "tool_choice": "required",
+            "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]}).json()["output"]
+        assert [(o["type"], o["name"], o["arguments"]) for o in out] == \
+            [("function_call", "get_weather", '{"city": "Paris"}')]
+        backend.reply = '{"city": "Rome"}'
+        msg = client.post("/v1/messages", json={
+            "model": "fake-model", "max_tokens": 100, "messages": [{"role": "user", "content": "weather?"}],
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "tool", "name": "get_weather"}}).json()
+        assert msg["stop_reason"] == "tool_use"
+        assert [(b["type"], b["name"], b["input"]) for b in msg["content"]] == [("tool_use", "get_weather", {"city": "Rome"})]
