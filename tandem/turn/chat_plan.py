@@ -10,7 +10,8 @@ engine enforces, how the output is parsed, and whether special tokens stay in th
   calls are held to the offered tools once opened.
 - Where no call may come (no tools, or tool_choice "none") and the server has a tool-call parser:
   the guard (tool_guard.py), free text without the format's call opening, unless the server turned
-  it off. A structured-output grammar already keeps the opening out, and replaces it.
+  it off. A structured output replaces it: the client's grammar decides the text (a JSON answer
+  leaves no place for a call's markup outside its strings).
 - Forcing a call without a tool-call parser (a format tandem does not know): the call is written
   as plain JSON and parsed back (json_tools.py), as vLLM does.
 - Decoding keeps special tokens when the parsers' markers are special in this tokenizer.
