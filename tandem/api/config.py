@@ -23,6 +23,7 @@ class ServerConfig:
     tool_call_parser: str = "auto"
     reasoning_parser: str | None = None   # None: no reasoning split
     constrain_auto_tool_calls: bool = True  # tool_choice auto: calls held to the tools once opened
+    tool_call_guard: bool = True          # no tools / tool_choice none: the call opening masked
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with

@@ -35,6 +35,7 @@ class GatewayConfig:
     tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/turn/parser_setup.py)
     reasoning_parser: str | None = None
     constrain_auto_tool_calls: bool = True
+    tool_call_guard: bool = True
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: tuple[str, ...] = ()    # tenants' keys

@@ -22,7 +22,7 @@ from typing import Protocol
 import orjson
 
 from tandem.api.internal import wire
-from tandem.errors import TandemError
+from tandem.errors import PromptTooLong, TandemError
 from tandem.http.client import ConnectFailed, HTTPFailure, ResponseTimeout
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
@@ -63,10 +63,12 @@ class WorkerFailed(Exception):
 
 
 def error_from_body(status: int, body: bytes) -> TandemError:
-    """Rebuild the worker's TandemError from its OpenAI-style error JSON."""
+    """Rebuild the worker's TandemError from its OpenAI-style error JSON (a context overflow as
+    PromptTooLong, which each API's envelope words its own way)."""
     try:
         e = orjson.loads(body)["error"]
-        err = TandemError(str(e.get("message") or "request rejected by worker"), e.get("param"))
+        cls = PromptTooLong if e.get("code") == PromptTooLong.code else TandemError
+        err = cls(str(e.get("message") or "request rejected by worker"), e.get("param"))
         err.error_type = e.get("type") or err.error_type
         err.code = e.get("code")
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):

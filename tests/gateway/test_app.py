@@ -5,9 +5,9 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
+from tandem.api.disconnect import DisconnectGuard
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.api.disconnect import DisconnectGuard
 from tandem.testing.tiny_model import write_test_model
 from tandem.types import RequestContext
 from tests.gateway.fake_workers import FakeCluster, greedy, worker_http
@@ -90,7 +90,7 @@ def test_context_is_the_smallest_a_worker_reports(model_dir):
         assert c.get("/v1/models").json()["data"][0]["max_model_len"] == 64
         prompt = list(range(5, 5 + 70))  # fits the model's context, not the workers'
         r = c.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 2})
-        assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert "maximum context length is 64 tokens" in r.json()["error"]["message"]
         assert cluster.calls == []
         r = c.post("/tokenize", json={"prompt": "hi"})

@@ -52,15 +52,16 @@ def test_defaults():
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
     assert server.allowed_origins == ("*",)
-    assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls) == \
-        ("auto", None, True)
+    assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls,
+            server.tool_call_guard) == ("auto", None, True, True)
 
 
 def test_output_parser_flags():
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu",
                                          "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
-                                         "--enable-auto-tool-choice"]))
+                                         "--enable-auto-tool-choice", "--no-tool-call-guard"]))
     assert (server.tool_call_parser, server.reasoning_parser) == ("kimi_k2", "kimi_k2")
+    assert not server.tool_call_guard
 
 
 class _Tokenizer:
