@@ -19,7 +19,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tandem.demo.schema_check import validate
+from tandem_demo.schema_check import validate
 from tandem.launcher.cluster import free_port
 from tandem.testing.server_process import stop, wait_healthy
 

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
-from tandem.demo.schema_check import validate
+from tandem_demo.schema_check import validate
 from tandem.errors import InvalidRequest
 from tandem.parsers import make_reasoning_parser
 from tandem.turn.json_tools import json_calls_grammar, json_calls_parser, json_calls_schema
