@@ -8,11 +8,11 @@ every output checked identical to the no-speculation run.
 
 Workloads (deterministic):
 - tool-call turns: the turns carrying tool calls in the demo corpus's held-out transcripts, in
-  order (tandem.demo.corpus.build_transcripts, the demo evaluation's held-out split and order),
+  order (tandem_demo.corpus.build_transcripts, the demo evaluation's held-out split and order),
   each prompt the conversation so far rendered with the chat template (later turns carry the
   earlier calls and results), each output ending at the end of the turn (<|im_end|>) or
   max_tokens;
-- prose: the held-out KJV chapters (tandem.demo.corpus.split_chapters), the reference and first
+- prose: the held-out KJV chapters (tandem_demo.corpus.split_chapters), the reference and first
   two verses as the prompt, continued for max_tokens tokens.
 Each batch size B runs the same `--requests` prompts, B at a time (a wave of B starts when the
 previous one has finished). Decode tokens/s = tokens sampled in steps that only decode (no
@@ -60,10 +60,10 @@ PROPOSERS = ("none", "ngram", "suffix", "draft_model", "suffix_draft", "eagle3")
 
 
 def tool_call_prompts(n: int) -> list[str]:
-    from tandem.demo.agent_transcripts import tool_call_turns
-    from tandem.demo.chat_template import compile_template, render
-    from tandem.demo.corpus import CorpusConfig, build_transcripts, split_chapters
-    from tandem.demo.kjv import parse_chapters, read_bible_text
+    from tandem_demo.agent_transcripts import tool_call_turns
+    from tandem_demo.chat_template import compile_template, render
+    from tandem_demo.corpus import CorpusConfig, build_transcripts, split_chapters
+    from tandem_demo.kjv import parse_chapters, read_bible_text
 
     cfg = CorpusConfig()
     train, _ = split_chapters(parse_chapters(read_bible_text()), cfg)
@@ -79,8 +79,8 @@ def tool_call_prompts(n: int) -> list[str]:
 
 
 def prose_prompts(n: int) -> list[str]:
-    from tandem.demo.corpus import CorpusConfig, split_chapters
-    from tandem.demo.kjv import parse_chapters, read_bible_text
+    from tandem_demo.corpus import CorpusConfig, split_chapters
+    from tandem_demo.kjv import parse_chapters, read_bible_text
 
     _, held = split_chapters(parse_chapters(read_bible_text()), CorpusConfig())
     return ["\n".join(c.text().splitlines()[:3]) + "\n" for c in held[:n]]

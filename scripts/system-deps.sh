@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install the Debian packages tandem needs, if missing: libibverbs1 (Mooncake Transfer Engine),
-# bible-kjv (the public-domain text `tandem demo build-corpus` trains the demo models on),
+# bible-kjv (the public-domain text `python -m tandem_demo build-corpus` trains the demo models on),
 # gcc and libc6-dev (tandem.kernels compiles its native CPU attention kernel on first use),
 # redis-server and postgresql (the asynchronous queue's shared stores; tests start their own
 # servers on 127.0.0.1 and stop them).

@@ -33,9 +33,10 @@ class ChatTemplateError(InvalidRequest):
 
 
 class PromptTooLong(TandemError):
-    """The prompt cannot fit the model's context or the whole KV cache (413)."""
+    """The prompt cannot fit the model's context or the whole KV cache: a 400 with code
+    context_length_exceeded, as OpenAI and vLLM answer (clients such as LangChain recognize a context
+    overflow by that status and code). A body too large in bytes is another error (413)."""
 
-    status = 413
     code = "context_length_exceeded"
 
 
@@ -67,9 +68,27 @@ class Unauthorized(TandemError):
     code = "invalid_api_key"  # type invalid_request_error, as OpenAI
 
 
+class Forbidden(TandemError):
+    """The caller authenticated, but its credential does not open this route (a tenant's key on
+    an /internal route)."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "permission_denied"
+
+
 class ModelLoadError(Exception):
     """A checkpoint cannot be loaded: missing file, unsupported architecture, bad shapes."""
 
 
 class KVLayoutMismatch(Exception):
     """Two workers disagree on the KV layout (model, dtype, block size, heads, layers)."""
+
+
+class NotSupportedYet(InvalidRequest):
+    """A valid OpenAI / Workers AI parameter that tandem does not implement yet (400)."""
+
+    code = "not_supported"
+
+    def __init__(self, param: str, what: str | None = None) -> None:
+        super().__init__(f"'{param}'{' ' + what if what else ''} is not supported yet", param=param)

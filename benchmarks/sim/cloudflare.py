@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.sim.config import SimConfig, parse_topology
 from tandem.sim.fleet import Fleet
 from tandem.sim.gateway import GatewayConfig
@@ -80,7 +80,7 @@ def run_one(item: tuple[str, SimConfig]) -> tuple[str, dict]:
 
 
 def plots(results: dict, accel: str, speeds: list[float], headline: float, outdir: Path) -> None:
-    import matplotlib
+    import matplotlib   # lazy: only with --plots; the Agg backend is chosen before pyplot loads
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -40,7 +40,7 @@ class ServerContext:
     kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
     readiness: Readiness | None = None         # /health asks it too
     ready: bool = False  # set by the app's lifespan once the backend has started
-    # Workers AI's `?queueRequest=true` handler when the app has a queue (asyncq/service.py)
+    # Workers AI's `?queueRequest=true` handler when the app has a queue (tandem/api/queue/service.py)
     queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
@@ -83,7 +83,8 @@ class ServerContext:
         if self._parsers is None:
             c = self.config
             self._parsers = ParserSetup.resolve(c.tool_call_parser, c.reasoning_parser,
-                                                self.backend.tokenizer, c.constrain_auto_tool_calls)
+                                                self.backend.tokenizer, c.constrain_auto_tool_calls,
+                                                c.tool_call_guard)
         return self._parsers
 
     def parse_context(self) -> ParseContext:

@@ -32,15 +32,6 @@ class BodyTooLarge(TandemError):
     code = "request_too_large"
 
 
-class NotSupportedYet(InvalidRequest):
-    """A valid OpenAI / Workers AI parameter that tandem does not implement yet (400)."""
-
-    code = "not_supported"
-
-    def __init__(self, param: str, what: str | None = None) -> None:
-        super().__init__(f"'{param}'{' ' + what if what else ''} is not supported yet", param=param)
-
-
 class BackendFailure(TandemError):
     """The engine failed a request for a reason the caller cannot fix (500)."""
 

@@ -125,7 +125,7 @@ class Job:
     lease_expires_at: float | None
     # what earlier runs produced (saved when one was preempted or renewed its lease), for the
     # next run to continue from; None once the job has ended. Opaque to the queue
-    # (tandem/asyncq/job_outputs.py writes it)
+    # (tandem/api/queue/job_outputs.py writes it)
     progress: JSON | None = None
 
 

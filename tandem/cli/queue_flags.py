@@ -20,7 +20,7 @@ import argparse
 import os
 from pathlib import Path
 
-from tandem.asyncq.service import QueueConfig
+from tandem.api.queue.service import QueueConfig
 
 DEFAULT = "default"
 

@@ -13,7 +13,7 @@ import json
 import sys
 from dataclasses import replace
 
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.sim.calibrate import calibrate
 from tandem.sim.config import SimConfig, parse_topology

@@ -13,7 +13,7 @@ A pass is either
   worker's streams would stall, when the remainder is at most GatewayConfig.local_prefill_tokens,
   or when no prefill worker is available;
 - whole requests on a role=both worker of a disaggregated fleet (one the planner moved half-way
-  between the pools, tandem/router/planner.py): the decode worker is chosen among the decode and
+  between the pools, tandem/planner/policy.py): the decode worker is chosen among the decode and
   the both workers, and a both worker serves the whole request (placement reason "both"); it
   never takes part in a handoff, so it needs no KV transport;
 - whole requests on one disaggregated pool: while the other pool has no live worker, the

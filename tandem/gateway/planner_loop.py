@@ -1,8 +1,10 @@
-"""The gateway's planning rounds: measure, ask the planner (tandem/router/planner.py), publish.
+"""The gateway's planner: the driver's rounds (tandem/planner/driver.py) on the gateway's own
+measurements, published and counted.
 
-Every `interval_s` the loop reads the app's TTFT and inter-token latency histograms (what the
-gateway's clients saw), takes the round's p90s from the difference with the previous reading,
-builds the workers' load view and asks `plan`. A switch is logged, counted
+Every `interval_s` the loop runs one round of the driver over the app's TTFT and inter-token
+latency histograms (what the gateway's clients saw; the round's p90s come from the difference with
+the previous reading), the registry's workers with the load tracker's tokens, and the gateway's
+RoleExecutor. A switch is logged, counted
 (`tandem:gateway_planner_switches{from_role,to_role,reason}`) and published with a sequence number at
 `GET /internal/planner`. Who carries it out:
 - a worker that registered itself (`tandem serve --gateway`): the gateway, at once
@@ -32,11 +34,11 @@ from starlette.routing import Route
 
 from tandem.api.responses import json_response
 from tandem.gateway.registry import Registry
-from tandem.gateway.role_executor import Outcome, RoleExecutor
+from tandem.gateway.role_executor import RoleExecutor
+from tandem.planner.driver import PlannerDriver, TrackedLoads
+from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch
 from tandem.router.latency_window import HistogramWindow, Reading, quantile
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import Measured, PlannerConfig, RoleSwitch, plan
-from tandem.router.snapshot import WorkerLoad
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,19 @@ def reading(hist: Histogram) -> Reading:
     return tuple(sorted(by_le.items())) or ((math.inf, 0.0),)
 
 
+class HistogramLatencies:
+    """A round's p90 TTFT and ITL from two cumulative histograms: the difference of two readings."""
+
+    def __init__(self, ttft: Histogram, itl: Histogram) -> None:
+        self.ttft, self.itl = ttft, itl
+        self._ttft_win, self._itl_win = HistogramWindow(), HistogramWindow()
+
+    def advance(self) -> Measured:
+        t, i = self._ttft_win.advance(reading(self.ttft)), self._itl_win.advance(reading(self.itl))
+        ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
+        return Measured(ms(quantile(t, 0.9)), ms(quantile(i, 0.9)), int(t[-1][1]), int(i[-1][1]))
+
+
 class PlannerLoop:
     def __init__(self, config: PlannerConfig, ttft: Histogram, itl: Histogram, registry: Registry,
                  tracker: LoadTracker, prom: CollectorRegistry,
@@ -60,61 +75,41 @@ class PlannerLoop:
         """`executor`: carries out switches of self-registered workers (None: publish only)."""
         self.config = config
         self.executor = executor
-        self.ttft, self.itl = ttft, itl
-        self.registry, self.tracker = registry, tracker
-        self.clock = clock
-        self._ttft_win, self._itl_win = HistogramWindow(), HistogramWindow()
-        self.last_switch_at: float | None = None
-        self.seq = 0                              # published switches so far
-        self.switch: RoleSwitch | None = None     # the latest one
-        self.measured = Measured(None, None)
+        self.driver = PlannerDriver(config, HistogramLatencies(ttft, itl), TrackedLoads(registry, tracker),
+                                    executor, clock)
         self.switches = Counter("tandem:gateway_planner_switches",
                                 "Role switches the planner asked for (--slo-ttft-ms / --slo-itl-ms).",
                                 ("from_role", "to_role", "reason"), registry=prom)
-        self.advance()   # the first round measures from now
+        self.driver.measure()   # the first round measures from now
 
-    def advance(self) -> Measured:
-        t, i = self._ttft_win.advance(reading(self.ttft)), self._itl_win.advance(reading(self.itl))
-        ms = lambda v: None if v is None else v * 1000.0  # noqa: E731
-        self.measured = Measured(ms(quantile(t, 0.9)), ms(quantile(i, 0.9)), int(t[-1][1]), int(i[-1][1]))
-        return self.measured
+    @property
+    def seq(self) -> int:
+        return self.driver.seq                # published switches so far
 
-    def workers(self) -> tuple[WorkerLoad, ...]:
-        out = []
-        for w in self.registry.all():
-            load = self.tracker.load(w.url)
-            out.append(WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
-                                  draining=w.draining, prefill_tokens=load.prefill_tokens,
-                                  decode_tokens=load.decode_tokens, in_flight=load.in_flight))
-        return tuple(out)
+    @property
+    def measured(self) -> Measured:
+        return self.driver.measured
+
+    @property
+    def last_switch_at(self) -> float | None:
+        return self.driver.last_switch_at
 
     def round(self) -> RoleSwitch | None:
         """One planning round; returns the switch it published, if any."""
-        m = self.advance()
-        if self.executor is not None and self.executor.busy:
+        planned = self.driver.round()
+        if planned is None:
             return None
-        now = self.clock()
-        since = None if self.last_switch_at is None else now - self.last_switch_at
-        switch = plan(m, self.workers(), self.config, since)
-        if switch is not None:
-            self.last_switch_at = now
-            self.seq += 1
-            self.switch = switch
-            self.switches.labels(switch.from_role, switch.to_role, switch.reason).inc()
-            log.warning("planner: %s %s -> %s (%s: p90 TTFT %s ms, p90 ITL %s ms)", switch.worker_id,
-                        switch.from_role, switch.to_role, switch.reason, m.ttft_p90_ms, m.itl_p90_ms)
-            if self.executor is not None:
-                self.executor.start(switch, self._switch_ended)
-        return switch
-
-    def _switch_ended(self, outcome: Outcome) -> None:
-        self.last_switch_at = self.clock()   # the cooldown runs from when the new role took effect
+        sw, m = planned.switch, planned.measured
+        self.switches.labels(sw.from_role, sw.to_role, sw.reason).inc()
+        log.warning("planner: %s %s -> %s (%s: p90 TTFT %s ms, p90 ITL %s ms)", sw.worker_id,
+                    sw.from_role, sw.to_role, sw.reason, m.ttft_p90_ms, m.itl_p90_ms)
+        return sw
 
     def state(self) -> dict:
         """GET /internal/planner."""
         ex = self.executor
         return {"enabled": self.config.enabled, "config": asdict(self.config), "seq": self.seq,
-                "switch": None if self.switch is None else asdict(self.switch),
+                "switch": None if self.driver.last is None else asdict(self.driver.last.switch),
                 "measured": asdict(self.measured),
                 "in_flight": None if ex is None or ex.current is None else asdict(ex.current),
                 "last_outcome": None if ex is None or ex.last is None else {

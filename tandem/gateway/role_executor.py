@@ -3,7 +3,7 @@
 `tandem up` restarts its own workers in their new role (tandem/launcher/role_switch.py, reading
 GET /internal/planner). A worker that registered itself (`tandem serve --gateway URL`) has no
 such executor: the gateway tells it to switch, in-process, over its internal API
-(tandem/api/internal/role_switch.py). For one switch (tandem/router/planner.py `RoleSwitch`):
+(tandem/api/internal/role_switch.py). For one switch (tandem/planner/policy.py `RoleSwitch`):
 1. the registry holds the worker drained (`Registry.begin_switch`) before anything is sent to it,
    so the router sends it no new request (its heartbeats cannot lift this hold);
 2. POST {worker}/internal/role {"role": to_role, "drain_timeout_s"}: the worker finishes what it
@@ -15,7 +15,7 @@ The outcome is counted in tandem:gateway_role_switches{from_role,to_role,outcome
 "failed" (the call failed or was refused, or the worker never reported the new role: the hold is
 lifted and the worker serves in whatever role its stats report, as the monitor's polls see it).
 
-Guards (with the planner's own, tandem/router/planner.py: cooldown, never empty a pool, a
+Guards (with the planner's own, tandem/planner/policy.py: cooldown, never empty a pool, a
 draining worker counts in no pool): one switch at a time (`busy`; the planner loop plans nothing
 meanwhile), and only workers that registered themselves: a flag's (static) worker is left to
 `tandem up`, which would otherwise restart a worker switched under it.
@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from tandem.gateway.registry import Registry
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import HTTPFailure
-from tandem.router.planner import RoleSwitch
+from tandem.planner.policy import RoleSwitch
 
 log = logging.getLogger(__name__)
 

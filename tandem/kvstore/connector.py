@@ -148,7 +148,7 @@ class TieredWorker(KVConnectorWorker):
         self.book = book
         self.config = config
         self.block_size = block_size
-        self.events: KVEventLog | None = None   # set once the engine exists (Engine.from_config)
+        self.events: KVEventLog | None = None   # the engine's, set by its assembly (tandem/engine/assembly.py)
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvstore-load")
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvstore-save")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="kvstore-write")

@@ -1,4 +1,4 @@
-"""`tandem up` carries out the gateway planner's role switches (tandem/router/planner.py).
+"""`tandem up` carries out the gateway planner's role switches (tandem/planner/policy.py).
 
 The gateway publishes its latest switch at GET /internal/planner with a sequence number; this
 executor polls it and, for a switch it has not done yet whose worker is one of its children:

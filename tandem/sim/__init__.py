@@ -1,6 +1,7 @@
 """The fleet simulator (`tandem sim`): a discrete-event simulation of the gateway, its worker pools,
 the KV tiers and the planner, driving the real routing, placement, prefill-order and planner code
-(tandem/router, tandem/engine/prefill_order.py) with cost models per accelerator and per model.
+(tandem/router, tandem/planner, tandem/engine/prefill_order.py) with cost models per accelerator
+and per model.
 
 Files, one concept each: events.py (clock and event queue), hardware.py (accelerator presets),
 model_spec.py (model descriptions), cost_model.py (step time from FLOPs and bytes),

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from tandem.config import SchedulerConfig
 from tandem.engine.prefill_order import PrefillOrder
+from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
-from tandem.router.planner import PlannerConfig
 from tandem.sim.gateway import GatewayConfig
 from tandem.sim.trace import TraceOptions
 

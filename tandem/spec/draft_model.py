@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem.config import SpeculativeConfig
 from tandem.errors import ModelLoadError
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
@@ -175,3 +176,9 @@ class DraftModelProposer:
         rows = torch.tensor([last_row[id(seq)] for seq in sampled], dtype=torch.long).to(dev)
         logits = self.loaded.model.compute_logits(hidden.index_select(0, rows))           # [S, V]
         return logits[:, :self.vocab].argmax(dim=-1).tolist()
+
+
+def build(cfg: SpeculativeConfig, target: SpecTarget | None) -> DraftModelProposer:
+    """{"method": "draft_model", "model": DIR} (tandem/spec/registry.py; make_proposer passes the target)."""
+    assert target is not None and cfg.model
+    return DraftModelProposer(cfg.num_speculative_tokens, cfg.model, target)

@@ -1,5 +1,5 @@
 """The EAGLE-3 head: one decoder layer of the target's width that drafts from the target's own
-hidden states (tandem/spec/eagle3.py drives it; tandem/demo/eagle3_train.py trains it).
+hidden states (tandem/spec/eagle3.py drives it; tandem_demo/eagle3_train.py trains it).
 
 Row p of the head reads `feat_p` and the embedding of token p+1 and predicts token p+2:
 - feat_p is fc(concat of the target's residual stream after `aux_layers`, low, middle and

@@ -55,13 +55,13 @@ def check_target(cfg: Eagle3Config, model: torch.nn.Module, head_path: str) -> N
         raise ModelLoadError(
             f"the EAGLE-3 head {head_path} was trained for a target with hidden size "
             f"{want.hidden_size}, {want.num_layers} layers and {want.vocab_size} tokens; this target has "
-            f"{have[0]}, {have[1]} and {have[2]}: train a head for it (python -m tandem.demo.eagle3_train)")
+            f"{have[0]}, {have[1]} and {have[2]}: train a head for it (python -m tandem_demo.eagle3_train)")
     got = target_fingerprint(model)
     if got != want.fingerprint:
         raise ModelLoadError(
             f"the EAGLE-3 head {head_path} was trained against other target weights (fingerprint "
             f"{want.fingerprint}, model.safetensors {want.model_file_sha or 'unknown'}); this target's "
-            f"fingerprint is {got}: retrain the head against it (python -m tandem.demo.eagle3_train)")
+            f"fingerprint is {got}: retrain the head against it (python -m tandem_demo.eagle3_train)")
 
 
 def load_head(path: str, target_model: torch.nn.Module, dtype: torch.dtype,

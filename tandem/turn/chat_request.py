@@ -10,9 +10,9 @@ from typing import Any
 
 import orjson
 
-from tandem.api.errors import NotSupportedYet
-from tandem.api.fields import Fields, bad
+from tandem.errors import NotSupportedYet
 from tandem.tokenization.chat_prompt import ChatRender
+from tandem.turn.fields import Fields, bad
 from tandem.turn.tool_request import read_tools
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tandem.api.fields import Fields, bad
 from tandem.grammar.schema_workarounds import json_safe_strings
+from tandem.turn.fields import Fields, bad
 from tandem.types import GrammarSpec
 
 _STRUCTURED_KEYS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "ebnf",

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.api.fields import Fields, bad
+from tandem.turn.fields import Fields, bad
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 CHOICES = ("auto", "none", "required")

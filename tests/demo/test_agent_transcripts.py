@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from tandem.demo.agent_transcripts import make_transcript, tool_call_turns
-from tandem.demo.kjv import parse_chapters
-from tandem.demo.schema_check import validate
-from tandem.demo.scenarios import TOOL_SCENARIOS
-from tandem.demo.tools import tool_catalog, tools_by_name
+from tandem_demo.agent_transcripts import make_transcript, tool_call_turns
+from tandem_demo.kjv import parse_chapters
+from tandem_demo.schema_check import validate
+from tandem_demo.scenarios import TOOL_SCENARIOS
+from tandem_demo.tools import tool_catalog, tools_by_name
 
 
 @pytest.fixture(scope="module")

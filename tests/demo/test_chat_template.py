@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tandem.demo.chat_template import DEFAULT_SYSTEM, compile_template, render
-from tandem.demo.tokenizer_train import save_tokenizer_files, train_tokenizer
-from tandem.demo.tools import tool_catalog
+from tandem_demo.chat_template import DEFAULT_SYSTEM, compile_template, render
+from tandem_demo.tokenizer_train import save_tokenizer_files, train_tokenizer
+from tandem_demo.tools import tool_catalog
 
 TOOLS = tool_catalog()[:3]
 CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tandem.demo.corpus import CorpusConfig, build_corpus, load_texts, read_jsonl
+from tandem_demo.corpus import CorpusConfig, build_corpus, load_texts, read_jsonl
 
 SMALL = CorpusConfig(seed=5, agent_train=60, agent_heldout=15, kjv_heldout_fraction=0.1)
 

@@ -10,7 +10,7 @@ import torch
 from tandem.config import ModelConfig
 from tandem.models.loader import load_model
 from tandem.spec.eagle3_loader import load_head
-from tandem.demo.eagle3_train import main
+from tandem_demo.eagle3_train import main
 
 
 def _corpus(path):
@@ -33,7 +33,7 @@ def test_train_writes_a_loadable_head(llama_dir, tmp_path):
     t = cfg["training"]
     assert t["steps"] >= 1 and t["tokens"] > 0 and t["heldout"]["positions"] > 0
     assert len(t["heldout"]["accepted_through_step"]) == 2
-    assert t["command"].startswith("python -m tandem.demo.eagle3_train --target")
+    assert t["command"].startswith("python -m tandem_demo.eagle3_train --target")
     assert json.loads((out / "train_log.json").read_text()) is not None
     target = load_model(ModelConfig(path=str(llama_dir), dtype="float32", show_progress=False))
     head = load_head(str(out), target.model, torch.float32, torch.device("cpu"))

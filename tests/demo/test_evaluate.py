@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.demo.evaluate import copyable_values
+from tandem_demo.evaluate import copyable_values
 
 
 def test_copyable_values_counts_values_seen_in_the_conversation():

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from tandem.demo.kjv import parse_chapters, read_bible_text
+from tandem_demo.kjv import parse_chapters, read_bible_text
 
 
 def test_parse_fake_bible(bible_text):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.demo.model_card import render_card
+from tandem_demo.model_card import render_card
 
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "tandem-demo-target"
 
@@ -29,8 +29,8 @@ def _edit(path: Path, change) -> None:
 def test_card_states_the_training_recipe(model_dir):
     def recipe(log):
         log["config"].update(assistant_loss_weight=4.0, tool_call_loss_weight=8.0)
-        log["segments"] = [[1, "python -m tandem.demo.train --minutes 50"],
-                           [900, "python -m tandem.demo.train --minutes 70 --resume"]]
+        log["segments"] = [[1, "python -m tandem_demo.train --minutes 50"],
+                           [900, "python -m tandem_demo.train --minutes 70 --resume"]]
 
     def extra(manifest):
         manifest["extra_corpora"] = [{"config": {"layout": "drill", "seed": 99},
@@ -91,8 +91,8 @@ def test_card_of_a_fine_tuned_model_lists_the_starting_run_then_the_fine_tune(mo
     def init(log):
         log["config"].update(init_from="/old/target", corpus_dir="/c/pool", tokenizer_dir="/c/tok",
                              extra_corpus_dirs=["/c/dense"])
-        log["segments"] = [[1, "python -m tandem.demo.train --init-from /old/target --minutes 30"]]
-        log["init"] = {"from": "/old/target", "segments": [[1, "python -m tandem.demo.train --minutes 48"]],
+        log["segments"] = [[1, "python -m tandem_demo.train --init-from /old/target --minutes 30"]]
+        log["init"] = {"from": "/old/target", "segments": [[1, "python -m tandem_demo.train --minutes 48"]],
                        "train_minutes": 48.0, "tokens": 15e6, "total_minutes_with_init": 78.0}
 
     def manifest(m):
@@ -116,9 +116,9 @@ def test_card_of_a_model_fine_tuned_from_the_one_it_replaces(model_dir):
     says which commit holds it, and copies no tokenizer onto itself."""
     def init(log):
         log["config"].update(init_from="models/t", corpus_dir="/c/pool", tokenizer_dir="models/t")
-        log["segments"] = [[1, "python -m tandem.demo.train --init-from models/t --minutes 30"]]
+        log["segments"] = [[1, "python -m tandem_demo.train --init-from models/t --minutes 30"]]
         log["init"] = {"from": "models/t", "commit": "504f7e8", "train_minutes": 48.0, "tokens": 15e6,
-                       "segments": [[1, "python -m tandem.demo.train --minutes 48"]],
+                       "segments": [[1, "python -m tandem_demo.train --minutes 48"]],
                        "total_minutes_with_init": 78.0}
 
     _edit(model_dir / "train_log.json", init)

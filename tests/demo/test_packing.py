@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tandem.demo.packing import TokenizedDocs, aligned_rows, epoch_rows
-from tandem.demo.train import TrainConfig
+from tandem_demo.packing import TokenizedDocs, aligned_rows, epoch_rows
+from tandem_demo.train import TrainConfig
 
 PAD = 0
 

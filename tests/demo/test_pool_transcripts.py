@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from tandem.demo.agent_transcripts import tool_call_turns
-from tandem.demo.chat_template import compile_template, render
-from tandem.demo.kjv import Verse
-from tandem.demo.pool_transcripts import make_pool_transcript, no_call_turns
-from tandem.demo.schema_check import check_tool_call
-from tandem.demo.tools import tools_by_name
+from tandem_demo.agent_transcripts import tool_call_turns
+from tandem_demo.chat_template import compile_template, render
+from tandem_demo.kjv import Verse
+from tandem_demo.pool_transcripts import make_pool_transcript, no_call_turns
+from tandem_demo.schema_check import check_tool_call
+from tandem_demo.tools import tools_by_name
 
 VERSES = (Verse("Genesis", 1, 1, "In the beginning God created the heaven and the earth."),
           Verse("John", 1, 1, "In the beginning was the Word."))

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from tandem.demo.schema_check import check_tool_call, check_tool_call_turn, validate
-from tandem.demo.tools import tool_catalog, tools_by_name
+from tandem_demo.schema_check import check_tool_call, check_tool_call_turn, validate
+from tandem_demo.tools import tool_catalog, tools_by_name
 
 SCHEMAS = tools_by_name(tool_catalog())
 

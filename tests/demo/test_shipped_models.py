@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tandem.demo.chat_template import compile_template, render
-from tandem.demo.schema_check import check_tool_call_turn
-from tandem.demo.tools import tool_catalog, tools_by_name
+from tandem_demo.chat_template import compile_template, render
+from tandem_demo.schema_check import check_tool_call_turn
+from tandem_demo.tools import tool_catalog, tools_by_name
 
 ROOT = Path(__file__).resolve().parents[2] / "models"
 TARGET, DRAFT = ROOT / "tandem-demo-target", ROOT / "tandem-demo-draft"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from tandem.demo.corpus import CorpusConfig, build_corpus
-from tandem.demo.tokenizer_train import (SPECIAL_TOKENS, TOOL_TOKENS, corpus_texts, save_tokenizer_files,
+from tandem_demo.corpus import CorpusConfig, build_corpus
+from tandem_demo.tokenizer_train import (SPECIAL_TOKENS, TOOL_TOKENS, corpus_texts, save_tokenizer_files,
                                          train_tokenizer)
 
 TEXTS = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from tandem.demo.schema_check import validate
-from tandem.demo.tool_pool import (HELDOUT_NOUNS, HELDOUT_QUALIFIERS, HELDOUT_VERBS, NOUNS, QUALIFIERS, VERBS,
+from tandem_demo.schema_check import validate
+from tandem_demo.tool_pool import (HELDOUT_NOUNS, HELDOUT_QUALIFIERS, HELDOUT_VERBS, NOUNS, QUALIFIERS, VERBS,
                                    draw_value, make_tool, snake, vocab)
 
 SUPPORTED = {"string", "integer", "number", "boolean"}

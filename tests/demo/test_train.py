@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from tandem.demo.corpus import CorpusConfig, build_corpus
-from tandem.demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
-from tandem.demo.train import TrainConfig, add_train_args, config_from_args, lr_at, train
+from tandem_demo.corpus import CorpusConfig, build_corpus
+from tandem_demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
+from tandem_demo.train import TrainConfig, add_train_args, config_from_args, lr_at, train
 
 pytest.importorskip("transformers")
 
@@ -84,7 +84,7 @@ def test_train_then_resume(prepared, bible_text):
 def test_span_mask_covers_replies_through_im_end():
     import numpy as np
 
-    from tandem.demo.train import span_mask
+    from tandem_demo.train import span_mask
 
     header, end = [1, 392, 201], 2
     rows = np.array([[7, 7, 2, 1, 392, 201, 5, 6, 2, 1, 336, 201, 4, 2, 1, 392],
@@ -95,7 +95,7 @@ def test_span_mask_covers_replies_through_im_end():
 
 
 def test_weighted_loss_reduces_to_plain_mean_with_unit_weights():
-    from tandem.demo.train import weighted_loss
+    from tandem_demo.train import weighted_loss
 
     g = torch.Generator().manual_seed(0)
     logits, ids = torch.randn(2, 9, 11, generator=g), torch.randint(0, 11, (2, 9), generator=g)
@@ -112,7 +112,7 @@ def test_weighted_loss_reduces_to_plain_mean_with_unit_weights():
 def test_loss_weights_rank_tool_calls_over_replies_over_the_rest():
     import numpy as np
 
-    from tandem.demo.train import loss_weights, span_mask
+    from tandem_demo.train import loss_weights, span_mask
 
     rows = np.array([[5, 7, 3, 9, 8, 5, 7]])
     assert span_mask(rows, [7], 8).astype(int).tolist() == [[0, 0, 1, 1, 1, 0, 0]]   # open span runs to the end

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from tandem.demo.schema_check import check_tool_call
-from tandem.demo.tool_pool import HELDOUT_NOUNS, snake
-from tandem.demo.tools import tool_catalog, tools_by_name
-from tandem.demo.unseen_eval import HANDWRITTEN_ASKS, HANDWRITTEN_TOOLS, _Tally, verses_from_rows
+from tandem_demo.schema_check import check_tool_call
+from tandem_demo.tool_pool import HELDOUT_NOUNS, snake
+from tandem_demo.tools import tool_catalog, tools_by_name
+from tandem_demo.unseen_eval import HANDWRITTEN_ASKS, HANDWRITTEN_TOOLS, _Tally, verses_from_rows
 
 
 def test_handwritten_references_validate_and_are_not_catalog_tools():
@@ -46,7 +46,7 @@ def test_verses_from_corpus_rows():
 
 def test_unseen_tools_runs_end_to_end_on_a_tiny_model(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from tandem.demo.unseen_eval import unseen_tools
+    from tandem_demo.unseen_eval import unseen_tools
 
     torch.set_num_threads(1)
     src = __import__("pathlib").Path(__file__).resolve().parents[2] / "models" / "tandem-demo-target"

@@ -12,15 +12,17 @@ import time
 import httpx
 import pytest
 
+from tandem import cluster_secret
 from tests.asyncq.receiver import Receiver
 from tests.asyncq.servers import free_port
-from tests.e2e.test_gateway_e2e import assert_no_blocks_held, build, metric, url
+from tests.e2e.test_gateway_e2e import assert_no_blocks_held, build, metric, running, url
 from tests.server.tenancy_checks import auth, check_every_route_is_owned, posted_events
 
 pytestmark = pytest.mark.timeout(400)
 
 KEYS = ("tenant-a-key", "tenant-b-key")
 A, B = auth(KEYS[0]), auth(KEYS[1])
+SECRET = "tenancy-e2e-cluster-secret"   # /internal routes: the cluster's, never a tenant's
 BLOCK = 16     # the worker's default block size
 PREFIX = 'tandem:gateway_routing_decisions_total{policy="prefix_aware",pool="both",reason="prefix"}'
 
@@ -32,32 +34,9 @@ def cluster(llama_dir, tmp_path_factory):
     c = build(str(llama_dir), ["both"],
               {"gateway": ([0], "prefix_aware", (*keys, "--queue-db", queue)),
                "shared": ([0], "prefix_aware", (*keys, "--no-queue", "--share-prefix-cache"))})
-    try:
-        c.start()
-        _wait_ready(c, 180)
+    c.cluster_secret = SECRET
+    with running(c):
         yield c
-    finally:
-        c.stop()
-
-
-def _wait_ready(c, timeout_s: float) -> None:
-    """The worker healthy, then each gateway (asked with a key: it requires one) seeing it healthy."""
-    deadline = time.monotonic() + timeout_s
-    for p in c.procs:
-        while True:
-            c.check_alive()
-            try:
-                if p.role is not None:
-                    if httpx.get(p.url + "/health", timeout=2).status_code == 200:
-                        break
-                else:
-                    r = httpx.get(p.url + "/internal/workers", headers=A, timeout=2)
-                    if r.status_code == 200 and all(w["healthy"] for w in r.json()["workers"]):
-                        break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"{p.name} not ready"
-            time.sleep(0.2)
 
 
 def chat(base: str, key: dict, content: str) -> dict:
@@ -74,7 +53,8 @@ def cached(reply: dict) -> int:
 
 def indexed(base: str) -> int:
     """Blocks of the worker the gateway's prefix index holds (fed by the worker's KV events)."""
-    return httpx.get(base + "/internal/workers", headers=A, timeout=5).json()["workers"][0]["cached_blocks"]
+    r = httpx.get(base + "/internal/workers", headers=cluster_secret.headers(SECRET), timeout=5)
+    return r.json()["workers"][0]["cached_blocks"]
 
 
 def wait_indexed(base: str, blocks: int, timeout_s: float = 30.0) -> None:

@@ -18,9 +18,9 @@ import httpx
 import openai
 import pytest
 
-from tandem.demo.schema_check import validate
 from tandem.launcher.cluster import free_port
 from tandem.testing.server_process import stop, tandem_up, wait_healthy
+from tandem_demo.schema_check import validate
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -196,7 +196,7 @@ def demo_server():
 
 
 def test_the_demo_model_calls_a_tool_and_it_comes_back_parsed(demo_server):
-    from tandem.demo.tools import tool_catalog
+    from tandem_demo.tools import tool_catalog
 
     tools = [t for t in tool_catalog() if t["function"]["name"] in ("get_weather", "calculator", "send_email")]
     client = openai.OpenAI(base_url=demo_server + "/v1", api_key="unused", max_retries=0, timeout=120)

@@ -68,7 +68,7 @@ def test_too_long_prompts_are_refused(llama_dir, make_engine):
     engine = make_engine(llama_dir, num_blocks=8)
     with pytest.raises(PromptTooLong) as exc:
         engine.add_request(request([5] * 40))  # 8 blocks of 4 hold 32 tokens
-    assert "KV cache" in exc.value.message and exc.value.status == 413
+    assert "KV cache" in exc.value.message and exc.value.status == 400
     big = make_engine(llama_dir)
     with pytest.raises(PromptTooLong, match="context"):
         big.add_request(request([5] * 2048))

@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from tandem.gateway.config import RegistryConfig
 from tandem.gateway.planner_loop import PlannerLoop, reading
 from tandem.gateway.registry import Registry
+from tandem.planner.policy import PlannerConfig, RoleSwitch
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import PlannerConfig, RoleSwitch
 
 
 def setup(cfg=PlannerConfig(slo_ttft_ms=1000, slo_itl_ms=100, min_samples=4, cooldown_s=60)):

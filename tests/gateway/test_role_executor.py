@@ -7,11 +7,13 @@ import orjson
 from prometheus_client import CollectorRegistry, Histogram
 
 from tandem.gateway.config import RegistryConfig
+from tandem.gateway.monitor import Monitor
 from tandem.gateway.planner_loop import PlannerLoop
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import ExecutorConfig, RoleExecutor
+from tandem.planner.policy import PlannerConfig, RoleSwitch
 from tandem.router.load_tracker import LoadTracker
-from tandem.router.planner import PlannerConfig, RoleSwitch
+from tandem.router.prefix_index import PrefixIndex
 from tests.gateway.fake_workers import HttpxWorkerHTTP
 
 P0, P1, S0 = "http://127.0.0.1:9100", "http://127.0.0.1:9101", "http://127.0.0.1:9200"
@@ -182,9 +184,6 @@ def test_worker_reporting_its_new_role_lifts_the_hold_at_once():
 
 
 def test_monitor_drops_a_stats_reply_that_a_switch_overtook():
-    from tandem.gateway.monitor import Monitor
-    from tandem.router.prefix_index import PrefixIndex
-
     async def go():
         reg = Registry(RegistryConfig())
         w = reg.heartbeat(P0, "prefill", 0.0)

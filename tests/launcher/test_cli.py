@@ -6,10 +6,10 @@ from tandem.launcher.cluster import plan
 def test_up_passes_gateway_args_to_the_gateway(monkeypatch):
     import argparse
 
-    from tandem.launcher import cli, cluster
+    from tandem.cli import up as cli
 
     seen = {}
-    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr(cli, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="verb"))
     args = parser.parse_args(["up", "--model", "/m", "--prefill", "1", "--decode", "1",
@@ -28,10 +28,10 @@ def test_up_passes_the_output_parsers_to_the_gateway_and_every_worker(monkeypatc
 
     import pytest
 
-    from tandem.launcher import cli, cluster
+    from tandem.cli import up as cli
 
     seen = {}
-    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr(cli, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="verb"))
     args = parser.parse_args(["up", "--model", "/m", "--tool-call-parser", "qwen3_coder",
@@ -48,10 +48,10 @@ def test_up_passes_the_output_parsers_to_the_gateway_and_every_worker(monkeypatc
 def test_up_gives_the_queue_to_the_gateway_and_none_to_the_workers(monkeypatch):
     import argparse
 
-    from tandem.launcher import cli, cluster
+    from tandem.cli import up as cli
 
     seen = {}
-    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr(cli, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="verb"))
     args = parser.parse_args(["up", "--model", "/m", "--colocated", "2", "--queue-url",
@@ -67,10 +67,10 @@ def test_up_gives_the_queue_to_the_gateway_and_none_to_the_workers(monkeypatch):
 def test_up_forwards_the_planner_targets_to_its_gateway(monkeypatch):
     import argparse
 
-    from tandem.launcher import cli
+    from tandem.cli import up as cli
 
     seen = {}
-    monkeypatch.setattr("tandem.launcher.cluster.run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr("tandem.cli.up.run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers())
     cli.up(parser.parse_args(["up", "--model", "m", "--slo-ttft-ms", "800", "--slo-itl-ms", "50.5",
@@ -83,10 +83,10 @@ def test_up_forwards_the_planner_targets_to_its_gateway(monkeypatch):
 def test_up_passes_the_model_name_and_chat_template_to_the_gateway_and_every_worker(monkeypatch, tmp_path, capsys):
     import argparse
 
-    from tandem.launcher import cli, cluster
+    from tandem.cli import up as cli
 
     seen = {}
-    monkeypatch.setattr(cluster, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr(cli, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="verb"))
     (tmp_path / "t.jinja").write_text("{{ messages[0].content }}")

@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from tandem.launcher import cli
+from tandem.cli import up as cli
 from tandem.launcher.cluster import as_role, plan
 from tandem.launcher.profiles import PROFILES
 
@@ -20,7 +20,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 def _spec(monkeypatch, *argv: str):
     seen = {}
-    monkeypatch.setattr("tandem.launcher.cluster.run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    monkeypatch.setattr("tandem.cli.up.run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
     cli.up(_parse(*argv))
     return seen["spec"]
 

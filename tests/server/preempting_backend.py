@@ -4,11 +4,11 @@ queued results (workers_ai/test_queued_api.py, openai/test_batch_api.py)."""
 
 from __future__ import annotations
 
-from tandem.engine.async_engine import AsyncEngine
-from tandem.engine.engine import Engine
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
-from tandem.asyncq.service import QueueConfig, QueueSetup
+from tandem.api.queue.service import QueueConfig, QueueSetup
+from tandem.engine.async_engine import AsyncEngine
+from tandem.engine.engine import Engine
 from tests.conftest import engine_config
 
 MODEL = "tiny"

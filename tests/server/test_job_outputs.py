@@ -7,9 +7,8 @@ import math
 
 import orjson
 
-from tandem.asyncq.job_outputs import JobOutputs
-from tandem.types import (EngineRequest, FinishReason, RequestDelta, SamplingParams,
-                          TokenLogprob)
+from tandem.api.queue.job_outputs import JobOutputs
+from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams, TokenLogprob
 
 
 def delta(ids, text, *, out, cached=0, finished=False, lps=True) -> RequestDelta:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tandem.asyncq.pressure import GaugedBackend, InteractiveLoad, PressurePolicy
+from tandem.api.queue.pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 from tandem.types import EngineRequest, RequestContext, SamplingParams
 from tests.server.fakes import FakeBackend
 

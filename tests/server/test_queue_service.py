@@ -12,11 +12,11 @@ import openai
 import pytest
 from starlette.testclient import TestClient
 
-from tandem.asyncq.event import EventType
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
+from tandem.api.queue.service import QueueConfig, QueueSetup
+from tandem.asyncq.event import EventType
 from tandem.asyncq.job import ANONYMOUS
-from tandem.asyncq.service import QueueConfig, QueueSetup
 from tests.server.fakes import FakeBackend
 
 URL = "/client/v4/accounts/acc1/ai/run/@cf/meta/fake-model"

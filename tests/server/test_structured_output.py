@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.api.fields import Fields
+from tandem.turn.fields import Fields
 from tandem.turn.structured_output import read_structured_output
 from tandem.types import GrammarSpec
 

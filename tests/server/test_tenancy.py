@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.asyncq.notifier import NotifierConfig
-from tandem.asyncq.service import QueueConfig, QueueSetup
+from tandem.api.queue.service import QueueConfig, QueueSetup
 from tests.asyncq.receiver import Receiver
 from tests.asyncq.servers import free_port
 from tests.server.fakes import FakeBackend

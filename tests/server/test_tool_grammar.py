@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from tandem.demo.schema_check import validate
 from tandem.errors import InvalidRequest
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.parsers import make_reasoning_parser, make_tool_parser
 from tandem.turn.tool_grammar import arguments_schema, call_format, tool_call_grammar
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import EngineRequest, FinishReason, SamplingParams
+from tandem_demo.schema_check import validate
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 6},

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.errors import InvalidRequest
-from tandem.api.fields import Fields
+from tandem.turn.fields import Fields
 from tandem.turn.tool_request import ToolRequest, read_tools
 
 FN = {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}

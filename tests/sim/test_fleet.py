@@ -4,10 +4,10 @@ from dataclasses import replace
 
 import pytest
 
-from tandem.router.planner import PlannerConfig
+from tandem.planner.policy import PlannerConfig
 from tandem.router.policies.placement import PlacementConfig
 from tandem.sim.config import SimConfig, parse_topology
-from tandem.sim.fleet import simulate
+from tandem.sim.fleet import Fleet, simulate
 from tandem.sim.gateway import GatewayConfig
 from tandem.sim.trace import load_trace
 
@@ -95,8 +95,6 @@ def test_topology_parsing():
 def test_idle_fleet_holds_no_block(trace_path, topology):
     """Invariant: when the system is idle, every block is free or only cached (none pinned or
     live), including after requests answered by their first token (output 1: no decode pass)."""
-    from tandem.sim.fleet import Fleet
-
     t = load_trace(trace_path)
     t = replace(t, requests=tuple(replace(r, output_tokens=1) if i % 3 == 0 else r
                                   for i, r in enumerate(t.requests)))

@@ -8,7 +8,7 @@ import json
 import torch
 
 from tandem.config import ModelConfig
-from tandem.testing import cli
+from tandem.cli import model as cli
 from tandem.models.loader import load_model
 
 

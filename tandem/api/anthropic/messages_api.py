@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from tandem.api.anthropic.messages_format import MessageBuilder, message_id, tool_use_id
 from tandem.api.anthropic.messages_protocol import MessagesRequest, parse_messages
+from tandem.api.chat_turn import chat_request, off_loop
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import in_own_task
 from tandem.api.errors import anthropic_error, anthropic_error_response
@@ -31,7 +32,6 @@ from tandem.api.responses import json_response, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.errors import TandemError
 from tandem.turn.chat_output import ChoiceOutput
-from tandem.turn.chat_turn import chat_request, off_loop
 from tandem.turn.turn_output import TurnOutput
 
 

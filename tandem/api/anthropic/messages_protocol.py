@@ -21,11 +21,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tandem.api.errors import NotSupportedYet
-from tandem.api.fields import Fields, bad
+from tandem.api.chat_turn import ChatTurn, TurnParams
 from tandem.api.openai.openai_protocol import check_model
-from tandem.errors import InvalidRequest
-from tandem.turn.chat_turn import ChatTurn, TurnParams
+from tandem.errors import InvalidRequest, NotSupportedYet
+from tandem.turn.fields import Fields, bad
 from tandem.turn.structured_output import read_structured_output
 from tandem.turn.tool_request import ToolRequest, read_tools
 from tandem.types import GrammarSpec

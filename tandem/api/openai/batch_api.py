@@ -27,10 +27,17 @@ from tandem.api.errors import openai_error_response
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_format import OpenAIFormatter, make_id
 from tandem.api.openai.openai_protocol import parse_chat, parse_completion
+from tandem.api.queue.service import (
+    JobProgress,
+    NotFound,
+    QueueConfig,
+    QueueService,
+    idempotency_key,
+    run_job,
+)
 from tandem.api.request_body import parse_off_loop, read_json_object
 from tandem.api.responses import json_response
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job, JobSpec, JobStatus
-from tandem.asyncq.service import JobProgress, NotFound, QueueConfig, QueueService, idempotency_key, run_job
 from tandem.errors import InvalidRequest, TandemError
 from tandem.types import RequestContext
 

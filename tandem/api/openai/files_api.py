@@ -17,9 +17,9 @@ from starlette.routing import Route
 from tandem.api.auth import owner_of
 from tandem.api.errors import BodyTooLarge, openai_error_response
 from tandem.api.openai.batch_api import ERRORS, OUTPUT, account_of, batch_file_id, output_lines
+from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.responses import json_response
 from tandem.asyncq.job import JSON, StoredFile
-from tandem.asyncq.service import NotFound, QueueService
 from tandem.errors import InvalidRequest
 
 PURPOSES = ("batch", "user_data", "fine-tune", "assistants", "vision", "evals")

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.api.auth import tenant_of
+from tandem.api.chat_turn import ChatTurn, chat_request, off_loop
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import in_own_task
 from tandem.api.errors import as_tandem_error, openai_error_response
@@ -34,7 +35,6 @@ from tandem.api.request_context import http_context
 from tandem.api.responses import json_response, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.errors import TandemError
-from tandem.turn.chat_turn import ChatTurn, chat_request, off_loop
 from tandem.turn.turn_output import TurnOutput
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.api.errors import NotSupportedYet
-from tandem.api.fields import bad
+from tandem.errors import NotSupportedYet
+from tandem.turn.fields import bad
 
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = ("input_text", "output_text", "text")

@@ -15,12 +15,12 @@ from starlette.routing import Route
 
 from tandem.api.context import ServerContext
 from tandem.api.errors import openai_error_response
-from tandem.api.fields import Fields, bad
 from tandem.api.openai.openai_protocol import check_model
 from tandem.api.request_body import parse_off_loop, read_json_body
 from tandem.api.responses import json_response
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_request import chat_render, normalize_messages, validate_tools
+from tandem.turn.fields import Fields, bad
 
 
 def _fields(body: dict, ctx: ServerContext) -> Fields:

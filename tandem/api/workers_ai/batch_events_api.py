@@ -22,9 +22,9 @@ from starlette.routing import Route
 
 from tandem.api.auth import owner_of
 from tandem.api.errors import workers_ai_error_response
+from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.responses import SSE_DONE, sse_response
 from tandem.asyncq.event import render
-from tandem.asyncq.service import NotFound, QueueService
 
 PATH = "/client/v4/accounts/{account_id}/ai/batches/{request_id}/events"
 PROGRESS = "tandem.batch.progress"
@@ -35,7 +35,6 @@ def _sse(event_type: str, body: dict) -> bytes:
 
 
 def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Route]:
-
     async def stream(batch_id: str, tenant: str) -> AsyncIterator[bytes]:
         sent: set[str] = set()
         counts = None

@@ -26,12 +26,19 @@ from tandem.api.auth import owner_of, tenant_of
 from tandem.api.context import ServerContext
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_format import make_id
+from tandem.api.queue.service import (
+    JobProgress,
+    NotFound,
+    QueueConfig,
+    QueueService,
+    idempotency_key,
+    run_job,
+)
 from tandem.api.request_body import parse_off_loop, read_json_body
 from tandem.api.responses import json_response
 from tandem.api.workers_ai.workers_ai_api import model_matches, parse_workers_ai
 from tandem.api.workers_ai.workers_ai_output import WorkersAIResult
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Job, JobSpec, JobStatus
-from tandem.asyncq.service import JobProgress, NotFound, QueueConfig, QueueService, idempotency_key, run_job
 from tandem.errors import InvalidRequest, ModelNotFound, TandemError
 from tandem.types import RequestContext
 

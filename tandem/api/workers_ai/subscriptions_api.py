@@ -25,10 +25,10 @@ from starlette.routing import Route
 
 from tandem.api.auth import owner_of
 from tandem.api.errors import workers_ai_error_response
+from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response
 from tandem.asyncq.event import Delivery, EventType, Subscription, SubscriptionSpec, render
-from tandem.asyncq.service import NotFound, QueueService
 from tandem.errors import InvalidRequest
 
 PATH = "/client/v4/accounts/{account_id}/event_subscriptions/subscriptions"
@@ -66,7 +66,6 @@ def _spec(account: str, tenant: str, body: dict, allow: tuple[str, ...] = ()) ->
 
 
 def subscription_routes(service: QueueService) -> list[Route]:
-
     def ok(result) -> Response:
         return json_response({"result": result, "success": True, "errors": [], "messages": []})
 

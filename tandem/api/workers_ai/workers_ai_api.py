@@ -4,8 +4,9 @@ Body {messages | prompt, max_tokens, stream, temperature, top_p, top_k, seed,
 repetition_penalty, frequency_penalty, presence_penalty, raw, lora, tools, response_format}.
 A `prompt` goes through the chat template as one user message unless `raw` is true. `tools` are
 Workers AI's (`{name, description, parameters}`) or OpenAI's; the calls come back parsed in
-`result.tool_calls` (workers_ai_output.py). `response_format` {"type": "json_object"} or
-{"type": "json_schema", "json_schema": SCHEMA} constrains the response. Replies use Workers AI's
+`result.tool_calls` (workers_ai_output.py); without them the model's call opening is masked (the
+tool-call guard, turn/tool_guard.py), except after a raw prompt. `response_format`
+{"type": "json_object"} or {"type": "json_schema", "json_schema": SCHEMA} constrains the response. Replies use Workers AI's
 envelope; a stream is SSE `data: {"response": "..."}` events, then one event with an empty
 response and the usage (and the tool calls), then `data: [DONE]`.
 """
@@ -22,12 +23,10 @@ from starlette.routing import Route
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import in_own_task
 from tandem.api.errors import (
-    NotSupportedYet,
     as_tandem_error,
     workers_ai_error_body,
     workers_ai_error_response,
 )
-from tandem.api.fields import Fields, bad
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_format import make_id
 from tandem.api.openai.openai_protocol import (
@@ -42,10 +41,11 @@ from tandem.api.request_context import http_context
 from tandem.api.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.api.workers_ai.workers_ai_output import UsageTally, WorkersAIOutput, WorkersAIResult
-from tandem.errors import ModelNotFound, TandemError
+from tandem.errors import ModelNotFound, NotSupportedYet, TandemError
 from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_plan import plan_chat
 from tandem.turn.chat_request import normalize_messages
+from tandem.turn.fields import Fields, bad
 from tandem.turn.structured_output import read_structured_output
 from tandem.turn.tool_request import ToolRequest, read_tools
 from tandem.types import SamplingParams
@@ -77,7 +77,8 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
     if has_messages == has_prompt:
         raise bad("messages" if has_messages else "prompt",
                   "give exactly one of 'messages' and 'prompt'")
-    if has_prompt and f.bool("raw", False):
+    raw = has_prompt and f.bool("raw", False)
+    if raw:
         param = "prompt"
         ids = list(ctx.tokenizer.encode(f.str("prompt", nonempty=True), add_special_tokens=True))
     else:
@@ -99,7 +100,9 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
         presence_penalty=f.float("presence_penalty", 0.0),
     )
     sampling.validate()
-    plan = plan_chat(ctx.parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
+    # a raw prompt is the client's own template: its output is the client's to read, calls included
+    parsers = replace(ctx.parsers, tool_call_guard=False) if raw else ctx.parsers
+    plan = plan_chat(parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
     return with_plan(ParsedRequest(kind="chat", model=model, prompts=(tuple(ids),), sampling=sampling,
                                    stream=f.bool("stream", False)), plan)
 

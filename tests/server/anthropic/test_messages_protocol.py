@@ -2,9 +2,8 @@ import json
 
 import pytest
 
-from tandem.errors import InvalidRequest, ModelNotFound
 from tandem.api.anthropic.messages_protocol import parse_messages
-from tandem.api.errors import NotSupportedYet
+from tandem.errors import InvalidRequest, ModelNotFound, NotSupportedYet
 
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

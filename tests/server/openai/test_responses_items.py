@@ -1,8 +1,7 @@
 import pytest
 
-from tandem.errors import InvalidRequest
-from tandem.api.errors import NotSupportedYet
 from tandem.api.openai.responses_items import input_messages, items_to_messages
+from tandem.errors import InvalidRequest, NotSupportedYet
 
 
 def test_text_input_is_one_user_message():

@@ -2,9 +2,8 @@ import json
 
 import pytest
 
-from tandem.errors import InvalidRequest, ModelNotFound
-from tandem.api.errors import NotSupportedYet
 from tandem.api.openai.responses_protocol import parse_responses
+from tandem.errors import InvalidRequest, ModelNotFound, NotSupportedYet
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather of a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": True}
