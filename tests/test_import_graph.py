@@ -17,6 +17,10 @@ LAZY = {
         "a SQLite or PostgreSQL queue never loads the redis client",
     ("tandem.asyncq.open_queue", "tandem.asyncq.postgres_queue"):
         "a SQLite or Redis queue never loads psycopg",
+    ("tandem.accounts.open_store", "tandem.accounts.redis_store"):
+        "accounts on SQLite or PostgreSQL never load the redis client",
+    ("tandem.accounts.open_store", "tandem.asyncq.postgres_queue"):
+        "accounts on SQLite or Redis never load psycopg",
 }
 
 

@@ -24,6 +24,10 @@ POSTGRES = Dialect(name="postgres", begin="BEGIN", for_update="FOR UPDATE",
                    schema_lock="SELECT pg_advisory_xact_lock(7310254613)")
 
 
+def open_postgres_db(url: str) -> SqlDb:
+    """A connection to `url`: postgresql://user@host:port/dbname (libpq's connection URI)."""
+    return SqlDb(lambda: psycopg.connect(url, autocommit=True), POSTGRES)
+
+
 def open_postgres_queue(url: str) -> SqlQueue:
-    """`url`: postgresql://user@host:port/dbname (libpq's connection URI)."""
-    return SqlQueue(SqlDb(lambda: psycopg.connect(url, autocommit=True), POSTGRES))
+    return SqlQueue(open_postgres_db(url))

@@ -19,8 +19,10 @@ SQLITE = Dialect(name="sqlite", begin="BEGIN IMMEDIATE", for_update="", skip_loc
                  placeholder="?", now_sql=None, retryable=_locked)
 
 
-def open_sqlite_queue(path: str, busy_timeout_s: float = 10.0, synchronous: str = "FULL") -> SqlQueue:
-    """`synchronous=FULL`: a committed transaction survives a power loss, not only a crash."""
+def open_sqlite_db(path: str, busy_timeout_s: float = 10.0, synchronous: str = "FULL") -> SqlDb:
+    """A connection to the SQLite file `path` (created with its directory if absent), in WAL mode.
+    `synchronous=FULL`: a committed transaction survives a power loss, not only a crash. Other
+    stores kept in the queue's database (tandem/accounts) open their own connection with it."""
     if path != ":memory:":
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
@@ -30,4 +32,8 @@ def open_sqlite_queue(path: str, busy_timeout_s: float = 10.0, synchronous: str 
         conn.execute(f"PRAGMA synchronous={synchronous}")
         return conn
 
-    return SqlQueue(SqlDb(connect, SQLITE))
+    return SqlDb(connect, SQLITE)
+
+
+def open_sqlite_queue(path: str, busy_timeout_s: float = 10.0, synchronous: str = "FULL") -> SqlQueue:
+    return SqlQueue(open_sqlite_db(path, busy_timeout_s, synchronous))
