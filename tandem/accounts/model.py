@@ -140,3 +140,25 @@ def check_expires_in(expires_in) -> float | None:
         raise InvalidRequest("expires_in: seconds until the token expires, a positive number "
                              "(at most 100 years), or null for no expiry", param="expires_in")
     return float(expires_in)
+
+
+def _int(t: float | None) -> int | None:
+    return None if t is None else int(t)
+
+
+def account_view(a: Account) -> dict:
+    """An account as the admin API and `tandem accounts --json` show it."""
+    return {"object": "account", "id": a.id, "name": a.name, "created_at": _int(a.created_at),
+            "disabled": a.disabled, "disabled_at": _int(a.disabled_at)}
+
+
+def token_view(t: Token, now: float) -> dict:
+    """A token as listed: never its secret."""
+    return {"object": "api_token", "id": t.id, "account_id": t.account_id, "name": t.name,
+            "scopes": list(t.scopes), "status": t.status(now), "created_at": _int(t.created_at),
+            "expires_at": _int(t.expires_at), "revoked_at": _int(t.revoked_at)}
+
+
+def new_token_view(new: NewToken, now: float) -> dict:
+    """A token just created, with its text: the only time anyone sees it."""
+    return {**token_view(new.token, now), "token": new.text}

@@ -2,8 +2,10 @@
 
 Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
 (/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics.
-Authentication (tandem/api/auth.py), when keys or a cluster secret are configured: tenant keys
-guard the API routes, the cluster secret /internal/*; /health and /metrics stay open. CORS
+Authentication (tandem/api/auth.py), when keys, accounts or a cluster secret are configured:
+tenant keys and account tokens guard the API routes, the cluster secret /internal/*; /health and
+/metrics stay open. With accounts (config.accounts), the admin API (/admin/*,
+tandem/api/admin/admin_api.py) manages them, in the queue's database. CORS
 headers answer the configured browser origins (all by default, as vLLM). A DisconnectGuard
 cancels a request whose client left (streaming or not), which closes its backend streams and so
 aborts its engine requests. Middleware is plain ASGI: Starlette's BaseHTTPMiddleware would sit
@@ -25,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from tandem.accounts.service import Accounts
+from tandem.api.admin.admin_api import admin_routes
 from tandem.api.anthropic.messages_api import messages_routes
 from tandem.api.auth import BearerAuth
 from tandem.api.backend import Backend
@@ -88,9 +92,12 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     through `backend` between startup and shutdown."""
     ctx = ServerContext.create(backend, config)
     service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None
+    accounts = _accounts(config, queue)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
+        if accounts is not None:
+            await accounts.start()
         if startup is not None:
             await startup()
         if service is not None:
@@ -104,6 +111,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
                 await service.stop()
             if shutdown is not None:
                 await shutdown()
+            if accounts is not None:
+                await accounts.stop()
 
     routes = [*openai_routes(ctx), *responses_routes(ctx), *messages_routes(ctx),
               *tokenize_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
@@ -111,14 +120,27 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     if service is not None:
         ctx.queued = partial(queued_request, service)
         routes += queue_routes(service)
+    if accounts is not None:
+        routes += admin_routes(accounts)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
-    if config.api_keys or config.cluster_secret:
-        app.add_middleware(BearerAuth, keys=config.api_keys, cluster_secret=config.cluster_secret)
+    if config.api_keys or config.cluster_secret or accounts is not None:
+        app.add_middleware(BearerAuth, keys=config.api_keys, cluster_secret=config.cluster_secret,
+                           accounts=accounts)
     if config.allowed_origins:  # outside the authentication: a browser's preflight carries no key
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
     app.state.queue = service
+    app.state.accounts = accounts
     return app
+
+
+def _accounts(config: ServerConfig, queue: QueueSetup | None) -> Accounts | None:
+    """With config.accounts, the account store in the queue's database (tandem/accounts)."""
+    if not config.accounts:
+        return None
+    if queue is None:
+        raise ValueError("accounts are kept in the queue's database: this app has no queue")
+    return Accounts(queue.config.target, config.token_cache_ttl_s)

@@ -14,6 +14,10 @@ class ServerConfig:
     # the cluster's credential, the only one /internal/* routes accept (tandem/api/auth.py has the
     # rule without one); a worker also presents it to its --gateway. Kept out of the repr.
     cluster_secret: str | None = field(default=None, repr=False)
+    # account tokens (tandem/accounts, `tandem accounts`) authenticate too, and the admin API
+    # (/admin/*) is served: both from the queue's database, so the app needs its queue
+    accounts: bool = False
+    token_cache_ttl_s: float = 5.0        # a token revoked elsewhere stops working within this
     # tenants (API keys) share prefix-cache entries of equal prompts: off, every tenant's KV is
     # its own (tandem/kv/block_hash.py: cache_keys); requests may still salt theirs (cache_salt)
     share_prefix_cache: bool = False

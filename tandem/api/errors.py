@@ -14,6 +14,7 @@ from starlette.responses import Response
 from tandem.api.responses import json_response
 from tandem.errors import (
     CapacityExceeded,
+    Forbidden,
     InvalidRequest,
     ModelNotFound,
     NoHealthyWorker,
@@ -61,6 +62,7 @@ def openai_error_response(exc: BaseException) -> Response:
 # Workers AI's numeric error codes for the failures tandem can report.
 _WORKERS_AI_CODES: tuple[tuple[type[TandemError], int], ...] = (
     (Unauthorized, 10000),
+    (Forbidden, 10000),          # Cloudflare's 403 "Authentication error" (a token of another account)
     (ModelNotFound, 5007),
     (PromptTooLong, 5021),
     (BodyTooLarge, 5021),

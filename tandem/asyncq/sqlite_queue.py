@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 from tandem.asyncq.sql_db import Dialect, SqlDb
 from tandem.asyncq.sql_queue import SqlQueue
@@ -28,7 +29,19 @@ def open_sqlite_db(path: str, busy_timeout_s: float = 10.0, synchronous: str = "
 
     def connect() -> sqlite3.Connection:
         conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
+        # Switching a new file to WAL takes an exclusive lock without waiting on the busy
+        # handler: two connections opening one new file at once (the queue's and the
+        # accounts') would fail it. Retry within the busy timeout instead.
+        deadline = time.monotonic() + busy_timeout_s
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if not _locked(exc) or time.monotonic() > deadline:
+                    conn.close()
+                    raise
+                time.sleep(0.01)
         conn.execute(f"PRAGMA synchronous={synchronous}")
         return conn
 

@@ -1,4 +1,4 @@
-"""Two tenants (two API keys) against one app: every route that takes an id answers tenant B for
+"""Two tenants (two API keys, or two accounts' tokens) against one app: every route that takes an id answers tenant B for
 tenant A's object exactly as for an id that never existed (404, same body), lists hold only the
 caller's own, and B's calls change nothing of A's. Run over an in-process app
 (tests/server/test_tenancy.py) and over real processes (tests/e2e/test_tenancy_e2e.py): `client`
@@ -14,15 +14,21 @@ from dataclasses import dataclass
 import httpx
 
 ACCOUNT = "acc1"
-SUBS = f"/client/v4/accounts/{ACCOUNT}/event_subscriptions/subscriptions"
+
+
+def subs_path(account: str = ACCOUNT) -> str:
+    return f"/client/v4/accounts/{account}/event_subscriptions/subscriptions"
+
+
+SUBS = subs_path()
 
 
 def auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def queued_url(model: str) -> str:
-    return f"/client/v4/accounts/{ACCOUNT}/ai/run/@cf/test/{model}?queueRequest=true"
+def queued_url(model: str, account: str = ACCOUNT) -> str:
+    return f"/client/v4/accounts/{account}/ai/run/@cf/test/{model}?queueRequest=true"
 
 
 def assert_unknown(got: httpx.Response, unknown: httpx.Response, real_id: str, fake_id: str) -> None:
@@ -44,9 +50,12 @@ class Owned:
 
 
 def check_every_route_is_owned(client: httpx.Client, a: dict, b: dict, model: str,
-                               hook_a: str, hook_b: str, timeout_s: float = 120.0) -> Owned:
+                               hook_a: str, hook_b: str, timeout_s: float = 120.0,
+                               accounts: tuple[str, str] = (ACCOUNT, ACCOUNT)) -> Owned:
     """a, b: the two tenants' auth headers; hook_a, hook_b: webhook URLs for their subscriptions
-    (batch.queued and batch.succeeded)."""
+    (batch.queued and batch.succeeded); accounts: the account each names in Workers AI paths (one
+    for two --api-key tenants; each its own for account tokens, which open only their own)."""
+    subs_a, subs_b = subs_path(accounts[0]), subs_path(accounts[1])
     # --- files ----------------------------------------------------------------------------
     line = {"custom_id": "c0", "method": "POST", "url": "/v1/chat/completions",
             "body": {"model": model, "max_tokens": 3, "temperature": 0,
@@ -99,32 +108,32 @@ def check_every_route_is_owned(client: httpx.Client, a: dict, b: dict, model: st
 
     # --- event subscriptions --------------------------------------------------------------
     events = ["batch.queued", "batch.succeeded"]
-    sub_a = client.post(SUBS, headers=a, json={"url": hook_a, "events": events}).json()["result"]["id"]
-    sub_b = client.post(SUBS, headers=b, json={"url": hook_b, "events": events}).json()["result"]["id"]
-    assert [s["id"] for s in client.get(SUBS, headers=a).json()["result"]] == [sub_a]
-    assert [s["id"] for s in client.get(SUBS, headers=b).json()["result"]] == [sub_b]
+    sub_a = client.post(subs_a, headers=a, json={"url": hook_a, "events": events}).json()["result"]["id"]
+    sub_b = client.post(subs_b, headers=b, json={"url": hook_b, "events": events}).json()["result"]["id"]
+    assert [s["id"] for s in client.get(subs_a, headers=a).json()["result"]] == [sub_a]
+    assert [s["id"] for s in client.get(subs_b, headers=b).json()["result"]] == [sub_b]
     fake_sub = uuid.uuid4().hex
-    for method, path in (("DELETE", SUBS + "/{}"), ("GET", SUBS + "/{}/dead_letters")):
+    for method, path in (("DELETE", subs_b + "/{}"), ("GET", subs_b + "/{}/dead_letters")):
         assert_unknown(client.request(method, path.format(sub_a), headers=b),
                        client.request(method, path.format(fake_sub), headers=b), sub_a, fake_sub)
-    assert [s["id"] for s in client.get(SUBS, headers=a).json()["result"]] == [sub_a]   # not deleted
+    assert [s["id"] for s in client.get(subs_a, headers=a).json()["result"]] == [sub_a]   # not deleted
 
     # --- Workers AI queued requests (after the subscriptions: their events are posted) ----
-    url = queued_url(model)
+    url, url_b = queued_url(model, accounts[0]), queued_url(model, accounts[1])
     body = {"requests": [{"prompt": "hi", "max_tokens": 3, "temperature": 0}]}
     key = {"Idempotency-Key": "same-key"}
     request_id = client.post(url, headers={**a, **key}, json=body).json()["result"]["request_id"]
-    b_request_id = client.post(url, headers={**b, **key}, json=body).json()["result"]["request_id"]
+    b_request_id = client.post(url_b, headers={**b, **key}, json=body).json()["result"]["request_id"]
     assert b_request_id != request_id     # the key is per tenant: B's enqueue is B's own batch
     fake_rid = uuid.uuid4().hex
-    assert_unknown(client.post(url, headers=b, json={"request_id": request_id}),
-                   client.post(url, headers=b, json={"request_id": fake_rid}), request_id, fake_rid)
-    stream = f"/client/v4/accounts/{ACCOUNT}/ai/batches/{{}}/events"
+    assert_unknown(client.post(url_b, headers=b, json={"request_id": request_id}),
+                   client.post(url_b, headers=b, json={"request_id": fake_rid}), request_id, fake_rid)
+    stream = f"/client/v4/accounts/{accounts[1]}/ai/batches/{{}}/events"
     assert_unknown(client.get(stream.format(request_id), headers=b),
                    client.get(stream.format(fake_rid), headers=b), request_id, fake_rid)
     # nor is A's OpenAI batch a queued request of B's (or A's batch id under B's account path)
-    assert_unknown(client.post(url, headers=b, json={"request_id": batch_id}),
-                   client.post(url, headers=b, json={"request_id": fake_rid}), batch_id, fake_rid)
+    assert_unknown(client.post(url_b, headers=b, json={"request_id": batch_id}),
+                   client.post(url_b, headers=b, json={"request_id": fake_rid}), batch_id, fake_rid)
 
     # --- A's work ends; B's cancel above changed nothing; its output is A's alone ----------
     deadline = time.monotonic() + timeout_s
@@ -140,8 +149,8 @@ def check_every_route_is_owned(client: httpx.Client, a: dict, b: dict, model: st
                        out, fake_out)
     (result,) = [json.loads(x) for x in client.get(f"/v1/files/{out}/content", headers=a).text.splitlines()]
     assert result["custom_id"] == "c0" and result["response"]["status_code"] == 200
-    for rid, tenant in ((request_id, a), (b_request_id, b)):
-        while "responses" not in (res := client.post(url, headers=tenant, json={"request_id": rid}).json()["result"]):
+    for rid, tenant, its_url in ((request_id, a, url), (b_request_id, b, url_b)):
+        while "responses" not in (res := client.post(its_url, headers=tenant, json={"request_id": rid}).json()["result"]):
             assert time.monotonic() < deadline, f"queued request not done: {res}"
             time.sleep(0.1)
         assert res["responses"][0]["success"] is True

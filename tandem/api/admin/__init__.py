@@ -1,0 +1,1 @@
+"""The admin API (accounts and tokens): admin_api.py."""
