@@ -23,6 +23,7 @@ VERB_MODULES = {
     "bench": "tandem.cli.bench",
     "model": "tandem.cli.model",
     "sim": "tandem.cli.sim",
+    "accounts": "tandem.cli.accounts",
 }
 
 

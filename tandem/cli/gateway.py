@@ -4,6 +4,7 @@
                  [--decode URL ...] [--policy NAME] [--model PATH] [--api-key KEY ...]
                  [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
+                 [--accounts [--token-cache-ttl S]]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
       the asynchronous batch API by default, on a SQLite file under the state directory.
 """
@@ -16,6 +17,7 @@ import logging
 
 import uvicorn
 
+from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.arg_types import origins
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
@@ -101,6 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
+    add_accounts_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -108,6 +111,7 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
     api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
     secret = cluster_secret_from_args(args, "gateway")
     check_distinct(secret, api_keys, "gateway")
+    queue = queue_config_from_args(args, args.port)
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
@@ -127,7 +131,7 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                               interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,
                               min_samples=args.planner_min_samples),
         role_switch_drain_s=args.planner_drain_timeout,
-        queue=queue_config_from_args(args, args.port))
+        queue=queue, **accounts_settings(args, queue, "gateway"))
 
 
 def gateway(args: argparse.Namespace) -> int:
@@ -135,7 +139,7 @@ def gateway(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warning = exposure_warning(gateway=True, registers=False, api_keys=config.api_keys,
-                               secret=config.cluster_secret)
+                               secret=config.cluster_secret, accounts=config.accounts)
     if warning:
         logging.getLogger(__name__).warning("%s", warning)
     tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name, config.chat_template)

@@ -68,15 +68,18 @@ def check_distinct(secret: str | None, api_keys: Sequence[str], verb: str) -> No
 
 
 def exposure_warning(*, gateway: bool, registers: bool, api_keys: Sequence[str],
-                     secret: str | None) -> str | None:
+                     secret: str | None, accounts: bool = False) -> str | None:
     """What to log at start-up when /internal routes run without a secret (None: nothing to say;
-    a lone `tandem serve` keeps its routes open without a word, as before)."""
+    a lone `tandem serve` keeps its routes open without a word, as before). --accounts closes
+    them as --api-key does."""
     if secret is not None:
         return None
+    if accounts and not api_keys:
+        api_keys = ("--accounts",)
     fix = "give the gateway and every worker the same --cluster-secret-file (tandem up does it itself)"
     if gateway:
         if api_keys:
-            return ("--api-key without --cluster-secret: the /internal routes (register, deregister, "
+            return ("--api-key or --accounts without --cluster-secret: the /internal routes (register, deregister, "
                     "drain, workers, planner) are closed to everyone, tenant keys included, so no "
                     f"worker can register with this gateway; {fix}")
         return ("no --cluster-secret: the /internal routes (register, deregister, drain, workers, "
@@ -85,7 +88,7 @@ def exposure_warning(*, gateway: bool, registers: bool, api_keys: Sequence[str],
     if not registers:
         return None
     if api_keys:
-        return ("--api-key without --cluster-secret: this worker's /internal routes are closed to "
+        return ("--api-key or --accounts without --cluster-secret: this worker's /internal routes are closed to "
                 f"everyone, its gateway included, which therefore cannot use it; {fix}")
     return ("--gateway without --cluster-secret: this worker's /internal routes (generate, role, "
             "stats, KV events, KV release) answer anyone who can reach its port, and its KV "

@@ -3,7 +3,7 @@
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
                [--cluster-secret-file FILE | --cluster-secret SECRET]
-               [--queue-db [FILE] | --queue-url URL | --no-queue] ...
+               [--queue-db [FILE] | --queue-url URL | --no-queue] [--accounts] ...
       standalone (no --gateway, role both) it serves the asynchronous batch API by default;
       /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
@@ -18,8 +18,10 @@ import logging
 import torch
 
 from tandem.api.config import ServerConfig
+from tandem.api.queue.service import QueueConfig
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
+from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
@@ -178,6 +180,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--access-log", action="store_true")
     add_queue_arguments(p)
+    add_accounts_arguments(p)
     p.set_defaults(func=serve)
 
 
@@ -225,8 +228,14 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           gateway_url=args.gateway,
                           advertise_url=args.advertise_url,
                           log_level=args.log_level,
-                          access_log=args.access_log)
+                          access_log=args.access_log,
+                          **accounts_settings(args, _queue_config(args), "serve"))
     return engine, server
+
+
+def _queue_config(args: argparse.Namespace) -> QueueConfig | None:
+    # standalone, the server is its own gateway: the queue is on unless --no-queue
+    return queue_config_from_args(args, args.port, default_on=args.gateway is None and args.role == "both")
 
 
 def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
@@ -263,11 +272,9 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     warning = exposure_warning(gateway=False, registers=server_config.gateway_url is not None,
-                               api_keys=server_config.api_keys, secret=server_config.cluster_secret)
+                               api_keys=server_config.api_keys, secret=server_config.cluster_secret,
+                               accounts=server_config.accounts)
     if warning:
         log.warning("%s", warning)
-    # standalone, the server is its own gateway: the queue is on unless --no-queue
-    queue_config = queue_config_from_args(
-        args, server_config.port, default_on=args.gateway is None and args.role == "both")
-    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config)
+    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, _queue_config(args))
     return 0

@@ -3,7 +3,7 @@
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
            [--slo-ttft-ms MS --slo-itl-ms MS] [--served-model-name NAME] [--chat-template FILE]
            [--tool-call-parser NAME] [--reasoning-parser NAME] [--cluster-secret-file FILE]
-           [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
+           [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ] [--accounts]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
@@ -69,6 +69,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    choices=("critical", "error", "warning", "info", "debug"))
     add_cluster_secret_arguments(u)   # default: a new random secret for each run
     add_queue_arguments(u)   # for the gateway
+    u.add_argument("--accounts", action="store_true",
+                   help="the gateway authenticates account tokens too (tandem accounts --port PORT; "
+                        "the admin API /admin/*), kept in its queue's database")
     u.set_defaults(func=up)
 
 
@@ -108,7 +111,7 @@ def up(args: argparse.Namespace) -> int:
                        policy=args.policy, worker_args=share + tuple(args.worker_arg) + parsers,
                        role_args=role_args,
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
-                       + forwarded_queue_args(args),
+                       + forwarded_queue_args(args) + (("--accounts",) if args.accounts else ()),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"))
     return run_cluster(spec)

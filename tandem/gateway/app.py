@@ -193,6 +193,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
                                  api_keys=config.api_keys, cluster_secret=config.cluster_secret,
+                                 accounts=config.accounts,
+                                 token_cache_ttl_s=config.token_cache_ttl_s,
                                  allowed_origins=config.allowed_origins,
                                  share_prefix_cache=config.share_prefix_cache,
                                  host=config.host, port=config.port,

@@ -61,3 +61,7 @@ class GatewayConfig:
     retry_after_s: int = 1            # Retry-After on 503 and 429
     connect_timeout_s: float = 2.0
     queue: QueueConfig | None = None  # --queue-db / --queue-url: the asynchronous batch API
+    # --accounts: account tokens authenticate too and /admin/* is served (tandem/accounts), from the
+    # queue's database; a token revoked elsewhere stops working within token_cache_ttl_s
+    accounts: bool = False
+    token_cache_ttl_s: float = 5.0
