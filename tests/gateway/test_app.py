@@ -6,6 +6,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tandem.api.disconnect import DisconnectGuard
+from tandem.api.queue.service import QueueConfig
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.testing.tiny_model import write_test_model
@@ -174,3 +175,23 @@ def test_management_routes_take_the_cluster_secret_never_a_tenant_key(model_dir)
                    json={"model": "tiny", "prompt": "hi", "max_tokens": 2})
         assert r.status_code == 200 and r.headers["x-tandem-decode"] == B0
         assert c.post("/internal/drain", json={"url": B0}, headers=secret).json() == {"ok": True}
+
+
+def test_accounts_on_the_gateway(model_dir, tmp_path):
+    """--accounts: the admin API on the gateway, an account's token on its routes; the account is
+    the tenant the workers get over the internal wire (the KV partition follows it)."""
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"}, cluster_secret="cs",
+                            accounts=True, queue=QueueConfig(target=str(tmp_path / "q.db")))
+    secret = {"x-tandem-cluster-secret": "cs"}
+    with c:
+        assert c.post("/admin/accounts", headers=secret, json={"name": "A", "id": "acc-a"}).status_code == 200
+        r = c.post("/admin/accounts/acc-a/tokens", headers=secret, json={"name": "t", "scopes": ["ai:run"]})
+        auth = {"authorization": f"Bearer {r.json()['token']}"}
+        r = c.post("/v1/completions", headers=auth, json={"model": "tiny", "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert {q.context.tenant for q in cluster.requests} == {"acc-a"}
+        r = c.post("/client/v4/accounts/acc-b/ai/run/@cf/x/tiny", headers=auth, json={"prompt": "hi"})
+        assert r.status_code == 403 and r.json()["errors"][0]["code"] == 10000
+        assert c.get("/admin/accounts", headers=auth).status_code == 403
+        assert c.get("/internal/workers", headers=auth).status_code == 403
+        assert c.post("/v1/completions", json={"model": "tiny", "prompt": "hi"}).status_code == 401
