@@ -101,3 +101,18 @@ def test_up_passes_the_model_name_and_chat_template_to_the_gateway_and_every_wor
         assert all(f in proc.cmd for f in flags), proc.cmd
     args = parser.parse_args(["up", "--model", "/m", "--chat-template", "missing.jinja"])
     assert args.func(args) == 2 and "no such file" in capsys.readouterr().err
+
+
+def test_up_gives_accounts_to_the_gateway_only(monkeypatch):
+    import argparse
+
+    from tandem.cli import up as cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_cluster", lambda spec: seen.setdefault("spec", spec) and 0)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="verb"))
+    args = parser.parse_args(["up", "--model", "/m", "--accounts"])
+    assert args.func(args) == 0
+    procs = plan(seen["spec"])
+    assert [p.role for p in procs if "--accounts" in p.cmd] == [None]   # the gateway alone
