@@ -167,7 +167,8 @@ class BearerAuth:
         index = self.key_index(scope)
         if index is not None:
             return Credential(tenant=f"key-{index}", scopes=API_KEY_SCOPES)
-        if scopes.is_admin(scope["path"]) and self.secret is not None and self.presents_secret(scope):
+        if scopes.is_admin(scopes.route_path(scope)) and self.secret is not None \
+                and self.presents_secret(scope):
             return CLUSTER
         token = self.presented(scope)
         if self.accounts is not None and token:
@@ -190,7 +191,7 @@ class BearerAuth:
     @staticmethod
     def check_route(scope: Scope, credential: Credential) -> None:
         """Forbidden unless the credential opens this route (tandem/api/scopes.py)."""
-        path = scope["path"]
+        path = scopes.route_path(scope)
         named = scopes.path_account(path)
         if named is not None and credential.account is not None and named != credential.account:
             raise Forbidden(f"Authentication error: this API token is not valid for account {named}")

@@ -25,6 +25,15 @@ ADMIN_PREFIX = "/admin"
 _ACCOUNTS = ["client", "v4", "accounts"]
 
 
+def route_path(scope) -> str:
+    """The path the router matches (Starlette's get_route_path): the ASGI path less a root_path
+    the server was mounted under, so that a rule here sees what routing sees."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path != root and path[len(root)] == "/":
+        return path[len(root):]
+    return path
+
+
 def _normal(path: str) -> str:
     return "/" + path.lstrip("/")   # leading slashes collapsed, as tandem.api.auth.is_internal
 
