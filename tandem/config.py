@@ -41,8 +41,13 @@ class ModelConfig:
     # attention kernels (tandem.models.attention_choice): "auto" = the native CPU decode kernel
     # (tandem.kernels, compiled on first use) for float32/bfloat16 and, in bfloat16 on a CPU with
     # AMX tiles, the AMX prefill kernel; torch SDPA otherwise or when no C compiler is found;
-    # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only
+    # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only;
+    # "triton" = the Triton kernels (tandem.kernels.triton: decode, prefill, MLA) on a GPU, else as
+    # "auto" with a warning naming why
     attention: str = "auto"
+    # MoE layers' experts: "loop" = a loop over the experts (torch ops); "triton" = two grouped
+    # GEMMs in Triton (tandem.kernels.triton.fused_moe) on a GPU, else the loop with a warning
+    moe_kernel: str = "loop"
     # CPU float32/bfloat16: RMSNorm (with the residual add), SiLU-mul and rotary as single-pass C
     # kernels (tandem.kernels.fused_ops, compiled on first use); torch ops when off, on other
     # devices or without a C compiler

@@ -17,6 +17,12 @@ LAZY = {
         "a SQLite or PostgreSQL queue never loads the redis client",
     ("tandem.asyncq.open_queue", "tandem.asyncq.postgres_queue"):
         "a SQLite or Redis queue never loads psycopg",
+    # importing a Triton kernel's module imports triton and decides, then, whether its kernels
+    # compile for the GPU or run in the interpreter: only when --attention/--moe-kernel triton
+    ("tandem.models.triton_choice", "tandem.kernels.triton.runtime"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.paged_attention"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.paged_mla"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.fused_moe"): "triton only when chosen",
 }
 
 

@@ -21,16 +21,16 @@ from tqdm import tqdm
 
 from tandem.config import ModelConfig
 from tandem.errors import ModelLoadError
-from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
-from tandem.models.attention_choice import decode_kernel, prefill_kernel
+from tandem.models.attention_choice import attention_workspace
 from tandem.models.fingerprint import weights_fingerprint
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.memory import check_fits, estimate_memory
 from tandem.models.registry import model_class
 from tandem.models.shard_plan import ShardPlan
+from tandem.models.triton_choice import moe_kernel
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,10 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
         model = cls(arch, device=device)
         plan = shard(model) if shard is not None else ShardPlan()
     load_weights(model, files, dtype, device, cfg.show_progress, plan)
-    model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device),
-                                         prefill_kernel(cfg.attention, dtype, device))
+    model.workspace = attention_workspace(cfg.attention, dtype, device)
     model.use_fused_ops(fused_ops(cfg.fused_layers, dtype, device))
+    if arch.moe is not None:
+        model.use_moe_kernel(moe_kernel(cfg.moe_kernel, dtype, device))
     model.eval()
     packing = None
     if cfg.pack_weights and can_pack(dtype, device):
