@@ -48,6 +48,11 @@ class ModelConfig:
     # MoE layers' experts: "loop" = a loop over the experts (torch ops); "triton" = two grouped
     # GEMMs in Triton (tandem.kernels.triton.fused_moe) on a GPU, else the loop with a warning
     moe_kernel: str = "loop"
+    # decode batch sizes whose forward is captured as a CUDA graph at start-up (a batch is padded
+    # up to the next size; larger ones run eagerly); () = none. Needs a CUDA device, one rank,
+    # attention "triton" and, for MoE models, moe_kernel "triton" (tandem/runner/graph_policy.py)
+    cuda_graph_sizes: tuple[int, ...] = ()
+    enforce_eager: bool = False       # no CUDA graph at all, whatever cuda_graph_sizes says (vLLM's)
     # CPU float32/bfloat16: RMSNorm (with the residual add), SiLU-mul and rotary as single-pass C
     # kernels (tandem.kernels.fused_ops, compiled on first use); torch ops when off, on other
     # devices or without a C compiler

@@ -51,6 +51,10 @@ class LoadedModel:
     max_model_len: int = 0             # see ModelArch.context_length: configured, capped by a sliding window
     weights_id: str = ""               # tandem/models/fingerprint.py: which weights (not only which shape)
     packing: PackingThread | None = None  # packs the linear weights while the model already serves
+    # decode batch sizes to capture as CUDA graphs (ModelConfig.cuda_graph_sizes; () with
+    # enforce_eager); the runner decides whether they can run (tandem/runner/graph_policy.py)
+    cuda_graph_sizes: tuple[int, ...] = ()
+    num_ranks: int = 1                 # processes sharing the weights (a parallel worker's ranks)
 
     def wait_packed(self) -> None:
         """Block until the background weight packing (if any) has finished."""
@@ -103,6 +107,8 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
         max_model_len=arch.context_length(cfg.max_model_len or None),
         packing=packing,
         weights_id=weights_fingerprint(files),
+        cuda_graph_sizes=() if cfg.enforce_eager else tuple(cfg.cuda_graph_sizes),
+        num_ranks=num_ranks,
     )
 
 
