@@ -21,6 +21,7 @@ import triton.language as tl
 from tandem.kernels.triton.runtime import CheckedKernel, dot, dot_args
 
 BLOCK_N = 32   # latents per tile
+BLOCK_H = 16   # heads per program: its [BLOCK_H, r] accumulator stays in registers at r = 512
 
 
 @triton.jit
@@ -79,11 +80,10 @@ class TritonMLA(CheckedKernel):
             raise ValueError(f"MLA kernel: cache latent width {kv_cache.shape[5]} != r {r} + dr {dr}")
         out = torch.empty_like(q_lat)
         c = kv_cache.stride()
-        block_h = min(64, max(16, triton.next_power_of_2(H)))
-        _mla_kernel[(rows, triton.cdiv(H, block_h))](
+        _mla_kernel[(rows, triton.cdiv(H, BLOCK_H))](
             q_lat, q_rot, kv_cache, block_table, context_lens, out,
             q_lat.stride(0), q_lat.stride(1), q_rot.stride(0), q_rot.stride(1), c[0], c[1], c[3],
             block_table.stride(0), out.stride(0), out.stride(1), layer, scale, kv_cache.shape[3], H,
             R=r, R_P=triton.next_power_of_2(r), DR=dr, DR_P=triton.next_power_of_2(dr),
-            BLOCK_H=block_h, BLOCK_N=BLOCK_N, **dot_args(q_lat.dtype))
+            BLOCK_H=BLOCK_H, BLOCK_N=BLOCK_N, **dot_args(q_lat.dtype))
         return out
