@@ -5,7 +5,9 @@
    - tools-auto: tool_choice "auto" over the demo catalog's tools (free text; calls held to the
      tools once opened): the constraint every tool request pays by default;
    - json-schema: JSON arguments under a schema (an array of call-like objects, so that the
-     requests stay inside JSON for the whole window): masks change at every step.
+     requests stay inside JSON for the whole window): masks change at every step;
+   - guard: the tool-call guard every request without tools carries (free text without the
+     format's call opening, tandem/turn/tool_guard.py).
    Every request decodes the same agentic prompt; EOS is biased away (logit_bias -100) so that all
    B requests decode for the whole window in every setting. Time per step = the window's wall
    time / its steps, after the prompts were prefilled; also the process's CPU time per step (both
@@ -35,11 +37,12 @@ import torch
 
 from tandem.config import CacheConfig, EngineConfig, ModelConfig
 from tandem.engine.engine import Engine
+from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_plan import plan_chat
 from tandem.turn.parser_setup import ParserSetup
-from tandem.turn.tool_request import ToolRequest
 from tandem.turn.tool_grammar import tool_call_grammar
-from tandem.tokenization.chat_prompt import render_chat
+from tandem.turn.tool_guard import call_openings, no_calls_grammar
+from tandem.turn.tool_request import ToolRequest
 from tandem.types import EngineRequest, GrammarSpec, SamplingParams
 from tandem_demo.tools import tool_catalog
 
@@ -56,7 +59,8 @@ def settings(tools: list[dict], setup: ParserSetup) -> dict[str, GrammarSpec | N
     return {"none": None,
             "tools-auto": tool_call_grammar(setup.tool_call_parser, tools, "auto", None, True,
                                             chat_template=setup.chat_template),
-            "json-schema": GrammarSpec("json_schema", json.dumps(calls))}
+            "json-schema": GrammarSpec("json_schema", json.dumps(calls)),
+            "guard": no_calls_grammar(call_openings(setup.tool_call_parser, setup.chat_template))}
 
 
 def decode_step_ms(engine: Engine, prompt: list[int], batch: int, grammar: GrammarSpec | None,

@@ -23,6 +23,9 @@ class TransferConfig:
     mooncake_protocol: str = "tcp"     # tcp | rdma
     mooncake_device: str = ""          # rdma device names for Mooncake ("" = auto / none for tcp)
     mooncake_bind_address: str = "127.0.0.1"  # MC_TCP_BIND_ADDRESS: the address Mooncake advertises
+    # the cluster secret (tandem/cluster_secret.py): a sink presents it in every read and release,
+    # a source with one answers nothing to a connection without it. None: no check. Not in the repr.
+    cluster_secret: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,14 @@ class SchedulerConfig:
         return cls(max_num_batched_tokens=2048, max_num_seqs=max_num_seqs, long_prefill_token_threshold=0)
 
 
-SPECULATIVE_METHODS = ("ngram", "suffix", "draft_model", "eagle3")
-
-
 @dataclass(frozen=True)
 class SpeculativeConfig:
     """Speculative decoding (vLLM's --speculative-config): a proposer drafts tokens that the
-    target verifies in one step (tandem/spec)."""
-    method: str                         # ngram | suffix | draft_model | eagle3
+    target verifies in one step (tandem/spec). The method's name and whether it needs `model`
+    are checked against the proposers' table (tandem/spec/registry.py) where it is built."""
+    method: str                         # a name in the proposers' table (ngram, suffix, ...)
     num_speculative_tokens: int = 4     # most draft tokens per request per step
-    model: str | None = None            # draft_model / eagle3: the draft's directory
+    model: str | None = None            # the draft's directory, for a method that drafts with a model
     prompt_lookup_min: int = 2          # ngram: shortest suffix matched in the context
     prompt_lookup_max: int = 5          # ngram: longest suffix matched in the context
     # per request, proposals shrink to what its acceptance says pays (none when it stops paying;
@@ -129,20 +130,15 @@ class SpeculativeConfig:
     max_draft_tokens_per_step: int = 64   # all requests' drafts in one step, at most
 
     def __post_init__(self) -> None:
-        if self.method not in SPECULATIVE_METHODS:
-            raise ValueError(f"speculative method {self.method!r}: choose one of {', '.join(SPECULATIVE_METHODS)}")
         if not 1 <= self.num_speculative_tokens <= 64:
             raise ValueError(f"num_speculative_tokens must be in 1..64, got {self.num_speculative_tokens}")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max, got "
                              f"{self.prompt_lookup_min} and {self.prompt_lookup_max}")
-        if self.method in ("draft_model", "eagle3") and not self.model:
-            raise ValueError(f"speculative method {self.method!r} needs 'model' (a directory)")
 
     @classmethod
     def from_json(cls, text: str) -> "SpeculativeConfig":
         """From vLLM's JSON form, e.g. '{"method": "ngram", "num_speculative_tokens": 4}'."""
-
         try:
             raw = json.loads(text)
         except ValueError as exc:

@@ -33,9 +33,10 @@ class ChatTemplateError(InvalidRequest):
 
 
 class PromptTooLong(TandemError):
-    """The prompt cannot fit the model's context or the whole KV cache (413)."""
+    """The prompt cannot fit the model's context or the whole KV cache: a 400 with code
+    context_length_exceeded, as OpenAI and vLLM answer (clients such as LangChain recognize a context
+    overflow by that status and code). A body too large in bytes is another error (413)."""
 
-    status = 413
     code = "context_length_exceeded"
 
 
@@ -65,6 +66,15 @@ class NoHealthyWorker(TandemError):
 class Unauthorized(TandemError):
     status = 401
     code = "invalid_api_key"  # type invalid_request_error, as OpenAI
+
+
+class Forbidden(TandemError):
+    """The caller authenticated, but its credential does not open this route (a tenant's key on
+    an /internal route)."""
+
+    status = 403
+    error_type = "permission_error"
+    code = "permission_denied"
 
 
 class ModelLoadError(Exception):

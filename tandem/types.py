@@ -156,11 +156,14 @@ class RequestContext:
     through the backend (gateway: routing; worker: the engine). Never read from ambient state."""
 
     session_id: str | None = None    # x-session-affinity: requests of one session go to one worker
-    tenant: str | None = None        # the API key's tenant, for accounting (None: anonymous)
+    tenant: str | None = None        # the API key's tenant (None: anonymous, a server without keys)
     cache_salt: str | None = None    # part of every block hash: KV is shared only within a salt
     priority: int = 0                # vLLM's convention: lower values are served first
     deadline: float | None = None    # time.monotonic() by which the request should have finished
     parser: ParserOptions = ParserOptions()
+    # The tenant is part of every block hash too (tandem/kv/block_hash.py: cache_keys), so
+    # tenants never share KV; True (the operator's --share-prefix-cache) leaves it out.
+    share_prefix_cache: bool = False
 
 
 @dataclass

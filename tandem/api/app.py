@@ -1,12 +1,13 @@
 """build_app(backend, config): the HTTP app of a worker or of the gateway (each passes its own Backend).
 
 Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
-(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics. Bearer authentication, when keys are configured, guards everything but /health
-and /metrics; CORS headers answer the configured browser origins (all by default, as vLLM).
-A DisconnectGuard cancels a request whose client left (streaming or not), which closes its
-backend streams and so aborts its engine requests. Middleware is plain ASGI:
-Starlette's BaseHTTPMiddleware would sit between the stream and the disconnect and delay
-cancellation.
+(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics.
+Authentication (tandem/api/auth.py), when keys or a cluster secret are configured: tenant keys
+guard the API routes, the cluster secret /internal/*; /health and /metrics stay open. CORS
+headers answer the configured browser origins (all by default, as vLLM). A DisconnectGuard
+cancels a request whose client left (streaming or not), which closes its backend streams and so
+aborts its engine requests. Middleware is plain ASGI: Starlette's BaseHTTPMiddleware would sit
+between the stream and the disconnect and delay cancellation.
 """
 
 from __future__ import annotations
@@ -112,8 +113,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
         routes += queue_routes(service)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
-    if config.api_keys:
-        app.add_middleware(BearerAuth, keys=config.api_keys)
+    if config.api_keys or config.cluster_secret:
+        app.add_middleware(BearerAuth, keys=config.api_keys, cluster_secret=config.cluster_secret)
     if config.allowed_origins:  # outside the authentication: a browser's preflight carries no key
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"])

@@ -1,11 +1,23 @@
-"""Bearer authentication, and the tenant a key names.
+"""Bearer authentication, the tenant a key names, and the cluster's own credential.
 
-When keys are configured, every route but /health and /metrics needs
-`Authorization: Bearer <one of keys>`, or `x-api-key: <one of keys>` as Anthropic's clients send
-it (401 otherwise). The key a request authenticated with
-names its tenant, "key-<i>" for the i-th configured key (counted from 0 over every --api-key
-value, comma-separated ones included), written into the ASGI scope for the route to put into
-the request's RequestContext (tandem.api.request_context). Without keys the tenant is None.
+Two kinds of caller, each with its own credential:
+- tenants: when keys are configured (--api-key), every route but /health, /metrics and
+  /internal/* needs `Authorization: Bearer <one of keys>`, or `x-api-key: <one of keys>` as
+  Anthropic's clients send it (401 otherwise). The key a request authenticated with names its
+  tenant, "key-<i>" for the i-th configured key (counted from 0 over every --api-key value,
+  comma-separated ones included), written into the ASGI scope for the route to put into the
+  request's RequestContext (tandem.api.request_context). Without keys the tenant is None.
+- the cluster (tandem/cluster_secret.py): /internal/* routes accept only the cluster secret, in
+  `x-tandem-cluster-secret: SECRET` or `Authorization: Bearer SECRET`. A tenant key there is 403,
+  anything else 401. With no secret configured, /internal/* routes are open while no key is
+  configured either (a lone `tandem serve`, tests: today's behaviour), and closed to everyone
+  once keys are (a tenant key is 403, nothing opens them): tenant keys never open them.
+Every comparison runs in constant time (hmac.compare_digest), against every key.
+
+What a tenant creates (files, batches, queued requests, stored responses, subscriptions) is its
+own: routes pass `owner_of(scope)` to the stores, which answer another tenant's ids as absent
+(404, the same as an id that never existed). Without keys every caller is one tenant, the
+anonymous one.
 """
 
 from __future__ import annotations
@@ -15,10 +27,13 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tandem import cluster_secret
 from tandem.api.errors import error_response_for_path
-from tandem.errors import Unauthorized
+from tandem.asyncq.job import ANONYMOUS
+from tandem.errors import Forbidden, TandemError, Unauthorized
 
 OPEN_PATHS = ("/health", "/metrics")
+INTERNAL_PREFIX = "/internal"
 TENANT_SCOPE_KEY = "tandem.tenant"   # the scope's extension key (ASGI scopes may carry extra keys)
 
 
@@ -26,12 +41,30 @@ def tenant_of(scope: Scope) -> str | None:
     return scope.get(TENANT_SCOPE_KEY)
 
 
-class BearerAuth:
-    """401 unless `Authorization: Bearer <one of keys>`; /health and /metrics stay open."""
+def owner_of(scope: Scope) -> str:
+    """The tenant owning what the request creates and reads in the queue's store: its key's
+    tenant, or ANONYMOUS ("") on a server without keys."""
+    return tenant_of(scope) or ANONYMOUS
 
-    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+
+def is_internal(path: str) -> bool:
+    """An /internal route (leading slashes collapsed, as some routers would)."""
+    path = "/" + path.lstrip("/")
+    return path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    return next((v for k, v in scope["headers"] if k == name), None)
+
+
+class BearerAuth:
+    """Tenant keys on the API routes, the cluster secret on /internal/*; /health and /metrics
+    stay open. Installed when keys or a secret are configured (tandem.api.app.build_app)."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str], cluster_secret: str | None = None) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
+        self.secret = cluster_secret
 
     def key_index(self, scope: Scope) -> int | None:
         """Which configured key the request carries (`Authorization: Bearer KEY`, or Anthropic's
@@ -48,8 +81,41 @@ class BearerAuth:
         hits = [hmac.compare_digest(token, k) for k in self.keys]
         return hits.index(True) if any(hits) else None
 
+    def presents_secret(self, scope: Scope) -> bool:
+        """`x-tandem-cluster-secret: SECRET` or `Authorization: Bearer SECRET` (both compared)."""
+        scheme, _, token = (_header(scope, b"authorization") or b"").partition(b" ")
+        in_header = cluster_secret.matches(_header(scope, cluster_secret.HEADER.encode()), self.secret)
+        as_bearer = scheme.lower() == b"bearer" and cluster_secret.matches(token.strip(), self.secret)
+        return in_header or as_bearer
+
+    def internal_refusal(self, scope: Scope) -> TandemError | None:
+        """Why an /internal request is refused (None: the cluster, or nothing is configured)."""
+        if self.secret is None and not self.keys:
+            return None
+        if self.secret is not None and self.presents_secret(scope):
+            return None
+        if self.key_index(scope) is not None:
+            return Forbidden("tenant API keys do not open /internal routes: they take the cluster "
+                             "secret (--cluster-secret) in the 'x-tandem-cluster-secret' header")
+        if self.secret is None:
+            return Unauthorized("/internal routes are closed: this server has API keys but no "
+                                "--cluster-secret")
+        return Unauthorized("missing or invalid cluster secret; /internal routes take the cluster "
+                            "secret in 'x-tandem-cluster-secret: <secret>' "
+                            "(or 'Authorization: Bearer <secret>')")
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if is_internal(scope["path"]):
+            refusal = self.internal_refusal(scope)
+            if refusal is not None:
+                await error_response_for_path(scope["path"], refusal)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)   # the cluster: no tenant
+            return
+        if not self.keys:
             await self.app(scope, receive, send)
             return
         index = self.key_index(scope)

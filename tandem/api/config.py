@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tandem.turn.sampling_defaults import SamplingDefaults
 
@@ -10,7 +10,13 @@ from tandem.turn.sampling_defaults import SamplingDefaults
 @dataclass(frozen=True)
 class ServerConfig:
     served_model_name: str | None = None  # name clients must send; None: the backend's model_name
-    api_keys: tuple[str, ...] = ()        # Bearer keys; empty: no authentication
+    api_keys: tuple[str, ...] = ()        # tenants' Bearer keys; empty: no authentication
+    # the cluster's credential, the only one /internal/* routes accept (tandem/api/auth.py has the
+    # rule without one); a worker also presents it to its --gateway. Kept out of the repr.
+    cluster_secret: str | None = field(default=None, repr=False)
+    # tenants (API keys) share prefix-cache entries of equal prompts: off, every tenant's KV is
+    # its own (tandem/kv/block_hash.py: cache_keys); requests may still salt theirs (cache_salt)
+    share_prefix_cache: bool = False
     allowed_origins: tuple[str, ...] = ("*",)  # CORS (as vLLM's default); empty: no CORS headers
     max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
     max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)
@@ -20,10 +26,10 @@ class ServerConfig:
     tool_call_parser: str = "auto"
     reasoning_parser: str | None = None   # None: no reasoning split
     constrain_auto_tool_calls: bool = True  # tool_choice auto: calls held to the tools once opened
+    tool_call_guard: bool = True          # no tools / tool_choice none: the call opening masked
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with
-    gateway_api_key: str | None = None    # Bearer key the gateway requires for registration
     advertise_url: str | None = None      # how the gateway reaches this worker; None: from host/port
     log_level: str = "info"
     access_log: bool = False

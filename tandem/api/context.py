@@ -83,7 +83,8 @@ class ServerContext:
         if self._parsers is None:
             c = self.config
             self._parsers = ParserSetup.resolve(c.tool_call_parser, c.reasoning_parser,
-                                                self.backend.tokenizer, c.constrain_auto_tool_calls)
+                                                self.backend.tokenizer, c.constrain_auto_tool_calls,
+                                                c.tool_call_guard)
         return self._parsers
 
     def parse_context(self) -> ParseContext:

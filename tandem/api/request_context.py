@@ -3,6 +3,8 @@
 - session_id: the `x-session-affinity` header, trimmed, at most 256 characters; None when the
   header is missing or blank. The gateway routes a session's requests to one worker.
 - tenant: the API key the request authenticated with (tandem.api.auth); None without keys.
+  It partitions the prefix cache (tandem/kv/block_hash.py: cache_keys) unless the server was
+  started with --share-prefix-cache (ServerConfig.share_prefix_cache, copied into the context).
 - cache_salt, priority: body fields, as the route's parser read them (OpenAI routes: vLLM's
   `cache_salt` and `priority`; Workers AI has neither). `priority` is carried to the engine
   but does not change scheduling yet.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from starlette.requests import Request
 
 from tandem.api.auth import tenant_of
+from tandem.api.config import ServerConfig
 from tandem.types import RequestContext
 
 SESSION_HEADER = "x-session-affinity"
@@ -28,6 +31,8 @@ def session_id(request: Request) -> str | None:
     return raw.strip()[:MAX_SESSION_ID] or None
 
 
-def http_context(request: Request, cache_salt: str | None = None, priority: int = 0) -> RequestContext:
+def http_context(request: Request, config: ServerConfig, cache_salt: str | None = None,
+                 priority: int = 0) -> RequestContext:
     return RequestContext(session_id=session_id(request), tenant=tenant_of(request.scope),
-                          cache_salt=cache_salt, priority=priority)
+                          cache_salt=cache_salt, priority=priority,
+                          share_prefix_cache=config.share_prefix_cache)

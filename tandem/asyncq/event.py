@@ -4,7 +4,9 @@ A batch records `cf.workersAi.model.batch.queued` when it is enqueued and exactl
 `.succeeded` / `.failed` when its last job becomes terminal (failed when any job failed or was
 cancelled). The store writes the event and one delivery per matching subscription in the same
 transaction as the job change that caused it (an outbox), so no event is lost to a crash; the
-notifier then posts each delivery until the receiver accepts it or its attempts are spent.
+notifier then posts each delivery until the receiver accepts it or its attempts are spent. A
+subscription matches the events of its own tenant's batches in its account, never another
+tenant's (tandem/asyncq/job.py: ownership).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import datetime as dt
 import enum
 from dataclasses import dataclass
 
-from tandem.asyncq.job import JSON
+from tandem.asyncq.job import ANONYMOUS, JSON
 
 EVENT_SCHEMA_VERSION = 1
 SOURCE_TYPE = "workersAi.model"
@@ -37,6 +39,7 @@ class SubscriptionSpec:
     url: str
     event_types: tuple[EventType, ...] = tuple(EventType)
     secret: str | None = None   # None: the store generates one (returned once by subscribe)
+    tenant: str = ANONYMOUS     # it receives only this tenant's batches' events
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Subscription:
     event_types: tuple[EventType, ...]
     secret: str
     created_at: float
+    tenant: str = ANONYMOUS
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class Event:
     model: str
     payload: JSON          # {"requestId": batch id, ...counts for terminal events}
     created_at: float
+    tenant: str = ANONYMOUS  # the batch's
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,13 @@
 
 Plain data, no I/O. Times are Unix seconds (float) from the store's clock: the server's for
 Redis and PostgreSQL, this host's for SQLite (one host by construction).
+
+Ownership: everything a client creates (a batch, an uploaded file, a subscription, and with them
+their jobs, events and dead letters) belongs to the tenant that created it (the API key's,
+RequestContext.tenant; ANONYMOUS on a server without API keys) and to an account (Workers AI's
+account id in the path; the tenant's name for OpenAI's routes). Every query a client's request
+makes names the tenant, and the store answers only with that tenant's objects: another tenant's
+id reads as absent (the API's 404, the same as an id that never existed).
 """
 
 from __future__ import annotations
@@ -11,6 +18,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JSON = dict[str, Any]
+
+# The tenant of every caller of a server without API keys, and of objects stored before the store
+# recorded tenants (their rows and hashes got this default): a server with keys never shows them.
+ANONYMOUS = ""
+
+
+def scoped(tenant: str, name: str) -> str:
+    """`name` (an account, an idempotency key) in `tenant`'s namespace, for stores that key by
+    name (Redis' sets, the SQL idempotency key): unchanged for ANONYMOUS, so what was stored before
+    tenants keeps its keys. Not injective across ANONYMOUS and a tenant (a name may contain the
+    separator), so readers also check the stored tenant."""
+    return name if tenant == ANONYMOUS else f"{tenant}\x1f{name}"
+
+
+def unscoped(tenant: str, name: str | None) -> str | None:
+    """The name `scoped(tenant, name)` was made from."""
+    if name is None or tenant == ANONYMOUS or not name.startswith(tenant + "\x1f"):
+        return name
+    return name[len(tenant) + 1:]
 
 
 class JobStatus(str, enum.Enum):
@@ -34,8 +60,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class BatchSpec:
-    """What `enqueue` takes. `key` makes the enqueue idempotent: the same (account, key) twice
-    returns the first batch and its jobs, never a second copy. `priority` follows vLLM: a lower
+    """What `enqueue` takes. `key` makes the enqueue idempotent: the same (tenant, account, key)
+    twice returns the first batch and its jobs, never a second copy. `priority` follows vLLM: a lower
     value is taken first. `meta` is opaque JSON for the API layer (e.g. an OpenAI batch's
     endpoint and input file)."""
     account: str
@@ -45,6 +71,7 @@ class BatchSpec:
     priority: int = 0
     max_attempts: int = 3
     meta: JSON = field(default_factory=dict)
+    tenant: str = ANONYMOUS
 
 
 @dataclass(frozen=True)
@@ -60,6 +87,7 @@ class Batch:
     failed: int
     cancelled: int
     meta: JSON
+    tenant: str = ANONYMOUS   # who created it (module docstring: ownership)
 
     @property
     def done(self) -> bool:
@@ -128,3 +156,4 @@ class StoredFile:
     bytes: int
     created_at: float
     content: str | None = None
+    tenant: str = ANONYMOUS

@@ -2,7 +2,12 @@
 (postgres_queue.py), Redis (redis_queue.py).
 
 Invariants every backend keeps (tests/asyncq/test_queue.py runs the same tests on each):
-- `enqueue` with a key already seen for the account returns the first batch; never two copies.
+- Ownership (tandem/asyncq/job.py): the methods a client's request calls take its `tenant` and
+  see only that tenant's objects: an id another tenant created reads as absent (None, [], False,
+  0), lists hold only the tenant's own, and a subscription receives only the events of its own
+  tenant's batches. `take`, `get` and the outbox's delivery calls are the server's own.
+- `enqueue` with a key already seen for the tenant and account returns the first batch; never two
+  copies.
 - A job is RUNNING under at most one unexpired lease. `take` first returns jobs whose lease expired
   to the queue (or fails them when their attempts are spent), then leases queued jobs in
   (priority, enqueue order).
@@ -22,12 +27,23 @@ from typing import Protocol
 
 from tandem.asyncq.event import Delivery, Event, Subscription, SubscriptionSpec
 from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
+from tandem.errors import InvalidRequest
+
+
+class KeyTaken(InvalidRequest):
+    """`enqueue`: the idempotency key's scoped form (job.scoped) is held by another tenant's batch,
+    which only a key or account containing the separator can cause; refused (400), revealing
+    nothing of that batch."""
+
+    def __init__(self) -> None:
+        super().__init__("this Idempotency-Key cannot be used here; send another", param="Idempotency-Key")
 
 
 class JobQueue(Protocol):
     # --- jobs -----------------------------------------------------------------------------
     async def enqueue(self, spec: BatchSpec) -> tuple[Batch, bool]:
-        """-> (the batch, whether it was created now). The queued event is recorded only then."""
+        """-> (the batch, whether it was created now). The queued event is recorded only then.
+        Raises KeyTaken."""
 
     async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
         """Lease up to n jobs to `owner` for `lease_s` seconds; each take counts one attempt."""
@@ -49,26 +65,27 @@ class JobQueue(Protocol):
         """Preempted: RUNNING -> QUEUED at once, and the attempt is not counted; `progress`
         (when not None) replaces the job's saved progress, which the next run continues from."""
 
-    async def cancel(self, batch_id: str) -> int:
+    async def cancel(self, batch_id: str, tenant: str) -> int:
         """Cancel the batch's unfinished jobs (queued or running: a running job's lease stops
-        being current); -> how many were cancelled."""
+        being current); -> how many were cancelled (0 for another tenant's batch)."""
 
-    async def get(self, job_id: str) -> Job | None: ...
+    async def get(self, job_id: str) -> Job | None:
+        """Any tenant's job (the dispatcher's)."""
 
-    async def get_batch(self, batch_id: str) -> Batch | None: ...
+    async def get_batch(self, batch_id: str, tenant: str) -> Batch | None: ...
 
-    async def list_batch(self, batch_id: str) -> list[Job]:
+    async def list_batch(self, batch_id: str, tenant: str) -> list[Job]:
         """The batch's jobs in their index order."""
 
-    async def list_batches(self, account: str) -> list[Batch]:
-        """The account's batches, newest first."""
+    async def list_batches(self, account: str, tenant: str) -> list[Batch]:
+        """The tenant's batches in the account, newest first."""
 
     # --- event subscriptions and the outbox ----------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription: ...
 
-    async def subscriptions(self, account: str) -> list[Subscription]: ...
+    async def subscriptions(self, account: str, tenant: str) -> list[Subscription]: ...
 
-    async def unsubscribe(self, subscription_id: str) -> bool: ...
+    async def unsubscribe(self, subscription_id: str, tenant: str) -> bool: ...
 
     async def take_deliveries(self, n: int, lease_s: float) -> list[Delivery]:
         """Up to n due PENDING deliveries, oldest first; each is counted one attempt and not due
@@ -79,19 +96,21 @@ class JobQueue(Protocol):
         """After an attempt: ok -> DELIVERED; otherwise PENDING again in retry_in_s, or DEAD
         when retry_in_s is None. Acts only if no later attempt has started (-> False)."""
 
-    async def dead_letters(self, account: str) -> list[Delivery]: ...
+    async def dead_letters(self, account: str, tenant: str) -> list[Delivery]:
+        """Deliveries to the tenant's subscriptions in the account that gave up."""
 
-    async def batch_events(self, batch_id: str) -> list[Event]:
+    async def batch_events(self, batch_id: str, tenant: str) -> list[Event]:
         """The batch's recorded events, oldest first."""
 
     # --- uploaded files ---------------------------------------------------------------------
-    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile: ...
+    async def put_file(self, account: str, purpose: str, filename: str, content: str,
+                       tenant: str) -> StoredFile: ...
 
-    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None: ...
+    async def get_file(self, file_id: str, tenant: str, with_content: bool = False) -> StoredFile | None: ...
 
-    async def list_files(self, account: str) -> list[StoredFile]:
+    async def list_files(self, account: str, tenant: str) -> list[StoredFile]:
         """Oldest first, without content."""
 
-    async def delete_file(self, file_id: str) -> bool: ...
+    async def delete_file(self, file_id: str, tenant: str) -> bool: ...
 
     async def close(self) -> None: ...

@@ -19,7 +19,10 @@ from tandem.asyncq import redis_scripts as lua
 from tandem.asyncq.event import (
     Delivery, DeliveryStatus, Event, EventType, Subscription, SubscriptionSpec,
 )
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
+from tandem.asyncq.job import (
+    ANONYMOUS, JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile, scoped, unscoped,
+)
+from tandem.asyncq.queue import KeyTaken
 
 MAX_ABS_PRIORITY = 1000   # keeps the ready set's scores exact (see redis_scripts.py)
 
@@ -36,11 +39,17 @@ def _opt_json(h: dict, key: str):
     return orjson.loads(h[key]) if key in h else None
 
 
+def _tenant(h: dict) -> str:
+    """A hash's tenant (absent: stored before tenants were, anonymous)."""
+    return h.get("tenant", ANONYMOUS)
+
+
 def _batch(h: dict) -> Batch:
-    return Batch(id=h["id"], account=h["account"], model=h["model"], key=h["key"] or None,
+    return Batch(id=h["id"], account=h["account"], model=h["model"],
+                 key=unscoped(_tenant(h), h["key"] or None),
                  priority=int(h["priority"]), created_at=float(h["created_at"]),
                  total=int(h["total"]), succeeded=int(h["succeeded"]), failed=int(h["failed"]),
-                 cancelled=int(h["cancelled"]), meta=orjson.loads(h["meta"]))
+                 cancelled=int(h["cancelled"]), meta=orjson.loads(h["meta"]), tenant=_tenant(h))
 
 
 def _job(h: dict) -> Job:
@@ -63,13 +72,13 @@ def _progress(progress: JSON | None) -> str:
 def _subscription(h: dict) -> Subscription:
     return Subscription(id=h["id"], account=h["account"], url=h["url"],
                         event_types=tuple(EventType(t) for t in h["event_types"].split(",") if t),
-                        secret=h["secret"], created_at=float(h["created_at"]))
+                        secret=h["secret"], created_at=float(h["created_at"]), tenant=_tenant(h))
 
 
 def _event(e: dict) -> Event:
     return Event(id=e["id"], type=EventType(e["type"]), batch_id=e["batch_id"],
                  account=e["account"], model=e["model"], payload=orjson.loads(e["payload"]),
-                 created_at=float(e["created_at"]))
+                 created_at=float(e["created_at"]), tenant=_tenant(e))
 
 
 def _delivery(d: dict, e: dict) -> Delivery:
@@ -97,10 +106,15 @@ class RedisQueue:
             raise ValueError(f"priority must be within +-{MAX_ABS_PRIORITY}, got {spec.priority}")
         jobs = [{"id": uuid.uuid4().hex, "body": orjson.dumps(j.body).decode(),
                  "ext": j.external_reference} for j in spec.jobs]
+        key = "" if spec.key is None else scoped(spec.tenant, spec.key)
         flat, created = await self._call(
-            "ENQUEUE", uuid.uuid4().hex, spec.account, spec.model, spec.key or "", spec.priority,
-            orjson.dumps(spec.meta).decode(), spec.max_attempts, orjson.dumps(jobs).decode())
-        return _batch(_pairs(flat)), bool(created)
+            "ENQUEUE", uuid.uuid4().hex, spec.account, spec.model, key, spec.priority,
+            orjson.dumps(spec.meta).decode(), spec.max_attempts, orjson.dumps(jobs).decode(),
+            spec.tenant)
+        batch = _batch(_pairs(flat))
+        if batch.tenant != spec.tenant:
+            raise KeyTaken()
+        return batch, bool(created)
 
     async def take(self, n: int, owner: str, lease_s: float) -> list[Claim]:
         jobs = [_job(_pairs(flat)) for flat in await self._call("TAKE", n, owner, lease_s)]
@@ -129,28 +143,31 @@ class RedisQueue:
     async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
         return await self._finish(lease, "requeue", None, progress=progress) is not None
 
-    async def cancel(self, batch_id: str) -> int:
-        return int(await self._call("CANCEL", batch_id))
+    async def cancel(self, batch_id: str, tenant: str) -> int:
+        return int(await self._call("CANCEL", batch_id, tenant))
 
     async def get(self, job_id: str) -> Job | None:
         h = await self._r.hgetall(self._p + "job:" + job_id)
         return _job(h) if h else None
 
-    async def get_batch(self, batch_id: str) -> Batch | None:
+    async def get_batch(self, batch_id: str, tenant: str) -> Batch | None:
         h = await self._r.hgetall(self._p + "batch:" + batch_id)
-        return _batch(h) if h else None
+        return _batch(h) if h and _tenant(h) == tenant else None
 
-    async def list_batch(self, batch_id: str) -> list[Job]:
+    async def list_batch(self, batch_id: str, tenant: str) -> list[Job]:
+        found, owner = await self._r.hmget(self._p + "batch:" + batch_id, ["id", "tenant"])
+        if found is None or (owner or ANONYMOUS) != tenant:
+            return []   # absent, or another tenant's
         ids = await self._r.lrange(self._p + "batch:" + batch_id + ":jobs", 0, -1)
         async with self._r.pipeline(transaction=True) as pipe:
             for job_id in ids:
                 pipe.hgetall(self._p + "job:" + job_id)
             return [_job(h) for h in await pipe.execute()]
 
-    async def list_batches(self, account: str) -> list[Batch]:
-        ids = await self._r.zrevrange(self._p + "batches:" + account, 0, -1)
-        batches = [await self.get_batch(i) for i in ids]
-        return [b for b in batches if b is not None]
+    async def list_batches(self, account: str, tenant: str) -> list[Batch]:
+        ids = await self._r.zrevrange(self._p + "batches:" + scoped(tenant, account), 0, -1)
+        batches = [await self.get_batch(i, tenant) for i in ids]
+        return [b for b in batches if b is not None and b.account == account]
 
     # --- events -----------------------------------------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription:
@@ -158,27 +175,28 @@ class RedisQueue:
         sub = Subscription(id=uuid.uuid4().hex, account=spec.account, url=spec.url,
                            event_types=tuple(spec.event_types),
                            secret=spec.secret or secrets.token_hex(32),
-                           created_at=seconds + micros / 1e6)
+                           created_at=seconds + micros / 1e6, tenant=spec.tenant)
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(self._p + "sub:" + sub.id, mapping={
                 "id": sub.id, "account": sub.account, "url": sub.url, "secret": sub.secret,
                 "event_types": ",".join(t.value for t in sub.event_types),
-                "created_at": repr(sub.created_at)})
-            pipe.sadd(self._p + "subs:" + sub.account, sub.id)
+                "created_at": repr(sub.created_at), "tenant": sub.tenant})
+            pipe.sadd(self._p + "subs:" + scoped(sub.tenant, sub.account), sub.id)
             await pipe.execute()
         return sub
 
-    async def subscriptions(self, account: str) -> list[Subscription]:
-        ids = await self._r.smembers(self._p + "subs:" + account)
-        subs = [await self._r.hgetall(self._p + "sub:" + i) for i in ids]
-        return sorted((_subscription(h) for h in subs if h), key=lambda s: (s.created_at, s.id))
+    async def subscriptions(self, account: str, tenant: str) -> list[Subscription]:
+        ids = await self._r.smembers(self._p + "subs:" + scoped(tenant, account))
+        subs = [_subscription(h) for h in [await self._r.hgetall(self._p + "sub:" + i) for i in ids] if h]
+        return sorted((s for s in subs if s.tenant == tenant and s.account == account),
+                      key=lambda s: (s.created_at, s.id))
 
-    async def unsubscribe(self, subscription_id: str) -> bool:
-        account = await self._r.hget(self._p + "sub:" + subscription_id, "account")
-        if account is None:
+    async def unsubscribe(self, subscription_id: str, tenant: str) -> bool:
+        h = await self._r.hgetall(self._p + "sub:" + subscription_id)
+        if not h or _tenant(h) != tenant:
             return False
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.srem(self._p + "subs:" + account, subscription_id)
+            pipe.srem(self._p + "subs:" + scoped(tenant, h["account"]), subscription_id)
             pipe.delete(self._p + "sub:" + subscription_id)
             await pipe.execute()
         return True
@@ -194,56 +212,61 @@ class RedisQueue:
         return bool(await self._call("FINISH_DELIVERY", delivery.id, delivery.attempts,
                                      status.value, error or "", retry_in_s or 0))
 
-    async def batch_events(self, batch_id: str) -> list[Event]:
+    async def batch_events(self, batch_id: str, tenant: str) -> list[Event]:
         events = []
         for t in EventType:   # event ids are <batch id>.<type> (redis_scripts.record_event)
             h = await self._r.hgetall(self._p + "event:" + batch_id + "." + t.value)
-            if h:
+            if h and _tenant(h) == tenant:
                 events.append(_event(h))
         return sorted(events, key=lambda e: (e.created_at, e.id))
 
-    async def dead_letters(self, account: str) -> list[Delivery]:
+    async def dead_letters(self, account: str, tenant: str) -> list[Delivery]:
         out = []
-        for delivery_id in await self._r.lrange(self._p + "dead:" + account, 0, -1):
+        for delivery_id in await self._r.lrange(self._p + "dead:" + scoped(tenant, account), 0, -1):
             d = await self._r.hgetall(self._p + "delivery:" + delivery_id)
+            if _tenant(d) != tenant or d["account"] != account:
+                continue
             e = await self._r.hgetall(self._p + "event:" + d["event_id"])
             out.append(_delivery(d, e))
         return out
 
     # --- files ------------------------------------------------------------------------------
-    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile:
+    async def put_file(self, account: str, purpose: str, filename: str, content: str,
+                       tenant: str) -> StoredFile:
         seconds, micros = await self._r.time()
         f = StoredFile(id="file-" + uuid.uuid4().hex, account=account, purpose=purpose,
                        filename=filename, bytes=len(content.encode()),
-                       created_at=seconds + micros / 1e6)
+                       created_at=seconds + micros / 1e6, tenant=tenant)
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(self._p + "file:" + f.id, mapping={
                 "id": f.id, "account": account, "purpose": purpose, "filename": filename,
-                "bytes": f.bytes, "created_at": repr(f.created_at), "content": content})
-            pipe.zadd(self._p + "files:" + account, {f.id: f.created_at})
+                "bytes": f.bytes, "created_at": repr(f.created_at), "content": content,
+                "tenant": tenant})
+            pipe.zadd(self._p + "files:" + scoped(tenant, account), {f.id: f.created_at})
             await pipe.execute()
         return f
 
-    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None:
+    async def get_file(self, file_id: str, tenant: str, with_content: bool = False) -> StoredFile | None:
         h = await self._r.hgetall(self._p + "file:" + file_id)
-        if not h:
+        if not h or _tenant(h) != tenant:
             return None
         return StoredFile(id=h["id"], account=h["account"], purpose=h["purpose"],
                           filename=h["filename"], bytes=int(h["bytes"]),
                           created_at=float(h["created_at"]),
-                          content=h["content"] if with_content else None)
+                          content=h["content"] if with_content else None, tenant=tenant)
 
-    async def list_files(self, account: str) -> list[StoredFile]:
-        ids = await self._r.zrange(self._p + "files:" + account, 0, -1)
-        files = [await self.get_file(i) for i in ids]
-        return [f for f in files if f is not None]
+    async def list_files(self, account: str, tenant: str) -> list[StoredFile]:
+        ids = await self._r.zrange(self._p + "files:" + scoped(tenant, account), 0, -1)
+        files = [await self.get_file(i, tenant) for i in ids]
+        return [f for f in files if f is not None and f.account == account]
 
-    async def delete_file(self, file_id: str) -> bool:
-        account = await self._r.hget(self._p + "file:" + file_id, "account")
-        if account is None:
+    async def delete_file(self, file_id: str, tenant: str) -> bool:
+        h = await self._r.hmget(self._p + "file:" + file_id, ["account", "tenant"])
+        account = h[0]
+        if account is None or (h[1] or ANONYMOUS) != tenant:
             return False
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.zrem(self._p + "files:" + account, file_id)
+            pipe.zrem(self._p + "files:" + scoped(tenant, account), file_id)
             pipe.delete(self._p + "file:" + file_id)
             await pipe.execute()
         return True

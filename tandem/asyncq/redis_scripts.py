@@ -6,15 +6,20 @@ Keys (P = the prefix, passed as KEYS[1]; one Redis server, not Redis Cluster):
                            RENEW and FINISH's requeue, removed when the job ends)
   P..'batch:'..id          hash: the batch's fields and counters; 'event:'..type marks a recorded event
   P..'batch:'..id..':jobs' list: job ids in index order
-  P..'batches:'..account  sorted set of the account's batch ids, score = created_at
-  P..'batch_keys'          hash: account .. '\\0' .. client key -> batch id (idempotent enqueue)
+  P..'batches:'..S        sorted set of the tenant's batch ids in the account, score = created_at
+  P..'batch_keys'          hash: account .. '\\0' .. scoped client key -> batch id (idempotent enqueue)
   P..'ready'               sorted set of queued jobs, score = priority * 1e12 + enqueue sequence
   P..'delayed'             sorted set of queued jobs waiting for a retry delay, score = available_at
   P..'leased'              sorted set of running jobs, score = lease_expires_at
-  P..'sub:'..id, P..'subs:'..account        subscriptions
+  P..'sub:'..id, P..'subs:'..S              subscriptions
   P..'event:'..id, P..'delivery:'..id       events and deliveries (the outbox)
   P..'deliveries_due'      sorted set of pending deliveries, score = next_at
-  P..'dead:'..account      list of dead-lettered delivery ids
+  P..'dead:'..S            list of dead-lettered delivery ids
+  P..'file:'..id, P..'files:'..S            uploaded files (redis_queue.py writes them, no script)
+S = scope(tenant, account): the account in the tenant's namespace (tandem.asyncq.job.scoped: the
+account itself for the anonymous tenant, so keys stored before tenants still name theirs). Batch,
+file, subscription, event and delivery hashes carry a 'tenant' field (absent: anonymous);
+readers check it too.
 Scores stay exact below 2^53: |priority| <= 1000 (checked by enqueue) and < 1e12 enqueues.
 """
 
@@ -39,18 +44,29 @@ end
 local function hgetall(key)
   return redis.call('HGETALL', key)
 end
-local function record_event(etype, batch_id, account, model, payload, t)
+-- a hash's tenant field ('' when absent: stored before tenants were)
+local function tenant_of(v)
+  if v then return v end
+  return ''
+end
+local function scope(tenant, account)
+  if tenant == '' then return account end
+  return tenant .. '\\31' .. account
+end
+local function record_event(etype, batch_id, account, model, tenant, payload, t)
   if redis.call('HSETNX', P .. 'batch:' .. batch_id, 'event:' .. etype, '1') == 0 then return end
   local eid = batch_id .. '.' .. etype
   redis.call('HSET', P .. 'event:' .. eid, 'id', eid, 'type', etype, 'batch_id', batch_id,
-             'account', account, 'model', model, 'payload', payload, 'created_at', num(t))
-  for _, sid in ipairs(redis.call('SMEMBERS', P .. 'subs:' .. account)) do
-    local s = redis.call('HMGET', P .. 'sub:' .. sid, 'event_types', 'url', 'secret')
-    if s[1] and string.find(',' .. s[1] .. ',', ',' .. etype .. ',', 1, true) then
+             'account', account, 'model', model, 'payload', payload, 'created_at', num(t),
+             'tenant', tenant)
+  for _, sid in ipairs(redis.call('SMEMBERS', P .. 'subs:' .. scope(tenant, account))) do
+    local s = redis.call('HMGET', P .. 'sub:' .. sid, 'event_types', 'url', 'secret', 'tenant', 'account')
+    if s[1] and tenant_of(s[4]) == tenant and s[5] == account and
+        string.find(',' .. s[1] .. ',', ',' .. etype .. ',', 1, true) then
       local did = eid .. '/' .. sid
       redis.call('HSET', P .. 'delivery:' .. did, 'id', did, 'event_id', eid,
                  'subscription_id', sid, 'account', account, 'url', s[2], 'secret', s[3],
-                 'status', 'pending', 'attempts', 0, 'next_at', num(t))
+                 'status', 'pending', 'attempts', 0, 'next_at', num(t), 'tenant', tenant)
       redis.call('ZADD', P .. 'deliveries_due', num(t), did)
     end
   end
@@ -58,13 +74,14 @@ end
 local function count_terminal(batch_id, field, k, t)
   local bk = P .. 'batch:' .. batch_id
   if k > 0 then redis.call('HINCRBY', bk, field, k) end
-  local b = redis.call('HMGET', bk, 'total', 'succeeded', 'failed', 'cancelled', 'account', 'model')
+  local b = redis.call('HMGET', bk, 'total', 'succeeded', 'failed', 'cancelled', 'account', 'model',
+                       'tenant')
   local total, s, f, c = tonumber(b[1]), tonumber(b[2]), tonumber(b[3]), tonumber(b[4])
   if s + f + c == total then
     local etype = '%(FAILED)s'
     if f == 0 and c == 0 then etype = '%(SUCCEEDED)s' end
-    record_event(etype, batch_id, b[5], b[6], cjson.encode({requestId = batch_id, total = total,
-                 succeeded = s, failed = f, cancelled = c}), t)
+    record_event(etype, batch_id, b[5], b[6], tenant_of(b[7]), cjson.encode({requestId = batch_id,
+                 total = total, succeeded = s, failed = f, cancelled = c}), t)
   end
 end
 local function current(id, owner, attempt, t)
@@ -73,10 +90,11 @@ local function current(id, owner, attempt, t)
 end
 """ % {"FAILED": EventType.FAILED.value, "SUCCEEDED": EventType.SUCCEEDED.value}
 
-# ARGV: batch_id, account, model, key ('' = none), priority, meta, max_attempts, jobs JSON
-# ([{id, body, ext}]) -> {batch hash, created 0|1}
+# ARGV: batch_id, account, model, key (scoped by the tenant; '' = none), priority, meta,
+# max_attempts, jobs JSON ([{id, body, ext}]), tenant -> {batch hash, created 0|1} (the caller
+# checks an existing batch's tenant: job.scoped is not injective)
 ENQUEUE = _COMMON + """
-local batch_id, account, model, key = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local batch_id, account, model, key, tenant = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[9]
 local priority, max_attempts = tonumber(ARGV[5]), tonumber(ARGV[7])
 if key ~= '' then
   local existing = redis.call('HGET', P .. 'batch_keys', account .. '\\0' .. key)
@@ -88,8 +106,8 @@ local t = now()
 local bk = P .. 'batch:' .. batch_id
 redis.call('HSET', bk, 'id', batch_id, 'account', account, 'model', model, 'key', key,
            'priority', priority, 'created_at', num(t), 'total', #jobs, 'succeeded', 0, 'failed', 0,
-           'cancelled', 0, 'meta', ARGV[6])
-redis.call('ZADD', P .. 'batches:' .. account, num(t), batch_id)
+           'cancelled', 0, 'meta', ARGV[6], 'tenant', tenant)
+redis.call('ZADD', P .. 'batches:' .. scope(tenant, account), num(t), batch_id)
 for i, j in ipairs(jobs) do
   local jk = P .. 'job:' .. j.id
   local seq = redis.call('INCR', P .. 'seq')
@@ -100,7 +118,7 @@ for i, j in ipairs(jobs) do
   redis.call('RPUSH', bk .. ':jobs', j.id)
   redis.call('ZADD', P .. 'ready', num(priority * 1e12 + seq), j.id)
 end
-record_event('%(QUEUED)s', batch_id, account, model, cjson.encode({requestId = batch_id}), t)
+record_event('%(QUEUED)s', batch_id, account, model, tenant, cjson.encode({requestId = batch_id}), t)
 if #jobs == 0 then count_terminal(batch_id, 'succeeded', 0, t) end
 return {hgetall(bk), 1}
 """ % {"QUEUED": EventType.QUEUED.value}
@@ -191,9 +209,11 @@ count_terminal(j[1], 'failed', 1, t)
 return 'failed'
 """
 
-# ARGV: batch_id -> how many jobs were cancelled
+# ARGV: batch_id, tenant -> how many jobs were cancelled (0: not that tenant's batch)
 CANCEL = _COMMON + """
 local batch_id = ARGV[1]
+local b = redis.call('HMGET', P .. 'batch:' .. batch_id, 'id', 'tenant')
+if not b[1] or tenant_of(b[2]) ~= ARGV[2] then return 0 end
 local t = now()
 local k = 0
 for _, id in ipairs(redis.call('LRANGE', P .. 'batch:' .. batch_id .. ':jobs', 0, -1)) do
@@ -232,7 +252,7 @@ return out
 FINISH_DELIVERY = _COMMON + """
 local id, status = ARGV[1], ARGV[3]
 local dk = P .. 'delivery:' .. id
-local d = redis.call('HMGET', dk, 'status', 'attempts', 'account')
+local d = redis.call('HMGET', dk, 'status', 'attempts', 'account', 'tenant')
 if d[1] ~= 'pending' or tonumber(d[2]) ~= tonumber(ARGV[2]) then return 0 end
 local t = now()
 redis.call('HSET', dk, 'status', status)
@@ -243,7 +263,7 @@ if status == 'pending' then
 else
   redis.call('HSET', dk, 'next_at', num(t))
   redis.call('ZREM', P .. 'deliveries_due', id)
-  if status == 'dead' then redis.call('RPUSH', P .. 'dead:' .. d[3], id) end
+  if status == 'dead' then redis.call('RPUSH', P .. 'dead:' .. scope(tenant_of(d[4]), d[3]), id) end
 end
 return 1
 """

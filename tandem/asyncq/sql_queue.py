@@ -16,7 +16,8 @@ from tandem.asyncq import sql_outbox
 from tandem.asyncq.event import (
     Delivery, Event, EventType, Subscription, SubscriptionSpec, batch_end_event,
 )
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile
+from tandem.asyncq.job import JSON, Batch, BatchSpec, Claim, Job, JobStatus, Lease, StoredFile, scoped
+from tandem.asyncq.queue import KeyTaken
 from tandem.asyncq.sql_db import SqlDb, Tx
 from tandem.asyncq.sql_schema import (
     ADDED_COLUMNS, BATCH_COLUMNS, JOB_COLUMNS, SCHEMA, batch_from_row, dumps, job_from_row,
@@ -54,30 +55,30 @@ class SqlQueue:
     async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
         return await self._db.transact(_requeue, lease, progress)
 
-    async def cancel(self, batch_id: str) -> int:
-        return await self._db.transact(_cancel, batch_id)
+    async def cancel(self, batch_id: str, tenant: str) -> int:
+        return await self._db.transact(_cancel, batch_id, tenant)
 
     async def get(self, job_id: str) -> Job | None:
         return await self._db.transact(_get, job_id)
 
-    async def get_batch(self, batch_id: str) -> Batch | None:
-        return await self._db.transact(_get_batch, batch_id)
+    async def get_batch(self, batch_id: str, tenant: str) -> Batch | None:
+        return await self._db.transact(_get_batch, batch_id, tenant)
 
-    async def list_batch(self, batch_id: str) -> list[Job]:
-        return await self._db.transact(_list_batch, batch_id)
+    async def list_batch(self, batch_id: str, tenant: str) -> list[Job]:
+        return await self._db.transact(_list_batch, batch_id, tenant)
 
-    async def list_batches(self, account: str) -> list[Batch]:
-        return await self._db.transact(_list_batches, account)
+    async def list_batches(self, account: str, tenant: str) -> list[Batch]:
+        return await self._db.transact(_list_batches, account, tenant)
 
     # --- events -----------------------------------------------------------------------------
     async def subscribe(self, spec: SubscriptionSpec) -> Subscription:
         return await self._db.transact(sql_outbox.subscribe, spec)
 
-    async def subscriptions(self, account: str) -> list[Subscription]:
-        return await self._db.transact(sql_outbox.subscriptions, account)
+    async def subscriptions(self, account: str, tenant: str) -> list[Subscription]:
+        return await self._db.transact(sql_outbox.subscriptions, account, tenant)
 
-    async def unsubscribe(self, subscription_id: str) -> bool:
-        return await self._db.transact(sql_outbox.unsubscribe, subscription_id)
+    async def unsubscribe(self, subscription_id: str, tenant: str) -> bool:
+        return await self._db.transact(sql_outbox.unsubscribe, subscription_id, tenant)
 
     async def take_deliveries(self, n: int, lease_s: float) -> list[Delivery]:
         return await self._db.transact(sql_outbox.take_deliveries, n, lease_s)
@@ -86,55 +87,59 @@ class SqlQueue:
                               retry_in_s: float | None) -> bool:
         return await self._db.transact(sql_outbox.finish_delivery, delivery, ok, error, retry_in_s)
 
-    async def dead_letters(self, account: str) -> list[Delivery]:
-        return await self._db.transact(sql_outbox.dead_letters, account)
+    async def dead_letters(self, account: str, tenant: str) -> list[Delivery]:
+        return await self._db.transact(sql_outbox.dead_letters, account, tenant)
 
-    async def batch_events(self, batch_id: str) -> list[Event]:
-        return await self._db.transact(sql_outbox.batch_events, batch_id)
+    async def batch_events(self, batch_id: str, tenant: str) -> list[Event]:
+        return await self._db.transact(sql_outbox.batch_events, batch_id, tenant)
 
     # --- files ------------------------------------------------------------------------------
-    async def put_file(self, account: str, purpose: str, filename: str, content: str) -> StoredFile:
-        return await self._db.transact(_put_file, account, purpose, filename, content)
+    async def put_file(self, account: str, purpose: str, filename: str, content: str,
+                       tenant: str) -> StoredFile:
+        return await self._db.transact(_put_file, account, purpose, filename, content, tenant)
 
-    async def get_file(self, file_id: str, with_content: bool = False) -> StoredFile | None:
-        return await self._db.transact(_get_file, file_id, with_content)
+    async def get_file(self, file_id: str, tenant: str, with_content: bool = False) -> StoredFile | None:
+        return await self._db.transact(_get_file, file_id, tenant, with_content)
 
-    async def list_files(self, account: str) -> list[StoredFile]:
-        return await self._db.transact(_list_files, account)
+    async def list_files(self, account: str, tenant: str) -> list[StoredFile]:
+        return await self._db.transact(_list_files, account, tenant)
 
-    async def delete_file(self, file_id: str) -> bool:
-        return await self._db.transact(
-            lambda tx: bool(tx.rows("DELETE FROM asyncq_files WHERE id = ? RETURNING id", (file_id,))))
+    async def delete_file(self, file_id: str, tenant: str) -> bool:
+        return await self._db.transact(lambda tx: bool(tx.rows(
+            "DELETE FROM asyncq_files WHERE id = ? AND tenant = ? RETURNING id", (file_id, tenant))))
 
     async def close(self) -> None:
         await self._db.close()
 
 
-_FILE_COLUMNS = "id, account, purpose, filename, bytes, created_at"
+_FILE_COLUMNS = "id, account, purpose, filename, bytes, created_at"   # StoredFile's order
 
 
-def _put_file(tx: Tx, account: str, purpose: str, filename: str, content: str) -> StoredFile:
+def _put_file(tx: Tx, account: str, purpose: str, filename: str, content: str,
+              tenant: str) -> StoredFile:
     f = StoredFile(id="file-" + uuid.uuid4().hex, account=account, purpose=purpose,
-                   filename=filename, bytes=len(content.encode()), created_at=tx.now)
-    tx.rows(f"INSERT INTO asyncq_files ({_FILE_COLUMNS}, content) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (f.id, f.account, f.purpose, f.filename, f.bytes, f.created_at, content))
+                   filename=filename, bytes=len(content.encode()), created_at=tx.now, tenant=tenant)
+    tx.rows(f"INSERT INTO asyncq_files ({_FILE_COLUMNS}, content, tenant) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (f.id, f.account, f.purpose, f.filename, f.bytes, f.created_at, content, tenant))
     return f
 
 
-def _get_file(tx: Tx, file_id: str, with_content: bool) -> StoredFile | None:
-    rows = tx.rows(f"SELECT {_FILE_COLUMNS}, {'content' if with_content else 'NULL'} "
-                   "FROM asyncq_files WHERE id = ?", (file_id,))
+def _get_file(tx: Tx, file_id: str, tenant: str, with_content: bool) -> StoredFile | None:
+    rows = tx.rows(f"SELECT {_FILE_COLUMNS}, {'content' if with_content else 'NULL'}, tenant "
+                   "FROM asyncq_files WHERE id = ? AND tenant = ?", (file_id, tenant))
     return StoredFile(*rows[0]) if rows else None
 
 
-def _list_files(tx: Tx, account: str) -> list[StoredFile]:
-    rows = tx.rows(f"SELECT {_FILE_COLUMNS} FROM asyncq_files WHERE account = ? "
-                   "ORDER BY created_at, id", (account,))
+def _list_files(tx: Tx, account: str, tenant: str) -> list[StoredFile]:
+    rows = tx.rows(f"SELECT {_FILE_COLUMNS}, NULL, tenant FROM asyncq_files "
+                   "WHERE account = ? AND tenant = ? ORDER BY created_at, id", (account, tenant))
     return [StoredFile(*r) for r in rows]
 
 
-def _get_batch(tx: Tx, batch_id: str) -> Batch | None:
-    rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE id = ?", (batch_id,))
+def _get_batch(tx: Tx, batch_id: str, tenant: str) -> Batch | None:
+    rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE id = ? AND tenant = ?",
+                   (batch_id, tenant))
     return batch_from_row(rows[0]) if rows else None
 
 
@@ -143,29 +148,38 @@ def _get(tx: Tx, job_id: str) -> Job | None:
     return job_from_row(rows[0]) if rows else None
 
 
-def _list_batch(tx: Tx, batch_id: str) -> list[Job]:
+def _owns(tx: Tx, batch_id: str, tenant: str) -> bool:
+    return bool(tx.rows("SELECT 1 FROM asyncq_batches WHERE id = ? AND tenant = ?", (batch_id, tenant)))
+
+
+def _list_batch(tx: Tx, batch_id: str, tenant: str) -> list[Job]:
+    if not _owns(tx, batch_id, tenant):
+        return []
     rows = tx.rows(f"SELECT {JOB_COLUMNS} FROM asyncq_jobs WHERE batch_id = ? ORDER BY idx",
                    (batch_id,))
     return [job_from_row(r) for r in rows]
 
 
-def _list_batches(tx: Tx, account: str) -> list[Batch]:
-    rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE account = ? "
-                   "ORDER BY created_at DESC, id DESC", (account,))
+def _list_batches(tx: Tx, account: str, tenant: str) -> list[Batch]:
+    rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE account = ? AND tenant = ? "
+                   "ORDER BY created_at DESC, id DESC", (account, tenant))
     return [batch_from_row(r) for r in rows]
 
 
 def _enqueue(tx: Tx, spec: BatchSpec) -> tuple[Batch, bool]:
     batch_id = uuid.uuid4().hex
+    key = None if spec.key is None else scoped(spec.tenant, spec.key)
     created = tx.rows(
         "INSERT INTO asyncq_batches (id, account, model, client_key, priority, created_at, total, "
-        "succeeded, failed, cancelled, meta) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, ?) "
+        "succeeded, failed, cancelled, meta, tenant) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, ?, ?) "
         "ON CONFLICT (account, client_key) DO NOTHING RETURNING id",
-        (batch_id, spec.account, spec.model, spec.key, spec.priority, tx.now, len(spec.jobs),
-         dumps(spec.meta)))
+        (batch_id, spec.account, spec.model, key, spec.priority, tx.now, len(spec.jobs),
+         dumps(spec.meta), spec.tenant))
     if not created:  # the key was seen: the first batch, unchanged
         rows = tx.rows(f"SELECT {BATCH_COLUMNS} FROM asyncq_batches WHERE account = ? AND "
-                       "client_key = ?", (spec.account, spec.key))
+                       "client_key = ? AND tenant = ?", (spec.account, key, spec.tenant))
+        if not rows:
+            raise KeyTaken()
         return batch_from_row(rows[0]), False
     for idx, job in enumerate(spec.jobs):
         tx.rows("INSERT INTO asyncq_jobs (id, batch_id, idx, account, model, priority, body, "
@@ -173,10 +187,10 @@ def _enqueue(tx: Tx, spec: BatchSpec) -> tuple[Batch, bool]:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?)",
                 (uuid.uuid4().hex, batch_id, idx, spec.account, spec.model, spec.priority,
                  dumps(job.body), job.external_reference, spec.max_attempts, tx.now, tx.now))
-    sql_outbox.record_event(tx, EventType.QUEUED, batch_id, spec.account, spec.model)
+    sql_outbox.record_event(tx, EventType.QUEUED, batch_id, spec.account, spec.model, spec.tenant)
     if not spec.jobs:  # an empty batch is done at once
         _count_terminal(tx, {batch_id: {}})
-    return _get_batch(tx, batch_id), True
+    return _get_batch(tx, batch_id, spec.tenant), True
 
 
 def _take(tx: Tx, n: int, owner: str, lease_s: float) -> list[Claim]:
@@ -221,11 +235,11 @@ def _count_terminal(tx: Tx, per_batch: dict[str, dict[JobStatus, int]]) -> None:
         sets = [f"{_TERMINAL_COLUMN[s]} = {_TERMINAL_COLUMN[s]} + {int(k)}"
                 for s, k in per_batch[batch_id].items()] or ["total = total"]
         row = tx.rows(f"UPDATE asyncq_batches SET {', '.join(sets)} WHERE id = ? "
-                      "RETURNING account, model, total, succeeded, failed, cancelled", (batch_id,))
-        account, model, total, succeeded, failed, cancelled = row[0]
+                      "RETURNING account, model, total, succeeded, failed, cancelled, tenant", (batch_id,))
+        account, model, total, succeeded, failed, cancelled, tenant = row[0]
         if succeeded + failed + cancelled == total:
             sql_outbox.record_event(
-                tx, batch_end_event(succeeded, failed, cancelled), batch_id, account, model,
+                tx, batch_end_event(succeeded, failed, cancelled), batch_id, account, model, tenant,
                 {"total": total, "succeeded": succeeded, "failed": failed, "cancelled": cancelled})
 
 
@@ -286,7 +300,9 @@ def _requeue(tx: Tx, lease: Lease, progress: JSON | None) -> bool:
     return True
 
 
-def _cancel(tx: Tx, batch_id: str) -> int:
+def _cancel(tx: Tx, batch_id: str, tenant: str) -> int:
+    if not _owns(tx, batch_id, tenant):
+        return 0
     cancelled = tx.rows("UPDATE asyncq_jobs SET status = 'cancelled', finished_at = ?, "
                         "owner = NULL, lease_expires_at = NULL, progress = NULL WHERE batch_id = ? AND "
                         "status IN ('queued', 'running') RETURNING id", (tx.now, batch_id))

@@ -1,6 +1,9 @@
 """The SQL queue's tables (the same DDL runs on SQLite and PostgreSQL) and row -> value mapping.
 
-JSON values are stored as text; times as Unix seconds (DOUBLE PRECISION).
+JSON values are stored as text; times as Unix seconds (DOUBLE PRECISION). `tenant` is the
+creator's (tandem/asyncq/job.py: ownership); rows stored before it existed read as ANONYMOUS ('').
+A batch's `client_key` is its idempotency key scoped by its tenant (job.scoped), so the UNIQUE
+(account, client_key) of stores made before tenants still holds one batch per tenant and key.
 """
 
 from __future__ import annotations
@@ -8,14 +11,14 @@ from __future__ import annotations
 import orjson
 
 from tandem.asyncq.event import Delivery, DeliveryStatus, Event, EventType, Subscription
-from tandem.asyncq.job import Batch, Job, JobStatus
+from tandem.asyncq.job import Batch, Job, JobStatus, unscoped
 
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS asyncq_batches (
         id TEXT PRIMARY KEY, account TEXT NOT NULL, model TEXT NOT NULL, client_key TEXT,
         priority INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, total INTEGER NOT NULL,
         succeeded INTEGER NOT NULL, failed INTEGER NOT NULL, cancelled INTEGER NOT NULL,
-        meta TEXT NOT NULL, UNIQUE (account, client_key))""",
+        meta TEXT NOT NULL, tenant TEXT NOT NULL DEFAULT '', UNIQUE (account, client_key))""",
     """CREATE TABLE IF NOT EXISTS asyncq_jobs (
         id TEXT PRIMARY KEY, batch_id TEXT NOT NULL, idx INTEGER NOT NULL, account TEXT NOT NULL,
         model TEXT NOT NULL, priority INTEGER NOT NULL, body TEXT NOT NULL,
@@ -31,31 +34,37 @@ SCHEMA = (
     """CREATE TABLE IF NOT EXISTS asyncq_events (
         id TEXT PRIMARY KEY, type TEXT NOT NULL, batch_id TEXT NOT NULL, account TEXT NOT NULL,
         model TEXT NOT NULL, payload TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-        UNIQUE (batch_id, type))""",
+        tenant TEXT NOT NULL DEFAULT '', UNIQUE (batch_id, type))""",
     """CREATE TABLE IF NOT EXISTS asyncq_subscriptions (
         id TEXT PRIMARY KEY, account TEXT NOT NULL, url TEXT NOT NULL, event_types TEXT NOT NULL,
-        secret TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL)""",
+        secret TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, tenant TEXT NOT NULL DEFAULT '')""",
     """CREATE TABLE IF NOT EXISTS asyncq_deliveries (
         id TEXT PRIMARY KEY, event_id TEXT NOT NULL, subscription_id TEXT NOT NULL,
         account TEXT NOT NULL, url TEXT NOT NULL, secret TEXT NOT NULL, status TEXT NOT NULL,
         attempts INTEGER NOT NULL, next_at DOUBLE PRECISION NOT NULL, last_error TEXT,
-        UNIQUE (event_id, subscription_id))""",
+        tenant TEXT NOT NULL DEFAULT '', UNIQUE (event_id, subscription_id))""",
     "CREATE INDEX IF NOT EXISTS asyncq_deliveries_due ON asyncq_deliveries (status, next_at)",
     """CREATE TABLE IF NOT EXISTS asyncq_files (
         id TEXT PRIMARY KEY, account TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
-        bytes INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, content TEXT NOT NULL)""",
+        bytes INTEGER NOT NULL, created_at DOUBLE PRECISION NOT NULL, content TEXT NOT NULL,
+        tenant TEXT NOT NULL DEFAULT '')""",
 )
 
 # Columns added after a table's first release: (table, column, type), added to a store created
 # before them when it is opened (CREATE TABLE IF NOT EXISTS leaves an existing table as it was).
-ADDED_COLUMNS = (("asyncq_jobs", "progress", "TEXT"),)
+_TENANT = "TEXT NOT NULL DEFAULT ''"
+ADDED_COLUMNS = (("asyncq_jobs", "progress", "TEXT"),
+                 *((table, "tenant", _TENANT) for table in (
+                     "asyncq_batches", "asyncq_events", "asyncq_subscriptions", "asyncq_deliveries",
+                     "asyncq_files")))
 
 BATCH_COLUMNS = ("id, account, model, client_key, priority, created_at, total, succeeded, failed, "
-                 "cancelled, meta")
+                 "cancelled, meta, tenant")
 JOB_COLUMNS = ("id, batch_id, idx, account, model, priority, body, external_reference, status, "
                "attempts, max_attempts, created_at, started_at, finished_at, result, error, owner, "
                "lease_expires_at, progress")
-EVENT_COLUMNS = "e.id, e.type, e.batch_id, e.account, e.model, e.payload, e.created_at"
+EVENT_COLUMNS = "e.id, e.type, e.batch_id, e.account, e.model, e.payload, e.created_at, e.tenant"
+SUBSCRIPTION_COLUMNS = "id, account, url, event_types, secret, created_at, tenant"
 DELIVERY_COLUMNS = ("d.id, d.subscription_id, d.url, d.secret, d.status, d.attempts, d.next_at, "
                     "d.last_error, " + EVENT_COLUMNS)
 
@@ -69,8 +78,9 @@ def _loads(text: str | None):
 
 
 def batch_from_row(r: tuple) -> Batch:
-    return Batch(id=r[0], account=r[1], model=r[2], key=r[3], priority=r[4], created_at=r[5],
-                 total=r[6], succeeded=r[7], failed=r[8], cancelled=r[9], meta=orjson.loads(r[10]))
+    return Batch(id=r[0], account=r[1], model=r[2], key=unscoped(r[11], r[3]), priority=r[4], created_at=r[5],
+                 total=r[6], succeeded=r[7], failed=r[8], cancelled=r[9], meta=orjson.loads(r[10]),
+                 tenant=r[11])
 
 
 def job_from_row(r: tuple) -> Job:
@@ -83,13 +93,13 @@ def job_from_row(r: tuple) -> Job:
 
 def event_from_row(r: tuple) -> Event:
     return Event(id=r[0], type=EventType(r[1]), batch_id=r[2], account=r[3], model=r[4],
-                 payload=orjson.loads(r[5]), created_at=r[6])
+                 payload=orjson.loads(r[5]), created_at=r[6], tenant=r[7])
 
 
 def subscription_from_row(r: tuple) -> Subscription:
     return Subscription(id=r[0], account=r[1], url=r[2],
                         event_types=tuple(EventType(t) for t in r[3].split(",") if t),
-                        secret=r[4], created_at=r[5])
+                        secret=r[4], created_at=r[5], tenant=r[6])
 
 
 def delivery_from_row(r: tuple) -> Delivery:

@@ -24,6 +24,7 @@ import datetime as dt
 import json
 import os
 import platform
+import random
 import shlex
 import statistics
 import subprocess
@@ -31,11 +32,25 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
-from tandem.config import SchedulerConfig
+from tandem.bench.engine_cold_start import drop_page_cache, measure
+from tandem.bench.engine_measure import (
+    FIRST_PROMPT_ID,
+    hf_decode,
+    hf_throughput,
+    load_hf_model,
+    offline_workload,
+    tandem_decode,
+    tandem_throughput,
+)
+from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.engine.llm import LLM
+from tandem.testing.tiny_model import write_test_model
 
 GOAL_THROUGHPUT_RATIO = 3.0   # tandem output tokens/s over transformers'
 GOAL_COLD_READ_FACTOR = 2.0   # ready <= factor x read + interpreter start
@@ -98,8 +113,6 @@ def ensure_model(cfg: EngineBenchConfig, dtype: str) -> str:
     s = cfg.shape
     path = Path(cfg.cache_dir) / f"bench-llama-{s.tag()}-{dtype}"
     if not (path / "config.json").is_file():
-        from tandem.testing.tiny_model import write_test_model
-
         print(f"writing {path} ({s.num_params():,} parameters)", file=sys.stderr)
         write_test_model(path, "LlamaForCausalLM", hidden_size=s.hidden_size, num_layers=s.num_layers,
                          num_heads=s.num_heads, num_kv_heads=s.num_kv_heads,
@@ -110,8 +123,6 @@ def ensure_model(cfg: EngineBenchConfig, dtype: str) -> str:
 
 def count_params(model_dir: str) -> int:
     """Parameters stored in the checkpoint's safetensors files."""
-    from safetensors import safe_open
-
     total = 0
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         with safe_open(str(f), framework="pt") as h:
@@ -127,20 +138,13 @@ def count_params(model_dir: str) -> int:
 def tandem_llm(model_dir: str, dtype: str, cfg: EngineBenchConfig, kv_tokens: int):
     """tandem's offline engine as the benchmarks run it (peers scripts use it too): room in the KV
     cache for the whole workload, the step budget and chunk cap of `cfg`."""
-    from tandem.config import CacheConfig, EngineConfig, ModelConfig
-    from tandem.engine.llm import LLM
-    from tandem.kv.layout import KVLayout
-    from tandem.models.arch import ModelArch
 
-    arch = ModelArch.from_dir(Path(model_dir))
     block = 16
-    layout = KVLayout(model="bench", dtype=dtype, block_size=block, num_layers=arch.num_layers,
-                      num_kv_heads=arch.num_kv_heads, head_dim=arch.head_dim)
     # room for every request of the workload at once, so the run measures batching, not preemption
     num_blocks = kv_tokens // block + 2 * cfg.num_requests + 16
     return LLM(EngineConfig(
         model=ModelConfig(model_dir, dtype=dtype, show_progress=False),
-        cache=CacheConfig(block_size=block, kv_cache_bytes=num_blocks * layout.block_nbytes),
+        cache=CacheConfig(block_size=block, num_blocks=num_blocks),
         scheduler=SchedulerConfig(max_num_batched_tokens=cfg.max_num_batched_tokens,
                                   long_prefill_token_threshold=cfg.long_prefill_token_threshold,
                                   max_num_seqs=cfg.num_requests),
@@ -158,8 +162,6 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
-    from tandem.bench.engine_measure import load_hf_model, offline_workload
-
     model_dir = ensure_model(cfg, dtype)
     result: dict = {"model_dir": model_dir}
     model_cfg = json.loads((Path(model_dir) / "config.json").read_text())
@@ -187,8 +189,6 @@ def bench_dtype(cfg: EngineBenchConfig, dtype: str) -> dict:
 
 
 def _warm_up(llm, hf, vocab: int, pad_id: int) -> None:
-    from tandem.bench.engine_measure import hf_throughput, offline_workload, tandem_throughput
-
     wl = offline_workload(4, (8, 40), (2, 4), vocab, lengths_seed=7, tokens_seed=7)
     tandem_throughput(llm, wl)
     hf_throughput(hf, wl, 4, pad_id)
@@ -197,7 +197,6 @@ def _warm_up(llm, hf, vocab: int, pad_id: int) -> None:
 def _throughput(cfg, dtype, llm, hf, workloads, pad_id) -> dict:
     """tandem against transformers batched two ways (engine_measure.hf_throughput): the goal is
     judged against the fastest of all transformers settings (its best case, sorted batches)."""
-    from tandem.bench.engine_measure import hf_throughput, tandem_throughput
 
     settings = [(order, b) for order in cfg.hf_orders for b in cfg.hf_batch_sizes]
     tandem_runs: list[dict] = []
@@ -249,10 +248,6 @@ def _best_setting(hf_runs: dict[tuple[str, int], list[dict]], order: str) -> tup
 
 
 def _decode(cfg, dtype, llm, hf, vocab: int, pad_id: int) -> dict:
-    import random
-
-    from tandem.bench.engine_measure import FIRST_PROMPT_ID, hf_decode, tandem_decode
-
     tandem_runs, hf_runs, agree = [], [], []
     for rep in range(cfg.decode_repeats):
         rng = random.Random(cfg.seed + 77 + rep)
@@ -287,8 +282,6 @@ def _agreement(a: list[int], b: list[int]) -> int:
 
 def _cold_start(cfg: EngineBenchConfig, dtype: str, model_dir: str) -> dict:
     """Warm page cache always; dropped page cache too when allowed (cfg.cold == "auto", root)."""
-    from tandem.bench.engine_cold_start import drop_page_cache
-
     modes = ["warm"]
     if cfg.cold == "auto" and drop_page_cache():
         modes.insert(0, "cold")
@@ -296,8 +289,6 @@ def _cold_start(cfg: EngineBenchConfig, dtype: str, model_dir: str) -> dict:
 
 
 def _cold_start_mode(cfg: EngineBenchConfig, dtype: str, model_dir: str, cold: bool) -> dict:
-    from tandem.bench.engine_cold_start import measure
-
     if not cold:
         # untimed pass: a warm measurement must find every file its processes read in the page
         # cache, including after a dropped-cache mode left only the last baseline's files there
@@ -348,8 +339,6 @@ def machine() -> dict:
 
 def _version(pkg: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(pkg)
     except Exception:  # noqa: BLE001 - informational only
         return None

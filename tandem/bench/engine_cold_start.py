@@ -27,6 +27,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from tandem.bench.engine_measure import hf_generate, load_hf_model
+from tandem.config import EngineConfig, ModelConfig
+from tandem.engine.engine import Engine
+from tandem.types import EngineRequest, SamplingParams
+
 
 @dataclass(frozen=True)
 class ColdStartRun:
@@ -112,22 +119,15 @@ def measure(model_dir: str, dtype: str, threads: int, cold: bool, with_hf: bool 
 def _child(model_dir: str, dtype: str, threads: int, which: str) -> dict:
     """Runs in the fresh process: import, load, one 1-token greedy request; returns the split."""
     t0 = time.perf_counter()
-    import torch
 
     torch.set_num_threads(threads)
     if which == "hf":
-        from tandem.bench.engine_measure import hf_generate, load_hf_model
-
         t1 = time.perf_counter()
         model = load_hf_model(model_dir, dtype)
         t2 = time.perf_counter()
         ids = torch.tensor([[16, 17, 18, 19]])
         hf_generate(model, ids, torch.ones_like(ids), 1, pad_token_id=0)
     else:
-        from tandem.config import EngineConfig, ModelConfig
-        from tandem.engine.engine import Engine
-        from tandem.types import EngineRequest, SamplingParams
-
         t1 = time.perf_counter()
         engine = Engine.from_config(EngineConfig(ModelConfig(model_dir, dtype=dtype, show_progress=False),
                                                  num_threads=threads))

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from tandem.cli.cpu_threads import set_wait_policy
 
 # verb -> the module exposing `register(subparsers)`, which adds its verbs and sets
 # `func(args) -> int`. Only the module of the verb being run is imported (some import torch,
@@ -40,6 +43,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    set_wait_policy(os.environ)   # before a verb's module loads torch and its OpenMP runtime
     verb = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(verb).parse_args(argv)
     return int(args.func(args) or 0)

@@ -1,6 +1,6 @@
 """`tandem bench serve | compare | topology`: flags, turned into frozen configs in one place.
 
-tandem/cli.py calls `register(subparsers)`; each subcommand sets `func(args) -> int`.
+tandem/cli/__init__.py calls `register(subparsers)`; each subcommand sets `func(args) -> int`.
 """
 
 from __future__ import annotations

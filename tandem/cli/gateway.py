@@ -1,7 +1,8 @@
 """`tandem gateway`.
 
   tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
-                 [--decode URL ...] [--policy NAME] [--model PATH]
+                 [--decode URL ...] [--policy NAME] [--model PATH] [--api-key KEY ...]
+                 [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
       the asynchronous batch API by default, on a SQLite file under the state directory.
@@ -17,6 +18,12 @@ import uvicorn
 
 from tandem.cli.arg_types import origins
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
+from tandem.cli.secret_flags import (
+    add_cluster_secret_arguments,
+    check_distinct,
+    cluster_secret_from_args,
+    exposure_warning,
+)
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
 from tandem.router.admission import AdmissionLimits
@@ -51,6 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_override_flag(g)
     add_parser_flags(g)   # the gateway's routes parse the output (tool calls, reasoning)
     g.add_argument("--api-key", action="append", default=[], help="accepted Bearer key (repeatable)")
+    g.add_argument("--share-prefix-cache", action="store_true",
+                   help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
+                        "cache hit for another (off: each tenant's KV is its own; requests may "
+                        "still separate theirs with cache_salt)")
+    add_cluster_secret_arguments(g)
     g.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
@@ -93,6 +105,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
+    secret = cluster_secret_from_args(args, "gateway")
+    check_distinct(secret, api_keys, "gateway")
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
@@ -100,8 +115,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         sampling_defaults=SamplingDefaults.for_model(args.model, args.generation_config,
                                                      args.override_generation_config)
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
-        port=args.port, api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
-        allowed_origins=args.allowed_origins,
+        port=args.port, api_keys=api_keys, cluster_secret=secret,
+        share_prefix_cache=args.share_prefix_cache, allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval,
                                 unhealthy_after=args.unhealthy_after),
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
@@ -119,6 +134,10 @@ def gateway(args: argparse.Namespace) -> int:
     config = gateway_config_from_args(args)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warning = exposure_warning(gateway=True, registers=False, api_keys=config.api_keys,
+                               secret=config.cluster_secret)
+    if warning:
+        logging.getLogger(__name__).warning("%s", warning)
     tokenizer, name, max_len = model_facts(config.model_path, config.served_model_name, config.chat_template)
     app = build_gateway_app(config, tokenizer, name, max_len)
     # Everything imported so far lives as long as the process: keep it out of the collector's

@@ -2,8 +2,10 @@
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
+               [--cluster-secret-file FILE | --cluster-secret SECRET]
                [--queue-db [FILE] | --queue-url URL | --no-queue] ...
-      standalone (no --gateway, role both) it serves the asynchronous batch API by default
+      standalone (no --gateway, role both) it serves the asynchronous batch API by default;
+      /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
 Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 """
@@ -11,19 +13,22 @@ Flags become the frozen EngineConfig and ServerConfig here and nowhere else.
 from __future__ import annotations
 
 import argparse
-import gc
 import logging
 
 import torch
-import uvicorn
 
-from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
-from tandem.api.queue.service import QueueSetup, engine_headroom
 from tandem.cli.arg_types import origins, parse_bytes
+from tandem.cli.cpu_threads import threads_arg, usable_cores
 from tandem.cli.gpu_flags import add_gpu_flags, gpu_settings
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
+from tandem.cli.secret_flags import (
+    add_cluster_secret_arguments,
+    check_distinct,
+    cluster_secret_from_args,
+    exposure_warning,
+)
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.config import (
     CacheConfig,
@@ -36,11 +41,13 @@ from tandem.config import (
 from tandem.engine.async_engine import AsyncEngine
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
+from tandem.spec.registry import methods_help, parse_speculative_config
 from tandem.tokenization.chat_template_arg import chat_template_arg
-from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
 from tandem.turn.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
-from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.worker.process import run_worker
+
+log = logging.getLogger(__name__)
 
 
 def _positive(text: str) -> int:
@@ -60,7 +67,7 @@ def _fraction(text: str) -> float:
 def speculative_config(text: str) -> SpeculativeConfig:
     """--speculative-config JSON (vLLM's form); a bad value is a usage error naming the problem."""
     try:
-        return SpeculativeConfig.from_json(text)
+        return parse_speculative_config(text)
     except (ValueError, TypeError) as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -111,8 +118,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--background-chunk-tokens", type=int, default=SchedulerConfig.background_chunk_tokens,
                    help="largest prefill chunk of a background prompt (the queue's batch work) in "
                         "any step (0: no cap)")
-    p.add_argument("--threads", type=_positive, default=None,
-                   help="torch threads of the worker (a parallel worker's ranks split them)")
+    p.add_argument("--threads", type=threads_arg, default=None,
+                   help="compute threads of the worker, at most the cores it may use (CPU affinity and "
+                        "cgroup quota; the default); a parallel worker's ranks split them")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; see --distributed-backend)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
@@ -141,7 +149,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="with rdma: the RDMA device names Mooncake uses (e.g. mlx5_0,mlx5_1)")
     add_kv_store_arguments(p)
     p.add_argument("--speculative-config", type=speculative_config, default=None, metavar="JSON",
-                   help='speculative decoding, as vLLM: {"method": "ngram"|"suffix"|"draft_model"|"eagle3", '
+                   help='speculative decoding, as vLLM: {"method": ' + methods_help() + ', '
                         '"num_speculative_tokens": 4, "model": DRAFT_DIR, "prompt_lookup_min": 2, '
                         '"prompt_lookup_max": 5}')
     p.add_argument("--served-model-name", default=None, help="default: the model directory's name")
@@ -156,12 +164,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
+    p.add_argument("--share-prefix-cache", action="store_true",
+                   help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
+                        "cache hit for another (off: each tenant's KV is its own; requests may "
+                        "still separate theirs with cache_salt)")
     p.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
                    help="gateway URL to register with (heartbeats until shutdown)")
-    p.add_argument("--gateway-api-key", default=None,
-                   help="Bearer key for registering with a gateway that requires one")
+    p.add_argument("--gateway-api-key", default=None, help=argparse.SUPPRESS)  # refused: see below
+    add_cluster_secret_arguments(p)
     p.add_argument("--advertise-url", default=None,
                    help="URL the gateway uses to reach this worker; default from --host/--port")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
@@ -179,6 +191,12 @@ def _device(name: str) -> str:
 
 
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
+    if args.gateway_api_key is not None:
+        raise SystemExit("tandem serve: --gateway-api-key is gone: a tenant key never opens a gateway's "
+                         "/internal routes; give this worker and its gateway the same --cluster-secret-file")
+    api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
+    secret = cluster_secret_from_args(args, "serve")
+    check_distinct(secret, api_keys, "serve")
     device = _device(args.device)
     engine = EngineConfig(
         model=ModelConfig(path=args.model, dtype=args.dtype, device=device,
@@ -194,8 +212,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
                                   background_chunk_tokens=args.background_chunk_tokens),
-        role=args.role, num_threads=args.threads, kv_transport=args.kv_transport,
-        transfer=transfer_config(args),
+        role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
+        transfer=transfer_config(args, secret),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
@@ -204,51 +222,15 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           sampling_defaults=SamplingDefaults.for_model(
                               args.model, args.generation_config, args.override_generation_config),
                           **parser_settings(args),
-                          api_keys=tuple(k for key in args.api_key for k in key.split(",") if k),
+                          api_keys=api_keys, cluster_secret=secret,
+                          share_prefix_cache=args.share_prefix_cache,
                           allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
-                          gateway_url=args.gateway, gateway_api_key=args.gateway_api_key,
+                          gateway_url=args.gateway,
                           advertise_url=args.advertise_url,
                           log_level=args.log_level,
                           access_log=args.access_log)
     return engine, server
-
-
-def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
-    """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
-    starts once the engine is ready and deregisters before the engine stops. `freeze_heap` (the
-    worker process's own entry point): once the engine is up, everything allocated so far (torch,
-    the model, the engine) lives as long as the process, so it leaves the garbage collector's
-    full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
-    two decode steps."""
-
-    async def start_engine() -> None:
-        await engine.start()
-        warm_chat_template(engine.tokenizer)
-        if freeze_heap:
-            gc.collect()
-            gc.freeze()
-
-    if config.gateway_url is None:
-        return start_engine, engine.shutdown
-
-    beats: list[Heartbeat] = []
-
-    async def startup() -> None:
-        await start_engine()
-        hb = Heartbeat(HeartbeatConfig(
-            gateway_url=config.gateway_url, role=engine.role,
-            worker_url=config.advertise_url or advertised_url(config.host, config.port),
-            api_key=config.gateway_api_key))
-        await hb.start()
-        beats.append(hb)
-
-    async def shutdown() -> None:
-        for hb in beats:
-            await hb.stop()
-        await engine.shutdown()
-
-    return startup, shutdown
 
 
 def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
@@ -271,28 +253,25 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
         raise SystemExit(f"tandem serve: {exc}") from None
 
 
-def transfer_config(args: argparse.Namespace) -> TransferConfig:
+def transfer_config(args: argparse.Namespace, cluster_secret: str | None = None) -> TransferConfig:
     advertised = args.kv_advertise_host or (
         args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
     return TransferConfig(host=advertised, port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
                           mooncake_protocol=args.kv_mooncake_protocol,
-                          mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised)
+                          mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised,
+                          cluster_secret=cluster_secret)
 
 
 def serve(args: argparse.Namespace) -> int:
     engine_config, server_config = configs_from_args(args)
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
-    startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
+    warning = exposure_warning(gateway=False, registers=server_config.gateway_url is not None,
+                               api_keys=server_config.api_keys, secret=server_config.cluster_secret)
+    if warning:
+        log.warning("%s", warning)
     # standalone, the server is its own gateway: the queue is on unless --no-queue
     queue_config = queue_config_from_args(
         args, server_config.port, default_on=args.gateway is None and args.role == "both")
-    queue = None if queue_config is None else QueueSetup(queue_config,
-                                                         engine_headroom(engine, queue_config))
-    app = build_app(engine, server_config, startup=startup, shutdown=shutdown, queue=queue)
-    # loop="auto" takes uvloop and http="auto" httptools when they are installed.
-    uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
-                log_level=server_config.log_level, access_log=server_config.access_log,
-                timeout_graceful_shutdown=5)
+    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config)
     return 0

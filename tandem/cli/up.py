@@ -2,14 +2,16 @@
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
            [--slo-ttft-ms MS --slo-itl-ms MS] [--served-model-name NAME] [--chat-template FILE]
-           [--tool-call-parser NAME] [--reasoning-parser NAME]
+           [--tool-call-parser NAME] [--reasoning-parser NAME] [--cluster-secret-file FILE]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
       serves the asynchronous batch API (the queue flags go to it); workers run with --no-queue.
       The model name, chat template and output parsers go to the gateway (which renders prompts)
-      and to every worker alike.
+      and to every worker alike. The cluster secret (/internal routes) is generated for each run,
+      or taken from --cluster-secret[-file] / TANDEM_CLUSTER_SECRET, and reaches the children in
+      their environment (tandem/launcher/cluster.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import sys
 
 from tandem.cli.queue_flags import add_queue_arguments, forwarded_queue_args
+from tandem.cli.secret_flags import add_cluster_secret_arguments, cluster_secret_from_args
 from tandem.launcher.cluster import ClusterSpec, run_cluster
 from tandem.launcher.profiles import PROFILES, apply_profile
 from tandem.router.policies import POLICY_NAMES
@@ -64,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     u.add_argument("--log-level", default="warning",
                    choices=("critical", "error", "warning", "info", "debug"))
+    add_cluster_secret_arguments(u)   # default: a new random secret for each run
     add_queue_arguments(u)   # for the gateway
     u.set_defaults(func=up)
 
@@ -106,7 +110,7 @@ def up(args: argparse.Namespace) -> int:
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
                        + forwarded_queue_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
-                       kv_store=args.kv_store)
+                       kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"))
     return run_cluster(spec)
 
 

@@ -11,7 +11,6 @@ after a decode's last token, sampled by the runner at each position, accepted by
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +20,9 @@ from dataclasses import dataclass, field
 import torch
 
 from tandem.config import EngineConfig
+from tandem.engine.assembly import assemble
 from tandem.engine.detokenizer import IncrementalDetokenizer
+from tandem.engine.kv_placement import KVPlacement
 from tandem.engine.proposer import Proposer
 from tandem.engine.request import Request, RequestStatus
 from tandem.engine.scheduler import Scheduler, SchedulerOutput
@@ -30,13 +31,11 @@ from tandem.grammar.compiler import GrammarCompiler
 from tandem.grammar.masks import GrammarMasks
 from tandem.grammar.masks import allocate as allocate_masks
 from tandem.kv.connector import FinishedKV, KVConnector
-from tandem.kv.connector_set import connector_set
 from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
 from tandem.models.kv_layout import layout_of
-from tandem.models.loader import LoadedModel, load_model
+from tandem.models.loader import LoadedModel
 from tandem.tokenization.tokenizer import Tokenizer
-from tandem.runner.kv_budget import KVBudget
 from tandem.runner.model_runner import ModelRunner, StepResult
 from tandem.runner.scheduled import SampledSeq, ScheduledSeq, accepted_length
 from tandem.types import (EngineRequest, EngineStats, FinishReason, RequestDelta,
@@ -46,10 +45,6 @@ log = logging.getLogger(__name__)
 
 # constrained rows up to which a step's grammar masks are filled on the engine thread
 _INLINE_MASK_ROWS = 8
-
-
-def _with_blocks(config: EngineConfig, num_blocks: int) -> EngineConfig:
-    return dataclasses.replace(config, cache=dataclasses.replace(config.cache, num_blocks=num_blocks))
 
 
 @dataclass
@@ -73,10 +68,13 @@ class SpecCounters:
 
 class Engine:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, tokenizer: Tokenizer,
-                 kv_cache: torch.Tensor | None = None, connector: KVConnector | None = None,
-                 proposer: Proposer | None = None, transport_address: str | None = None) -> None:
-        """`connector` moves KV between this worker and others (the handoff, a store);
-        `transport_address` is where this worker's blocks are served, when they are."""
+                 kv_cache: torch.Tensor, connector: KVConnector | None = None,
+                 proposer: Proposer | None = None, transport_address: str | None = None,
+                 events: KVEventLog | None = None) -> None:
+        """`kv_cache`: [num_blocks, *layout.block_shape]; `connector` moves KV between this worker
+        and others (the handoff, a store); `transport_address` is where this worker's blocks are
+        served, when they are; `events`: the log the KV cache reports to (a connector may report
+        there too). Engine.from_config assembles all of them from the config."""
         self.config = config
         if config.seed is not None:   # requests without a seed sample from torch's global generator
             torch.manual_seed(config.seed)
@@ -85,14 +83,11 @@ class Engine:
         self.layout = layout_of(loaded, config.cache)
         self.max_model_len = loaded.max_model_len
         device = torch.device(config.model.device)
-        if kv_cache is None:
-            budget = KVBudget(config, loaded.model, loaded.arch.vocab_size, loaded.max_model_len)
-            kv_cache = self.layout.allocate(budget.num_blocks(self.layout), device)
         self.num_blocks = kv_cache.shape[0]
         if self.num_blocks < 2:
             raise ValueError(f"the KV cache budget holds {self.num_blocks} blocks of "
                              f"{self.layout.block_nbytes} bytes; give it more memory")
-        self.events = KVEventLog()
+        self.events = events if events is not None else KVEventLog()
         self.kv = KVCacheManager(self.num_blocks, config.cache.block_size,
                                  config.cache.enable_prefix_caching, config.cache.hash_seed, self.events)
         self.connector = connector
@@ -108,54 +103,14 @@ class Engine:
         self.spec = SpecCounters()
 
     @classmethod
-    def from_config(cls, config: EngineConfig, loaded: LoadedModel | None = None) -> "Engine":
-        """Load the model (unless given: a parallel worker's rank 0 loads its shard) and the
-        tokenizer, allocate the KV cache, start the KV transport if any."""
-        if config.num_threads:
-            torch.set_num_threads(config.num_threads)
-        loaded = loaded if loaded is not None else load_model(config.model)
-        tokenizer = Tokenizer.from_dir(config.model.path, config.model.chat_template)
-        layout = layout_of(loaded, config.cache)
-        # the block count, fixed before a draft model sizes its own cache by it (SpecTarget.kv_tokens)
-        budget = KVBudget(config, loaded.model, loaded.arch.vocab_size, loaded.max_model_len)
-        has_draft = config.speculative is not None and bool(config.speculative.model)
-        config = _with_blocks(config, budget.num_blocks(layout, draft_to_come=has_draft))
-        proposer = None
-        if config.speculative is not None:
-            from tandem.spec.factory import make_proposer
-            from tandem.spec.target import SpecTarget
-
-            proposer = make_proposer(config.speculative, SpecTarget(config, loaded, tokenizer))
-            if has_draft:   # on a GPU its weights and cache now hold part of the share
-                config = _with_blocks(config, min(config.cache.num_blocks, budget.num_blocks(layout)))
-        kind = config.resolved_transport
-        if kind is None and not config.kv_store.enabled:
-            return cls(config, loaded, tokenizer, proposer=proposer)
-        num_blocks = config.cache.num_blocks
-        # the handoff first: a request carrying a KV handle pulls from its prefill worker
-        connectors, address = [], None
-        if kind is not None:
-            from tandem.transfer.factory import allocate_kv, make_transport  # only workers that hand KV over
-            from tandem.transfer.handoff import handoff_connector
-
-            kv_cache = allocate_kv(layout, num_blocks, kind, config.model.device, config.transfer)
-            transport = make_transport(kind, kv_cache, layout, config.transfer)
-            transport.source.start()
-            connectors.append(handoff_connector(transport, layout))
-            address = transport.source.address
-        else:
-            kv_cache = layout.allocate(num_blocks, config.model.device)
-        tiers = None
-        if config.kv_store.enabled:   # host memory, disk, Mooncake Store below the device
-            from tandem.kvstore.factory import tiered_connector_for
-
-            tiers = tiered_connector_for(config, loaded.model, loaded.arch.vocab_size, layout, kv_cache)
-            connectors.append(tiers)
-        engine = cls(config, loaded, tokenizer, kv_cache, connector_set(connectors), proposer,
-                     transport_address=address)
-        if tiers is not None:   # the store's new blocks become KV events for the gateway
-            tiers.worker.attach_events(engine.events)
-        return engine
+    def from_config(cls, config: EngineConfig, loaded: LoadedModel | None = None,
+                    kv: KVPlacement | None = None) -> "Engine":
+        """The engine `config` describes, assembled by tandem/engine/assembly.py: the model
+        (unless given: a parallel worker's rank 0 loads its shard), tokenizer, KV cache (where
+        `kv` places it; default: as the config says), its connectors, the proposer."""
+        p = assemble(config, loaded, kv)
+        return cls(p.config, p.loaded, p.tokenizer, p.kv_cache, p.connector, p.proposer,
+                   p.transport_address, p.events)
 
     # --- requests -----------------------------------------------------------------------
     def add_request(self, er: EngineRequest) -> None:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tandem.kv.block_hash import cache_keys
 from tandem.types import EngineRequest, FinishReason, KVHandle, RequestContext, SamplingParams, TokenLogprob
 
 
@@ -73,6 +74,11 @@ class Request:
     @property
     def cache_salt(self) -> str | None:
         return self.context.cache_salt
+
+    @property
+    def cache_keys(self) -> tuple:
+        """Its KV partition: the first block hash's extra keys (cache salt and tenant)."""
+        return cache_keys(self.context)
 
     @property
     def num_tokens(self) -> int:

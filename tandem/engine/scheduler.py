@@ -94,7 +94,7 @@ class Scheduler:
                 pass
         done = NOTHING_KEPT
         if self.connector is not None:
-            hashes = self.kv.block_hashes(request.request_id, request.all_token_ids, request.cache_salt)
+            hashes = self.kv.block_hashes(request.request_id, request.all_token_ids, request.cache_keys)
             done = self.connector.request_finished(request, self.kv.block_ids(request.request_id), hashes,
                                                    admitted=request.first_scheduled_time is not None)
         if done.keep_blocks:
@@ -113,7 +113,7 @@ class Scheduler:
         """The request's external KV arrived: it runs from the next step."""
         _, request.num_computed_tokens = self.loading.pop(request.request_id)
         self.kv.cache_computed(request.request_id, request.all_token_ids,
-                               request.num_computed_tokens, request.cache_salt)
+                               request.num_computed_tokens, request.cache_keys)
         request.status = RequestStatus.RUNNING
         self.running.append(request)
 
@@ -146,7 +146,7 @@ class Scheduler:
         blocks that only rejected proposals reached."""
         req = seq.request
         if seq.proposed and not req.finished:
-            self.kv.cache_computed(req.request_id, req.all_token_ids, req.num_computed_tokens, req.cache_salt)
+            self.kv.cache_computed(req.request_id, req.all_token_ids, req.num_computed_tokens, req.cache_keys)
             self.kv.truncate(req.request_id, req.num_tokens)
 
     # --- the step ---------------------------------------------------------------------
@@ -210,7 +210,7 @@ class Scheduler:
                 req = self.waiting[0]
                 # a prompt to be scored is computed whole: cached blocks have no logits
                 hit = NO_HIT if req.scores_prompt else \
-                    self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_salt)
+                    self.kv.lookup_prefix(req.request_id, req.all_token_ids, req.cache_keys)
                 # nor does KV from outside (a scored prompt is never offered to the connector)
                 match = None if self.connector is None or req.external_kv_failed or req.scores_prompt \
                     else self.connector.match(req, hit.num_tokens, self.kv.block_size)
@@ -256,7 +256,7 @@ class Scheduler:
         """Hashes of req's full prompt blocks past token `end` (none once its prompt is scheduled)."""
         if not self.kv.enable_caching or end >= req.num_prompt_tokens:
             return []
-        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)
+        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_keys)
         return hashes[end // self.kv.block_size:req.num_prompt_tokens // self.kv.block_size]
 
     def _continues_in_flight(self, req: Request, hit: PrefixHit, in_flight: set[int]) -> bool:
@@ -264,7 +264,7 @@ class Scheduler:
         waits for it (and hits it) instead of computing the shared prefix a second time."""
         if not in_flight:
             return False
-        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_salt)
+        hashes = self.kv.block_hashes(req.request_id, req.all_token_ids, req.cache_keys)
         first_missing = len(hit.blocks)
         return first_missing < len(hashes) and hashes[first_missing] in in_flight
 
@@ -334,7 +334,7 @@ class Scheduler:
         if req.scores_prompt:
             return req.num_tokens
         return req.num_tokens - self.kv.lookup_prefix(req.request_id, req.all_token_ids,
-                                                       req.cache_salt).num_tokens
+                                                       req.cache_keys).num_tokens
 
     def _request_cap(self, req: Request) -> int:
         """Largest prefill chunk of this request: a background prompt is computed in chunks of at
@@ -402,7 +402,7 @@ class Scheduler:
         own_end = req.num_computed_tokens + num_new - len(proposed)
         # the request's own tokens are cached now (their KV is written within this step, before any
         # attention reads it); proposals only once accepted
-        self.kv.cache_computed(req.request_id, req.all_token_ids, own_end, req.cache_salt)
+        self.kv.cache_computed(req.request_id, req.all_token_ids, own_end, req.cache_keys)
         return ScheduledSeq(req, num_new, sample=own_end == req.num_tokens, proposed=proposed)
 
     def _preempt(self, req: Request) -> None:

@@ -8,6 +8,8 @@ with the gateway's metrics added to /metrics, and
 - GET  /internal/workers                                 - the registry, for people and tests
 - GET  /internal/planner                                 - the planner's latest role switch (--slo-*);
   the gateway carries out those of self-registered workers (tandem/gateway/role_executor.py)
+/internal routes take only the cluster secret (tandem/api/auth.py); the gateway presents it on
+every call to its workers (its HTTP client sends it with each request).
 503 and 429 answers carry Retry-After. x-session-affinity reaches the routing policy inside each
 engine request's RequestContext (built by the server's routes, tandem.api.request_context).
 """
@@ -25,6 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tandem import cluster_secret
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.api.errors import openai_error_response
@@ -164,7 +167,9 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                               make_policy(config.prefill_policy) if config.prefill_policy else None,
                               make_policy(config.decode_policy) if config.decode_policy else None)
     router = Router(registry, index, tracker, policies, config.admission)
-    http = worker_http or HTTPClient(ClientConfig(connect_timeout_s=config.connect_timeout_s))
+    http = worker_http or HTTPClient(ClientConfig(
+        connect_timeout_s=config.connect_timeout_s,
+        headers=tuple(cluster_secret.headers(config.cluster_secret).items())))
     monitor = Monitor(registry, index, tracker, http)
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
@@ -187,12 +192,15 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
             await http.aclose()
 
     server_config = ServerConfig(served_model_name=config.served_model_name,
-                                 api_keys=config.api_keys, allowed_origins=config.allowed_origins,
+                                 api_keys=config.api_keys, cluster_secret=config.cluster_secret,
+                                 allowed_origins=config.allowed_origins,
+                                 share_prefix_cache=config.share_prefix_cache,
                                  host=config.host, port=config.port,
                                  sampling_defaults=config.sampling_defaults,
                                  tool_call_parser=config.tool_call_parser,
                                  reasoning_parser=config.reasoning_parser,
-                                 constrain_auto_tool_calls=config.constrain_auto_tool_calls)
+                                 constrain_auto_tool_calls=config.constrain_auto_tool_calls,
+                                 tool_call_guard=config.tool_call_guard)
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,

@@ -35,9 +35,14 @@ class GatewayConfig:
     tool_call_parser: str = "auto"     # as tandem serve's ServerConfig (tandem/turn/parser_setup.py)
     reasoning_parser: str | None = None
     constrain_auto_tool_calls: bool = True
+    tool_call_guard: bool = True
     host: str = "127.0.0.1"
     port: int = 8000
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = ()    # tenants' keys
+    # the cluster's credential (tandem/cluster_secret.py): the only one the gateway's /internal
+    # routes accept, and what it presents to every worker. Not in the repr.
+    cluster_secret: str | None = field(default=None, repr=False)
+    share_prefix_cache: bool = False   # as tandem serve's ServerConfig: tenants share cached prefixes
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)

@@ -67,7 +67,8 @@ class Monitor:
         role_seq = w.role_seq
         try:
             status, stats = await self._get_json(w.url, "/internal/stats")
-            failure = None if isinstance(stats, dict) else f"/internal/stats answered {status}"
+            failure = None if isinstance(stats, dict) else f"/internal/stats answered {status}" + (
+                " (the worker refused the gateway's cluster secret)" if status in (401, 403) else "")
         except (HTTPFailure, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             failure = str(exc)
         if failure is not None:

@@ -47,6 +47,7 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
+from tandem.kv.block_hash import cache_keys
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.placement import Placement, PlacementConfig, place
 from tandem.router.router import HashMemo, Route, Router
@@ -209,7 +210,7 @@ class _Flow:
     async def _colocated_pass(self, pool: str) -> AsyncIterator[RequestDelta]:
         """Whole requests on `pool`: "both", or a disaggregated pool while the other is down."""
         self.passes += 1
-        memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
+        memo = HashMemo(self.req.prompt_token_ids + self.sent, cache_keys(self.req.context))
         route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude))
         async with aclosing(self._whole_pass(route, pool)) as deltas:
             async for d in deltas:
@@ -240,7 +241,7 @@ class _Flow:
 
     async def _pd_pass(self) -> AsyncIterator[RequestDelta]:
         self.passes += 1
-        memo = HashMemo(self.req.prompt_token_ids + self.sent, self.req.cache_salt)
+        memo = HashMemo(self.req.prompt_token_ids + self.sent, cache_keys(self.req.context))
         exclude = frozenset(self.exclude)
         router = self.p.router
         # where to prefill: look at the decode and the prefill worker the router would pick

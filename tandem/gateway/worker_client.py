@@ -1,10 +1,11 @@
 """Calls to one worker's internal API, as typed values: EngineRequest in, RequestDelta out.
 
 `POST /internal/generate` (ndjson, one delta per line; docs/dev/contracts.md). Failures split in two:
-- the worker refused the request for a reason the caller caused (4xx other than 429): the
+- the worker refused the request for a reason the caller caused (4xx other than 401, 403, 429): the
   worker's own TandemError is re-raised with its status, type, code and param, so the client
   gets the same answer it would get from the worker;
-- the worker could not serve it (connection refused or reset, timeout, 5xx, 429/503, a stream
+- the worker could not serve it (connection refused or reset, timeout, 5xx, 429/503, 401/403 (it
+  refused the gateway's cluster secret: a misconfiguration, never the client's answer), a stream
   that breaks or ends without a final delta, a final delta with finish_reason=error):
   `WorkerFailed`, which the flow answers by retrying or migrating elsewhere.
 The HTTP layer is anything with `WorkerHTTP.stream` (tandem.http.client.HTTPClient in
@@ -21,7 +22,7 @@ from typing import Protocol
 import orjson
 
 from tandem.api.internal import wire
-from tandem.errors import TandemError
+from tandem.errors import PromptTooLong, TandemError
 from tandem.http.client import ConnectFailed, HTTPFailure, ResponseTimeout
 from tandem.types import EngineRequest, FinishReason, RequestDelta
 
@@ -62,10 +63,12 @@ class WorkerFailed(Exception):
 
 
 def error_from_body(status: int, body: bytes) -> TandemError:
-    """Rebuild the worker's TandemError from its OpenAI-style error JSON."""
+    """Rebuild the worker's TandemError from its OpenAI-style error JSON (a context overflow as
+    PromptTooLong, which each API's envelope words its own way)."""
     try:
         e = orjson.loads(body)["error"]
-        err = TandemError(str(e.get("message") or "request rejected by worker"), e.get("param"))
+        cls = PromptTooLong if e.get("code") == PromptTooLong.code else TandemError
+        err = cls(str(e.get("message") or "request rejected by worker"), e.get("param"))
         err.error_type = e.get("type") or err.error_type
         err.code = e.get("code")
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
@@ -82,6 +85,9 @@ async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest, pool: 
         async with http.stream("POST", url, GENERATE_PATH, body, read_timeout_s) as r:
             if r.status != 200:
                 data = await r.read()
+                if r.status in (401, 403):   # the gateway's credential, not the client's fault
+                    raise WorkerFailed(url, f"refused the gateway's cluster secret ({r.status}): "
+                                       f"its --cluster-secret differs", False, pool)
                 if 400 <= r.status < 500 and r.status != 429:
                     raise error_from_body(r.status, data)
                 raise WorkerFailed(url, f"answered {r.status}: {data[:200]!r}", False, pool)

@@ -3,6 +3,9 @@
 Proposals (the multi-token step) are checked and masked by advancing the state through them and
 rolling it back: `mask_rows` fills one bitmask row per position of a sequence (the row after
 proposals [:i]), `valid_prefix` cuts a draft at its first token the grammar rejects.
+
+A stop token ends the grammar (`terminated`). Only a request that ignores it (ignore_eos) goes on,
+and what follows is free: every token accepted, rows left unmasked.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ class RequestGrammar:
 
     def accept(self, token_id: int) -> bool:
         """Advance by a generated token; False (and no change) if the grammar forbids it."""
-        return self._matcher.accept_token(token_id)
+        return self._matcher.is_terminated() or self._matcher.accept_token(token_id)
 
     @property
     def terminated(self) -> bool:
@@ -30,6 +33,8 @@ class RequestGrammar:
 
     def valid_prefix(self, draft: Sequence[int]) -> int:
         """How many leading tokens of `draft` the grammar accepts (state unchanged after)."""
+        if self._matcher.is_terminated():
+            return len(draft)
         n = 0
         for token in draft:
             if not self._matcher.accept_token(token):
@@ -45,6 +50,8 @@ class RequestGrammar:
         """Fill rows first_row .. first_row + len(proposed) of `bitmask` ([R, ceil(V/32)] int32):
         row i allows the tokens that may follow proposals [:i]. Proposals were cut to the
         grammar's valid prefix beforehand (valid_prefix)."""
+        if self._matcher.is_terminated():
+            return   # past an ignored stop token: rows stay as allocated (every token allowed)
         self._matcher.fill_next_token_bitmask(bitmask, first_row)
         for i, token in enumerate(proposed):
             accepted = self._matcher.accept_token(token)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 
@@ -54,6 +54,8 @@ class ClientConfig:
     max_idle_per_origin: int = 256   # idle keep-alive connections kept per origin
     drain_timeout_s: float = 5.0     # expect_end(): how long the rest of the body may take
     stream_limit: int = 2 ** 22      # longest header block or body line accepted (bytes)
+    # sent with every request (before a call's own): the gateway's cluster secret to its workers
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @dataclass
@@ -194,6 +196,7 @@ class HTTPClient:
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}     # (scheme, host, port) -> idle
         self._draining: set[asyncio.Task] = set()
         self._tls: ssl.SSLContext | None = None                      # made at the first https URL
+        self._headers = "".join(f"{k}: {v}\r\n" for k, v in config.headers)
 
     def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
                read_timeout_s: float = 120.0,
@@ -208,7 +211,7 @@ class HTTPClient:
         """Send the request and read the response's head; the caller reads the body and must
         call `response.release()` (`stream()` does it)."""
         origin = self._origin(base_url)
-        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else ""
+        extra = self._headers + ("".join(f"{k}: {v}\r\n" for k, v in headers.items()) if headers else "")
         request = (f"{method} {origin.prefix}{path} HTTP/1.1\r\nHost: {origin.host_header}\r\n"
                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{extra}\r\n"
                    ).encode("latin-1") + body

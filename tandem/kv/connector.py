@@ -33,7 +33,7 @@ class KVRequest(Protocol):
 
     request_id: str
     all_token_ids: list[int]
-    cache_salt: str | None
+    cache_keys: tuple                    # its KV partition (tandem/kv/block_hash.py: cache_keys)
     kv_handle: KVHandle | None
     prefill_only: bool
     num_preemptions: int

@@ -36,21 +36,21 @@ class KVCacheManager:
         self.prefix_hits = 0     # tokens found
 
     # --- hashes -------------------------------------------------------------------
-    def block_hashes(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None) -> list[int]:
+    def block_hashes(self, request_id: str, token_ids: Sequence[int], extra_keys: tuple) -> list[int]:
         """Hashes of all full blocks of token_ids, extending what was hashed before."""
         hashes = self._hashes.setdefault(request_id, [])
         if len(hashes) < len(token_ids) // self.block_size:
             parent = hashes[-1] if hashes else None
-            hashes.extend(hash_request_blocks(token_ids, self.block_size, cache_salt,
+            hashes.extend(hash_request_blocks(token_ids, self.block_size, extra_keys,
                                               self.hash_seed, start=len(hashes), parent=parent))
         return hashes
 
     # --- admission ----------------------------------------------------------------
-    def lookup_prefix(self, request_id: str, token_ids: Sequence[int], cache_salt: str | None) -> PrefixHit:
+    def lookup_prefix(self, request_id: str, token_ids: Sequence[int], extra_keys: tuple) -> PrefixHit:
         """Longest run of cached blocks at the start of token_ids, leaving one token to compute."""
         if not self.enable_caching:
             return NO_HIT
-        hashes = self.block_hashes(request_id, token_ids, cache_salt)
+        hashes = self.block_hashes(request_id, token_ids, extra_keys)
         max_blocks = (len(token_ids) - 1) // self.block_size
         hits = self.pool.cached_prefix(hashes[:max_blocks])
         return PrefixHit(tuple(hits), len(hits) * self.block_size)
@@ -88,7 +88,7 @@ class KVCacheManager:
         return new + sum(1 for b in hit.blocks if b.ref_count == 0)
 
     def cache_computed(self, request_id: str, token_ids: Sequence[int], num_tokens: int,
-                       cache_salt: str | None) -> None:
+                       extra_keys: tuple) -> None:
         """Publish the full blocks among the first num_tokens tokens as cached prefixes.
 
         Call only once their KV is (or, within the same step, will be) written: the model
@@ -97,7 +97,7 @@ class KVCacheManager:
         if not self.enable_caching:
             return
         num_full = num_tokens // self.block_size
-        hashes = self.block_hashes(request_id, token_ids, cache_salt)[:num_full]
+        hashes = self.block_hashes(request_id, token_ids, extra_keys)[:num_full]
         self.pool.cache(self._blocks[request_id][:num_full], hashes)
 
     # --- release ------------------------------------------------------------------

@@ -86,7 +86,7 @@ class TieredScheduler(KVConnectorScheduler):
         hashes = self._hashes.setdefault(req.request_id, [])
         tokens = req.all_token_ids
         if len(hashes) < len(tokens) // self.block_size:
-            hashes.extend(hash_request_blocks(tokens, self.block_size, req.cache_salt, self.hash_seed,
+            hashes.extend(hash_request_blocks(tokens, self.block_size, req.cache_keys, self.hash_seed,
                                               start=len(hashes), parent=hashes[-1] if hashes else None))
         return hashes
 
@@ -99,7 +99,7 @@ class TieredScheduler(KVConnectorScheduler):
         last = (len(req.all_token_ids) - 1) // block_size   # the last token is always computed
         if first >= last:
             return None
-        keys = self.keyspace.keys(self._block_hashes(req)[first:last], req.cache_salt)
+        keys = self.keyspace.keys(self._block_hashes(req)[first:last], req.cache_keys)
         tiers = self.stack.locate(keys)
         if req.request_id not in self._queried:
             self._queried.add(req.request_id)
@@ -128,7 +128,7 @@ class TieredScheduler(KVConnectorScheduler):
         if not admitted or req.finish_reason is FinishReason.ERROR:
             return NOTHING_KEPT   # never computed, or computed by a step that failed
         num_full = min(req.num_computed_tokens // self.block_size, len(block_hashes), len(block_ids))
-        keys = self.keyspace.keys(block_hashes[:num_full], req.cache_salt)
+        keys = self.keyspace.keys(block_hashes[:num_full], req.cache_keys)
         todo = [i for i, key in enumerate(keys) if self.stack.needs_saving(key)]
         if not todo:
             return NOTHING_KEPT
@@ -148,7 +148,7 @@ class TieredWorker(KVConnectorWorker):
         self.book = book
         self.config = config
         self.block_size = block_size
-        self.events: KVEventLog | None = None   # set once the engine exists (Engine.from_config)
+        self.events: KVEventLog | None = None   # the engine's, set by its assembly (tandem/engine/assembly.py)
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvstore-load")
         self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvstore-save")
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="kvstore-write")

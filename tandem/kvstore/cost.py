@@ -21,6 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
+
 # first guesses, replaced by measurements: bytes per second and seconds per call (of ~8 blocks)
 _GUESS = {"host": (4e9, 1e-5), "disk": (1e9, 1e-4), "store": (0.5e9, 5e-4)}
 _GUESS_BLOCKS_PER_CALL = 8
@@ -78,7 +80,6 @@ def measure_prefill(model: torch.nn.Module, kv_cache: torch.Tensor, block_size: 
     """Seconds per token of one prefill chunk of `num_tokens` tokens at the start of a sequence,
     on this engine's model (the second of two runs: the first pays one-time costs). Writes KV
     into the first blocks of `kv_cache` and zeroes them again: call before serving starts."""
-    from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
     num_blocks = -(-num_tokens // block_size)
     device = kv_cache.device

@@ -27,8 +27,9 @@ from pathlib import Path
 
 import torch
 
+from tandem.config import EngineConfig
 from tandem.kvstore.frame import HEADER_BYTES, CorruptValue, check_frame, header
-from tandem.kvstore.tier import Tier
+from tandem.kvstore.tier import Tier, TierContext
 
 log = logging.getLogger(__name__)
 
@@ -201,3 +202,11 @@ def _unlink(path) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def disk_tier(config: EngineConfig, ctx: TierContext) -> DiskTier | None:
+    """--kv-disk-dir DIR (tandem/kvstore/registry.py)."""
+    cfg = config.kv_store
+    if not cfg.disk_dir:
+        return None
+    return DiskTier(cfg.disk_dir, cfg.disk_bytes, ctx.space, ctx.block_nbytes, cfg.retry_s)

@@ -12,8 +12,9 @@ from tandem.kv.layout import KVLayout
 from tandem.kvstore.connector import tiered_connector
 from tandem.kvstore.cost import CostModel, measure_prefill
 from tandem.kvstore.keys import KeySpace
+from tandem.kvstore.registry import TIERS
 from tandem.kvstore.stack import TierStack
-from tandem.kvstore.tier import Tier
+from tandem.kvstore.tier import TierContext
 
 log = logging.getLogger(__name__)
 
@@ -21,25 +22,10 @@ _CALIBRATION_TOKENS = 128
 
 
 def make_tiers(config: EngineConfig, layout: KVLayout, keyspace: KeySpace, on_cuda: bool) -> TierStack:
-    cfg = config.kv_store
-    nb = layout.block_nbytes
-    tiers: list[Tier] = []
-    if cfg.host_bytes:
-        from tandem.kvstore.host import HostTier
-
-        tiers.append(HostTier(cfg.host_bytes, nb, pin_memory=on_cuda))
-    if cfg.disk_dir:
-        from tandem.kvstore.disk import DiskTier
-
-        tiers.append(DiskTier(cfg.disk_dir, cfg.disk_bytes, keyspace.space, nb, cfg.retry_s))
-    if cfg.store_url:
-        from tandem.kvstore.mooncake_store import MooncakeStoreTier
-
-        t = config.transfer
-        tiers.append(MooncakeStoreTier(cfg.store_url, cfg.store_segment_bytes, nb, cfg.batch_blocks,
-                                       t.mooncake_bind_address, cfg.retry_s, protocol=t.mooncake_protocol,
-                                       device=t.mooncake_device))
-    return TierStack(tiers)
+    """The tiers the config asks for (registry.py), in the table's order."""
+    ctx = TierContext(layout.block_nbytes, keyspace.space, on_cuda)
+    tiers = (make(config, ctx) for make in TIERS.values())
+    return TierStack([tier for tier in tiers if tier is not None])
 
 
 def tiered_connector_for(config: EngineConfig, model: torch.nn.Module, vocab_size: int, layout: KVLayout,

@@ -13,7 +13,8 @@ import threading
 
 import torch
 
-from tandem.kvstore.tier import Tier
+from tandem.config import EngineConfig
+from tandem.kvstore.tier import Tier, TierContext
 
 
 class HostTier(Tier):
@@ -90,3 +91,9 @@ class HostTier(Tier):
                 slot = self._slots.pop(key, None)
                 if slot is not None:
                     self._free.append(slot)
+
+
+def host_tier(config: EngineConfig, ctx: TierContext) -> HostTier | None:
+    """--kv-host-memory SIZE (tandem/kvstore/registry.py)."""
+    cfg = config.kv_store
+    return HostTier(cfg.host_bytes, ctx.block_nbytes, pin_memory=ctx.on_cuda) if cfg.host_bytes else None

@@ -28,8 +28,9 @@ from urllib.parse import urlparse
 
 import torch
 
+from tandem.config import EngineConfig
 from tandem.kvstore.frame import HEADER_BYTES, CorruptValue, check_frame, write_frame
-from tandem.kvstore.tier import Tier
+from tandem.kvstore.tier import Tier, TierContext
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class MooncakeStoreTier(Tier):
             self._connect_later(self._retry_s)
             return
         os.environ["MC_TCP_BIND_ADDRESS"] = self._local_address   # read by the native library
-        try:
+        try:   # lazy: an optional native wheel, only workers given --kv-store load it
             from mooncake.store import MooncakeDistributedStore
         except ImportError as exc:
             log.error("--kv-store needs the wheel mooncake-transfer-engine-non-cuda (CPU) or "
@@ -237,3 +238,14 @@ class MooncakeStoreTier(Tier):
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+
+def store_tier(config: EngineConfig, ctx: TierContext) -> MooncakeStoreTier | None:
+    """--kv-store mooncake://HOST:PORT (tandem/kvstore/registry.py); Mooncake's transport settings
+    are the handoff's (TransferConfig)."""
+    cfg, t = config.kv_store, config.transfer
+    if not cfg.store_url:
+        return None
+    return MooncakeStoreTier(cfg.store_url, cfg.store_segment_bytes, ctx.block_nbytes, cfg.batch_blocks,
+                             t.mooncake_bind_address, cfg.retry_s, protocol=t.mooncake_protocol,
+                             device=t.mooncake_device)

@@ -1,4 +1,5 @@
-"""The tiers of one worker, fastest first (host, disk, store), seen as one place to look up.
+"""The tiers of one worker, fastest first (the table's order: registry.py), seen as one place to
+look up.
 
 A block may sit in several tiers (writes go through all of them); it is loaded from the fastest
 that holds it. `locate` answers, for the blocks after a request's device hit, the longest run
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 
 from tandem.kvstore.tier import Tier
 
-TIER_NAMES = ("host", "disk", "store")
 _KNOWN_LIMIT = 1 << 16
 
 
@@ -43,8 +43,8 @@ class LoadPlan:
 
 class TierStack:
     def __init__(self, tiers: Sequence[Tier]) -> None:
-        order = {name: i for i, name in enumerate(TIER_NAMES)}
-        self.tiers = sorted(tiers, key=lambda t: order[t.name])
+        """`tiers`: fastest first."""
+        self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         assert len(self.by_name) == len(self.tiers), "one tier of each kind"
         # keys the store is known to hold (written or found): a finishing request's blocks

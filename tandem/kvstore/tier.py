@@ -17,6 +17,16 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+@dataclass(frozen=True)
+class TierContext:
+    """What a tier's factory (tandem/kvstore/registry.py) knows of the engine it serves,
+    besides the EngineConfig."""
+
+    block_nbytes: int   # bytes of one device KV block: every tier moves whole blocks
+    space: str          # the key space (model, layout, hash seed: keys.py) this engine's keys are in
+    on_cuda: bool       # the device cache is on CUDA (host memory is then pinned)
+
+
 COUNTERS = ("queries", "hits", "read_bytes", "write_bytes", "read_seconds", "write_seconds",
             "reads", "writes", "corrupt", "errors", "skipped", "evicted")
 

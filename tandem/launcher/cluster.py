@@ -6,12 +6,18 @@ Children run in their own process group so a terminal Ctrl-C reaches only this s
 which then stops them in order (SIGTERM, then SIGKILL after a grace period). On Linux each child
 also gets SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so nothing outlives it. Once the
 cluster is ready, a child that dies is restarted with backoff (tandem/launcher/supervisor.py).
+
+The cluster secret (tandem/cluster_secret.py): `tandem up` generates one per run unless it was
+given one, hands it to every child in its environment (TANDEM_CLUSTER_SECRET: not on the command
+line, where `ps` shows it), and presents it itself in its readiness probe and role switches. A
+child that refuses it (a --gateway-arg or --worker-arg gave it another) stops the start at once.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -23,6 +29,7 @@ from pathlib import Path
 
 import httpx
 
+from tandem import cluster_secret
 from tandem.kvstore.master import start_master
 from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
@@ -51,6 +58,8 @@ class ClusterSpec:
     # mooncake_master on 127.0.0.1 with free ports and stops it) or mooncake://HOST:PORT
     kv_store: str | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
+    # the credential of /internal routes, for every child; None: run_cluster generates one
+    cluster_secret: str | None = field(default=None, repr=False)
 
 
 def plan_cores(cores: list[int], n: int) -> list[tuple[int, ...]]:
@@ -141,11 +150,17 @@ class LocalCluster:
     procs: list[ProcSpec]
     env: dict[str, str] | None = None
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # every child's TANDEM_CLUSTER_SECRET, and what the probes present; None: children get none
+    # (not even one this process inherited), their /internal routes stay open
+    cluster_secret: str | None = field(default=None, repr=False)
 
     def start(self, name: str | None = None) -> None:
         """Start every process (or one by name) that is not running."""
-        env = self.env or dict(os.environ)
+        env = dict(self.env or os.environ)
         env.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
+        env.pop(cluster_secret.ENV_VAR, None)
+        if self.cluster_secret is not None:
+            env[cluster_secret.ENV_VAR] = self.cluster_secret
         for p in self.procs:
             if (name is None or p.name == name) and p.name not in self.running:
                 self.running[p.name] = subprocess.Popen(
@@ -155,19 +170,31 @@ class LocalCluster:
     def spec(self, name: str) -> ProcSpec:
         return next(p for p in self.procs if p.name == name)
 
+    def http_client(self, timeout_s: float = 2.0) -> httpx.Client:
+        """A client presenting the cluster secret, for the children's /internal routes."""
+        return httpx.Client(timeout=timeout_s, headers=cluster_secret.headers(self.cluster_secret))
+
     def wait_ready(self, timeout_s: float) -> None:
-        """Every worker's /health answers 200, then the gateway sees them all healthy."""
+        """Every worker's /health answers 200 and its /internal/stats takes the cluster secret,
+        then the gateway (its /internal/workers) sees them all healthy. RuntimeError at once
+        when a child refuses the secret (401/403): waiting would not change that."""
         deadline = time.monotonic() + timeout_s
-        with httpx.Client(timeout=2.0) as client:
+        with self.http_client() as client:
             for p in self.procs:
-                path = "/internal/workers" if p.role is None else "/health"
-                while True:
+                paths = ["/internal/workers"] if p.role is None else ["/health", "/internal/stats"]
+                while paths:
                     self.check_alive()
                     try:
-                        r = client.get(p.url + path)
+                        r = client.get(p.url + paths[0])
+                        if r.status_code in (401, 403):
+                            raise RuntimeError(
+                                f"{p.name} ({p.url}) refused this cluster's secret on {paths[0]} "
+                                f"({r.status_code}): a --gateway-arg or --worker-arg gave it "
+                                "another --cluster-secret; give tandem up the secret instead")
                         if r.status_code == 200 and (p.role is not None or all(
                                 w["healthy"] for w in r.json()["workers"])):
-                            break
+                            paths.pop(0)
+                            continue
                     except httpx.HTTPError:
                         pass
                     if time.monotonic() > deadline:
@@ -218,7 +245,6 @@ def start_kv_store(spec: ClusterSpec):
     gets `--kv-store=URL`. Returns the spec to plan and the master to stop last (or None)."""
     master = None
     if spec.kv_store == "auto":
-
         master = start_master("127.0.0.1")
         print(f"tandem up: mooncake_master at {master.url}", flush=True)
     url = master.url if master is not None else spec.kv_store
@@ -227,16 +253,19 @@ def start_kv_store(spec: ClusterSpec):
     return spec, master
 
 
-def curl_line(url: str, model_name: str) -> str:
+def curl_line(url: str, model_name: str, keyed: bool = False) -> str:
+    """`keyed`: the gateway wants an API key (the line names $API_KEY rather than print one)."""
     body = ('{"model": "%s", "messages": [{"role": "user", "content": "Hello!"}], '
             '"max_tokens": 32}' % model_name)
-    return f"curl {url}/v1/chat/completions -H 'Content-Type: application/json' -d '{body}'"
+    auth = ' -H "Authorization: Bearer $API_KEY"' if keyed else ""
+    return f"curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
 
 
 def run_cluster(spec: ClusterSpec) -> int:
     """`tandem up`: start, wait until ready, print a curl line, run until Ctrl-C or a child dies."""
     spec, master = start_kv_store(spec)
-    cluster = LocalCluster(plan(spec))
+    secret = spec.cluster_secret or secrets.token_urlsafe(32)   # a new one for each run
+    cluster = LocalCluster(plan(spec), cluster_secret=secret)
     stopping = False
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -263,11 +292,12 @@ def run_cluster(spec: ClusterSpec) -> int:
         if ready and not stopping:
             name = Path(spec.model).resolve().name
             gw = cluster.spec("gateway").url
+            keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in spec.gateway_args)
             print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
-                  f"  {curl_line(gw, name)}\n", flush=True)
+                  f"  {curl_line(gw, name, keyed)}\n", flush=True)
         say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
         supervisor = Supervisor(cluster, [p.name for p in cluster.procs], spec.restart, log=say)
-        with httpx.Client(timeout=2.0) as http:
+        with cluster.http_client() as http:
             switcher = RoleSwitcher(cluster, cluster.spec("gateway").url,
                                     lambda url: http.get(url).raise_for_status().json(),
                                     lambda url, body: http.post(url, json=body).raise_for_status().json(),

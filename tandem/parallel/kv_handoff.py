@@ -21,55 +21,53 @@ the GPUs have no peer access); the shm transport needs host memory, tcp serves b
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from tandem.config import EngineConfig
-from tandem.engine.engine import Engine
+from tandem.engine.kv_placement import EngineKV
+from tandem.kv.layout import KVLayout
 from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
 from tandem.parallel.group import RankGroup
 from tandem.parallel.messages import CacheInit, broadcast
 from tandem.parallel.rank_kv import allocate_rank_cache, map_rank_kv, rank_cache_ref, rank_shard
-from tandem.tokenization.tokenizer import Tokenizer
+from tandem.transfer.factory import make_sharded_transport
 from tandem.transfer.shards import ShardedKV
 
 
-def handoff_engine(config: EngineConfig, loaded: LoadedModel, g: RankGroup, kind: str) -> Engine:
-    """Rank 0's engine with the KV handoff over every rank's cache; tells the ranks to allocate theirs."""
-    if g.device.type != "cpu" and kind != "tcp":
-        raise ValueError(f"a parallel worker on {g.device.type} hands KV over with --kv-transport tcp, "
-                         f"not {kind} (its caches are not in host memory)")
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    arch = loaded.model.arch                                  # the whole model's, not this rank's
-    local = layout_of(loaded, config.cache)
-    whole = layout_of(dataclasses.replace(loaded, arch=arch), config.cache)
-    # parallel_engine sets kv_cache_bytes when neither it nor num_blocks was given
-    num_blocks = config.cache.num_blocks or config.cache.kv_cache_bytes // local.block_nbytes
-    shm_dir = config.transfer.shm_dir
-    own = allocate_rank_cache(local, num_blocks, g.device, shm_dir)
-    broadcast(CacheInit(num_blocks, local.block_size, local.dtype, handoff=True, shm_dir=shm_dir))
-    refs: list = [None] * g.cfg.world_size
-    dist.gather_object(rank_cache_ref(own, shm_dir), refs, dst=0)
-    parts = []
-    for rank, ref in enumerate(refs):
-        shard = rank_shard(arch, g.cfg, rank)
-        parts.append((shard, own if rank == 0 else map_rank_kv(ref, shard.layout(whole), num_blocks)))
-    kv = ShardedKV(whole, tuple(parts))
+@dataclass(frozen=True)
+class ParallelKV:
+    """Rank 0's KV placement (tandem/engine/kv_placement.py): tells the other ranks to allocate
+    theirs (the CacheInit broadcast); with a transport `kind`, maps them all for the handoff."""
 
-    from tandem.transfer.factory import make_sharded_transport
-    from tandem.transfer.handoff import handoff_connector
+    g: RankGroup
+    kind: str | None   # the KV transport; None: no handoff, each rank's cache stays its own
 
-    transport = make_sharded_transport(kind, kv, config.transfer)
-    transport.source.start()
-    tokenizer = Tokenizer.from_dir(config.model.path, config.model.chat_template)
-    proposer = None
-    if config.speculative is not None:
-        from tandem.spec.factory import make_proposer
-        from tandem.spec.target import SpecTarget
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.g.device.type != "cpu" and self.kind != "tcp":
+            raise ValueError(f"a parallel worker on {self.g.device.type} hands KV over with --kv-transport "
+                             f"tcp, not {self.kind} (its caches are not in host memory)")
 
-        proposer = make_proposer(config.speculative, SpecTarget(config, loaded, tokenizer))
-    return Engine(config, loaded, tokenizer, own,
-                  handoff_connector(transport, whole), proposer, transport_address=transport.source.address)
+    def allocate(self, config: EngineConfig, loaded: LoadedModel, layout: KVLayout,
+                 num_blocks: int) -> EngineKV:
+        """`layout`: rank 0's share of each block (its layers and KV heads)."""
+        if self.kind is None:
+            cache = layout.allocate(num_blocks, config.model.device)
+            broadcast(CacheInit(num_blocks, layout.block_size, layout.dtype))
+            return EngineKV(cache)
+        g = self.g
+        arch = loaded.model.arch                                  # the whole model's, not this rank's
+        whole = layout_of(dataclasses.replace(loaded, arch=arch), config.cache)
+        shm_dir = config.transfer.shm_dir
+        own = allocate_rank_cache(layout, num_blocks, g.device, shm_dir)
+        broadcast(CacheInit(num_blocks, layout.block_size, layout.dtype, handoff=True, shm_dir=shm_dir))
+        refs: list = [None] * g.cfg.world_size
+        dist.gather_object(rank_cache_ref(own, shm_dir), refs, dst=0)
+        parts = []
+        for rank, ref in enumerate(refs):
+            shard = rank_shard(arch, g.cfg, rank)
+            parts.append((shard, own if rank == 0 else map_rank_kv(ref, shard.layout(whole), num_blocks)))
+        kv = ShardedKV(whole, tuple(parts))
+        return EngineKV(own, make_sharded_transport(self.kind, kv, config.transfer), whole)

@@ -25,8 +25,7 @@ from tandem.config import CPU_KV_CACHE_BYTES, EngineConfig
 from tandem.engine.engine import Engine
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.group import close_group, init_group
-from tandem.parallel.kv_handoff import handoff_engine
-from tandem.parallel.messages import CacheInit, broadcast
+from tandem.parallel.kv_handoff import ParallelKV
 from tandem.parallel.rank_model import load_rank_model
 from tandem.parallel.runner import ParallelRunner
 from tandem.parallel.worker import worker_main
@@ -74,12 +73,8 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     try:
         g = init_group(pcfg, 0, port, device)
         loaded = load_rank_model(config.model, g)
-        kind = config.resolved_transport
-        if kind is None:   # as one process (the proposer); the cache has rank 0's shapes
-            engine = Engine.from_config(config, loaded)
-            broadcast(CacheInit(engine.num_blocks, engine.layout.block_size, engine.layout.dtype))
-        else:              # the handoff reads and writes every rank's cache
-            engine = handoff_engine(config, loaded, g, kind)
+        # the cache has rank 0's shapes; with a transport, the handoff reads and writes every rank's
+        engine = Engine.from_config(config, loaded, ParallelKV(g, config.resolved_transport))
     except BaseException:
         for p in procs:
             p.kill()

@@ -1,5 +1,5 @@
 """Reads one JSON call object, `{"name": "f", "arguments": {...}}`, out of a ToolStream's buffer
-(used by the hermes, llama3_json and mistral formats).
+(used by the hermes, llama3_json and mistral formats, and forced_json.py's list).
 
 - Keys in any order. `name` must be a non-empty string. The arguments are under `arguments` (or
   `parameters`, as Llama writes them); `type` and `id` are read and ignored. Any other key before the
@@ -167,3 +167,44 @@ class JsonCallReader:
                 self._held, self._args_ready = ["{}"], True
             self._maybe_commit()
         return self._on_done()
+
+
+class JsonCallList:
+    """Mixin of a ToolStream: the JSON list of call objects `[{...}, {...}]` (mistral before v11,
+    the forced calls of json_list.py), read from just after its `[`. The list ends at `]`, or
+    at anything but `,` after a call, which is then content."""
+
+    def _array_item(self) -> bool:
+        j = self._skip_ws()
+        if j is None:
+            return self._stop("") if self._final else False
+        if self._buf[j] == "]":
+            self._pos = j + 1
+            return self._call_done()
+        if self._block is None:
+            self._block = j
+        self._pos = j
+        self._state = JsonCallReader(self, self._array_next).step
+        return True
+
+    def _array_next(self) -> bool:
+        self._state = self._array_sep
+        return True
+
+    def _array_sep(self) -> bool:
+        j = self._skip_ws()
+        if j is None:
+            if not self._final:
+                return False
+            self._pos = len(self._buf)
+            return self._call_done()
+        c = self._buf[j]
+        if c == ",":
+            self._pos = j + 1
+            self._state = self._array_item
+        elif c == "]":
+            self._pos = j + 1
+            return self._call_done()
+        else:
+            return self._call_done()
+        return True

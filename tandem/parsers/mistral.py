@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from tandem.parsers.events import random_mistral_id
-from tandem.parsers.json_call import JsonCallReader
+from tandem.parsers.json_call import JsonCallList
 from tandem.parsers.tool_stream import ToolParser, ToolStream
 
 BOT, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -25,7 +25,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _ID = re.compile(r"[A-Za-z0-9_\-]+")
 
 
-class MistralStream(ToolStream):
+class MistralStream(JsonCallList, ToolStream):
     call_markers = (BOT,)
     extra_markers = (ARGS, CALL_ID)
 
@@ -81,42 +81,6 @@ class MistralStream(ToolStream):
         self._commit(m.group(), call_id)
         self._pos = k
         return self._stream_args()
-
-    # -- before v11: [{...}, {...}] -------------------------------------------------------------
-    def _array_item(self) -> bool:
-        j = self._skip_ws()
-        if j is None:
-            return self._stop("") if self._final else False
-        if self._buf[j] == "]":
-            self._pos = j + 1
-            return self._call_done()
-        if self._block is None:
-            self._block = j
-        self._pos = j
-        self._state = JsonCallReader(self, self._array_next).step
-        return True
-
-    def _array_next(self) -> bool:
-        self._state = self._array_sep
-        return True
-
-    def _array_sep(self) -> bool:
-        j = self._skip_ws()
-        if j is None:
-            if not self._final:
-                return False
-            self._pos = len(self._buf)
-            return self._call_done()
-        c = self._buf[j]
-        if c == ",":
-            self._pos = j + 1
-            self._state = self._array_item
-        elif c == "]":
-            self._pos = j + 1
-            return self._call_done()
-        else:
-            return self._call_done()
-        return True
 
 
 MISTRAL = ToolParser("mistral", MistralStream, requires_special_tokens=True, default_id=random_mistral_id)

@@ -14,8 +14,9 @@ Fed by the workers' KV events. Contract (worker side: `tandem.kv.events.KVEventL
 - Block hashes are `tandem.kv.block_hash` values (unsigned 64-bit), sent as decimal strings
   (ints are accepted too). A `stored` hash is reusable by a request; `removed` means evicted.
 
-The gateway hashes a prompt with the same function, seed, block size and cache salt, and
-`match` tells, per worker, how many *leading* blocks of that chain it holds.
+The gateway hashes a prompt with the same function, seed, block size and KV partition (the
+request's cache salt and tenant: tandem/kv/block_hash.py `cache_keys`), and `match` tells, per
+worker, how many *leading* blocks of that chain it holds: another tenant's blocks never match.
 
 The shared KV store (tandem/kvstore: Mooncake Store, which every worker of the cluster can load
 from) is one more holder, the pseudo-worker `STORE` ("store"): workers report the blocks they put

@@ -65,16 +65,18 @@ class Route:
 
 @dataclass
 class HashMemo:
-    """Block hashes of one token sequence, per (block size, seed), computed once per request."""
+    """Block hashes of one token sequence, per (block size, seed), computed once per request.
+    `extra_keys`: the request's KV partition (tandem/kv/block_hash.py: cache_keys of its
+    context), so the gateway's hashes equal the ones its workers report."""
 
     token_ids: Sequence[int]
-    cache_salt: str | None
+    extra_keys: tuple
     _memo: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def get(self, block_size: int, seed: int) -> list[int]:
         key = (block_size, seed)
         if key not in self._memo:
-            self._memo[key] = hash_request_blocks(self.token_ids, block_size, self.cache_salt, seed)
+            self._memo[key] = hash_request_blocks(self.token_ids, block_size, self.extra_keys, seed)
         return self._memo[key]
 
 

@@ -20,6 +20,7 @@ import torch
 
 from tandem.config import CPU_KV_CACHE_BYTES, EngineConfig
 from tandem.kv.layout import KVLayout
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
 _GIB = 2**30
 
@@ -45,7 +46,6 @@ def activation_peak(model: torch.nn.Module, layout: KVLayout, num_tokens: int, v
                     device: torch.device) -> int:
     """Bytes a forward of one `num_tokens`-token prompt chunk allocates beyond what is held before
     it (its scratch cache included), on a CUDA device."""
-    from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 
     num_blocks = -(-num_tokens // layout.block_size)
     torch.cuda.synchronize(device)

@@ -37,7 +37,6 @@ class TraceTokens:
 
     def __init__(self, req: SimRequest, block_size: int) -> None:
         self.token_ids = range(req.prompt_tokens)
-        self.cache_salt = None
         self.block_size = block_size
         self._hashes = list(req.full_blocks(block_size))
 

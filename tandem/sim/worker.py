@@ -172,7 +172,7 @@ class SimWorker:
             hit = self.cache.match(hashes)
             total_blocks = -(-(job.prompt + job.outputs) // bs)
             if total_blocks > self.cache.capacity:
-                self.waiting.pop(0)   # can never fit: an explicit error, as the engine's 413
+                self.waiting.pop(0)   # can never fit: an explicit error, as the engine's context_length_exceeded
                 job.req.rejected = "context larger than the worker's KV cache"
                 job.on_done(job, self.loop.now)
                 continue

@@ -10,11 +10,11 @@ those agree with `fed` (`valid`), and the rest is recomputed (a rejected draft's
 overwritten). Blocks come from tandem/spec/proposer_kv.py's pool, sized by the caller; they
 return to it when the request leaves (`free`).
 
-Prefix caching (the draft's own, by the chained block hashes of the request's tokens and cache
-salt): a new request takes the cached blocks of its leading full blocks (`adopt`), so a system
-prompt and tool list that every turn resends is computed by the draft once, not once per
-request; full blocks of a request's own tokens are cached once the draft holds them
-(`publish`). A cached block is never written again: a request only rewrites positions from its
+Prefix caching (the draft's own, by the chained block hashes of the request's tokens and KV
+partition, its cache salt and tenant, as the target's: tandem/kv/block_hash.py): a new request
+takes the cached blocks of its leading full blocks (`adopt`), so a system prompt and tool list
+that every turn resends is computed by the draft once, not once per request; full blocks of a
+request's own tokens are cached once the draft holds them (`publish`). A cached block is never written again: a request only rewrites positions from its
 `valid` on, which is never below what it adopted or published.
 """
 
@@ -58,19 +58,19 @@ class DraftCache(ProposerKV[DraftSeq]):
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size, lambda request: DraftSeq())
 
-    def _hashes(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> list[int]:
+    def _hashes(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> list[int]:
         n = len(tokens) // self.block_size
         if len(seq.hashes) < n:
-            seq.hashes += hash_request_blocks(tokens, self.block_size, cache_salt, start=len(seq.hashes),
+            seq.hashes += hash_request_blocks(tokens, self.block_size, extra_keys, start=len(seq.hashes),
                                               parent=seq.hashes[-1] if seq.hashes else None)
         return seq.hashes
 
-    def adopt(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> None:
+    def adopt(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> None:
         """A request the draft has not seen: take the cached blocks of its leading full blocks,
         short of its last token (whose row must go through the draft to give a first draft)."""
         if seq.blocks:
             return
-        leading = self._hashes(seq, tokens, cache_salt)[:(len(tokens) - 1) // self.block_size]
+        leading = self._hashes(seq, tokens, extra_keys)[:(len(tokens) - 1) // self.block_size]
         hit = self.pool.cached_prefix(leading)
         if hit:
             self.pool.touch(hit)
@@ -78,10 +78,10 @@ class DraftCache(ProposerKV[DraftSeq]):
             seq.computed = seq.base = len(hit) * self.block_size
             seq.num_published = len(hit)
 
-    def publish(self, seq: DraftSeq, tokens: list[int], cache_salt: str | None) -> None:
+    def publish(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> None:
         """Cache the full blocks of the request's own tokens whose K/V the draft now holds."""
         full = min(seq.computed, seq.base, len(tokens)) // self.block_size
         if full > seq.num_published:
-            hashes = self._hashes(seq, tokens, cache_salt)
+            hashes = self._hashes(seq, tokens, extra_keys)
             self.pool.cache(seq.blocks[seq.num_published:full], hashes[seq.num_published:full])
             seq.num_published = full

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem.config import SpeculativeConfig
 from tandem.errors import ModelLoadError
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
@@ -105,7 +106,7 @@ class DraftModelProposer:
             if k <= 0 or budget <= 0 or n + k > self.max_len:
                 continue
             seq = self.cache.seq(req)
-            self.cache.adopt(seq, tokens, req.cache_salt)   # a new request: its cached leading blocks
+            self.cache.adopt(seq, tokens, req.cache_keys)   # a new request: its cached leading blocks
             valid = min(seq.valid(tokens), n - 1)   # the last token always goes through: its row drafts
             todo = tokens[valid:valid + budget]
             caught_up = valid + len(todo) == n
@@ -121,7 +122,7 @@ class DraftModelProposer:
             return drafts
         rows = self._forward(catchup, [seq for _, seq, _ in drafting])
         for (seq, _, _), req in zip(catchup, catchup_requests):   # its own full blocks, now
-            self.cache.publish(seq, req.all_token_ids, req.cache_salt)   # computed, serve later requests
+            self.cache.publish(seq, req.all_token_ids, req.cache_keys)   # computed, serve later requests
         live = []
         for (i, seq, _), token in zip(drafting, rows):
             drafts[i].append(token)
@@ -175,3 +176,9 @@ class DraftModelProposer:
         rows = torch.tensor([last_row[id(seq)] for seq in sampled], dtype=torch.long).to(dev)
         logits = self.loaded.model.compute_logits(hidden.index_select(0, rows))           # [S, V]
         return logits[:, :self.vocab].argmax(dim=-1).tolist()
+
+
+def build(cfg: SpeculativeConfig, target: SpecTarget | None) -> DraftModelProposer:
+    """{"method": "draft_model", "model": DIR} (tandem/spec/registry.py; make_proposer passes the target)."""
+    assert target is not None and cfg.model
+    return DraftModelProposer(cfg.num_speculative_tokens, cfg.model, target)

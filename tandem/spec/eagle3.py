@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tandem.config import SpeculativeConfig
 from tandem.kv.layout import KVLayout
 from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
@@ -212,3 +213,10 @@ class Eagle3Proposer:
     def _draft(self, out: torch.Tensor) -> list[int]:
         logits = self.target.compute_logits(self.head.norm(out))                     # [R, V]
         return logits[:, :self.vocab].argmax(dim=-1).tolist()
+
+
+def build(cfg: SpeculativeConfig, target: SpecTarget | None) -> Eagle3Proposer:
+    """{"method": "eagle3", "model": HEAD_DIR} (tandem/spec/registry.py; make_proposer passes the
+    target). Installs its hidden-state tap on the target."""
+    assert target is not None and cfg.model
+    return Eagle3Proposer(cfg.num_speculative_tokens, cfg.model, target)

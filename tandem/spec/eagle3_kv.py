@@ -8,20 +8,23 @@ on its own input only (the target's states at its position and the token after i
 target's states on every token before: so with a block-aligned origin, a full block of rows
 computed from the target's states (absolute block b: positions [b*bs, (b+1)*bs)) depends only on
 the tokens up to one past its end (row p reads token p + 1), whatever the window it was computed
-in. It is published under a chained hash of those tokens, seeded with the request's cache salt
-(tenants that salt their prompts never share the head's rows), and stays in the pool's free queue
+in. It is published under a chained hash of those tokens whose first block carries the request's
+KV partition, its cache salt and tenant, as the target's blocks do (tandem/kv/block_hash.py:
+one tenant never adopts rows another tenant's prompt computed), and stays in the pool's free queue
 after its request leaves until a new block is taken over it (tandem.kv.BlockPool's caching). A
 later request adopts a run of such blocks that ends where its own target states begin, wherever
 the run starts (its window then starts there). A hit adds a reference; such blocks are never
 written again except with the same rows.
-Hashes are Python's hash of int tuples (process-local); a collision would only cost drafts, since
-the target verifies every draft.
+Hashes are tandem/kv/block_hash.py's (blake2b, 64 bits, seeded with this cache's own seed, so
+they never equal a target block's hash); a collision would only cost drafts, since the target
+verifies every draft.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.kv.block_hash import hash_block_tokens
 from tandem.kv.block_pool import KVBlock
 from tandem.spec.proposer_kv import ProposerKV
 
@@ -34,7 +37,7 @@ class HeadSeq:
     origin: int = 0     # position of slot 0
     rows: int = 0       # slots [0, rows) hold rows computed from the target's states
     published: int = 0  # leading blocks already in the prefix cache
-    cache_salt: str | None = None
+    cache_keys: tuple = ()   # the request's KV partition (tandem/kv/block_hash.py: cache_keys)
 
     @property
     def block_ids(self) -> list[int]:
@@ -45,18 +48,21 @@ class HeadSeq:
 
 
 def block_hashes(tokens: list[int], num_blocks: int, block_size: int,
-                 cache_salt: str | None = None) -> list[int]:
-    """Chained hashes of the first `num_blocks` blocks' rows (block b: tokens up to (b+1)*bs)."""
-    out, h = [], hash((_SEED, cache_salt))
+                 cache_keys: tuple = ()) -> list[int]:
+    """Chained hashes of the first `num_blocks` blocks' rows (block b: tokens up to (b+1)*bs,
+    one past its end); `cache_keys` are the first block's extra keys."""
+    out: list[int] = []
+    h = None
     for b in range(num_blocks):
-        h = hash((h, tuple(tokens[b * block_size:(b + 1) * block_size + 1])))
+        h = hash_block_tokens(h, tokens[b * block_size:(b + 1) * block_size + 1],
+                              cache_keys if b == 0 else (), _SEED)
         out.append(h)
     return out
 
 
 class HeadKV(ProposerKV[HeadSeq]):
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        super().__init__(num_blocks, block_size, lambda request: HeadSeq(cache_salt=request.cache_salt))
+        super().__init__(num_blocks, block_size, lambda request: HeadSeq(cache_keys=request.cache_keys))
 
     def reuse(self, seq: HeadSeq, tokens: list[int], lo: int, hi: int) -> int:
         """For a request with no rows yet: take cached blocks holding its rows for positions
@@ -66,7 +72,7 @@ class HeadKV(ProposerKV[HeadSeq]):
             return 0
         bs = self.block_size
         end = min(hi, len(tokens) - 1) // bs
-        hashes = block_hashes(tokens, end, bs, seq.cache_salt)
+        hashes = block_hashes(tokens, end, bs, seq.cache_keys)
         for b in range(max(0, lo) // bs, end):
             hits = self.pool.cached_prefix(hashes[b:])
             if len(hits) == end - b:
@@ -81,7 +87,7 @@ class HeadKV(ProposerKV[HeadSeq]):
             return
         base, full = seq.origin // self.block_size, seq.rows // self.block_size
         if full > seq.published:
-            hashes = block_hashes(tokens, base + full, self.block_size, seq.cache_salt)[base:]
+            hashes = block_hashes(tokens, base + full, self.block_size, seq.cache_keys)[base:]
             self.pool.cache(seq.blocks[seq.published:full], hashes[seq.published:full])
             seq.published = full
 

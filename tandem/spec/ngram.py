@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from tandem.config import SpeculativeConfig
+
+if TYPE_CHECKING:   # n-gram lookup needs no target; its module stays free of torch
+    from tandem.spec.target import SpecTarget
 
 
 class _Tokens:
@@ -78,3 +84,8 @@ class NgramProposer:
 
     def finished(self, request) -> None:
         self._tokens.pop(request, None)
+
+
+def build(cfg: SpeculativeConfig, target: SpecTarget | None) -> NgramProposer:
+    """{"method": "ngram"} (tandem/spec/registry.py)."""
+    return NgramProposer(cfg.num_speculative_tokens, cfg.prompt_lookup_min, cfg.prompt_lookup_max)

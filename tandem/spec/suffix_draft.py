@@ -13,8 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tandem.config import SpeculativeConfig
 from tandem.spec.draft_model import DraftModelProposer
 from tandem.spec.suffix import SuffixProposer
+from tandem.spec.target import SpecTarget
+
+# the most greedy steps of a draft model behind suffix decoding (each one a forward of the draft)
+_FALLBACK_DRAFT_K = 6
 
 
 class SuffixWithDraftModel:
@@ -45,3 +50,14 @@ class SuffixWithDraftModel:
     def finished(self, request) -> None:
         self.suffix.finished(request)
         self.draft.finished(request)
+
+
+def build(cfg: SpeculativeConfig, target: SpecTarget | None) -> SuffixProposer | SuffixWithDraftModel:
+    """{"method": "suffix"}, with a draft model behind it when "model" names one
+    (tandem/spec/registry.py; make_proposer passes the target then)."""
+    k = cfg.num_speculative_tokens
+    suffix = SuffixProposer(k)
+    if not cfg.model:
+        return suffix
+    # the draft model's greedy steps are the costly part
+    return SuffixWithDraftModel(suffix, DraftModelProposer(min(k, _FALLBACK_DRAFT_K), cfg.model, target))

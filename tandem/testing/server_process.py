@@ -56,13 +56,17 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, grace_s: float = 15.
 
 
 @contextlib.contextmanager
-def tandem_up(args: list[str], cwd: str | os.PathLike, env: dict) -> Iterator[subprocess.Popen]:
+def tandem_up(args: list[str], cwd: str | os.PathLike, env: dict,
+              lines: list[str] | None = None) -> Iterator[subprocess.Popen]:
     """`tandem up ARGS` (give it --ready-timeout): yields once it prints that it is ready; stops it
-    as Ctrl-C does (SIGINT, then SIGKILL after 60 s). Raises AssertionError if it exits first."""
+    as Ctrl-C does (SIGINT, then SIGKILL after 60 s). Raises AssertionError if it exits first.
+    `lines` receives what it printed until then (each child's name and URL)."""
     proc = subprocess.Popen([sys.executable, "-m", "tandem.cli", "up", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         for line in proc.stdout:
+            if lines is not None:
+                lines.append(line)
             if "ready at" in line:
                 break
         assert proc.poll() is None, "tandem up exited"

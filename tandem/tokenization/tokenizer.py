@@ -106,7 +106,6 @@ class Tokenizer:
             raise ChatTemplateError("this model has no chat template: start the server with --chat-template "
                                     "FILE, or send a completion prompt instead")
         if name not in self._compiled:
-
             self._compiled[name] = compile_template(source)
         return self._compiled[name]
 
@@ -114,7 +113,6 @@ class Tokenizer:
         """Template `name` loops over a message's content: it takes OpenAI's text parts as a
         list (and joins them its own way) rather than one string."""
         if name not in self._loops_over_content:
-
             source = self.chat_templates.get(name)
             self._loops_over_content[name] = bool(source) and loops_over_content(source)
         return self._loops_over_content[name]

@@ -4,11 +4,16 @@ Protocol (one TCP connection per pull; messages framed by wire.py):
   sink -> {"op": "read", "request_id", "indices": [i, ...] | null, "layout": {...}, "kind"}
   src  -> {"ok": true, "layout", "block_ids": [selected source block ids], **plane.describe()}
           then, for kind "tcp", the selected blocks' raw bytes in order
-       or {"ok": false, "code": unknown_request | layout_mismatch | unsupported_transport | bad_request,
-           "message", "layout"}
+       or {"ok": false, "code": unknown_request | layout_mismatch | unsupported_transport | bad_request
+           | unauthorized, "message", "layout"}
   sink -> {"op": "confirm"}                      (after its copy completed)
   src  -> {"ok": true}                           (the request is now released to the engine)
   sink -> {"op": "release", "request_id"}        (give up without pulling; any connection)
+With a cluster secret (TransferConfig.cluster_secret, tandem/cluster_secret.py) the sink adds
+"secret" to the first message of each connection (read or release); a source with a secret
+answers any other first message {"ok": false, "code": "unauthorized"} and closes: without the
+secret nobody reads a request's KV or releases its pins. (The secret travels in clear, as on the
+HTTP routes: the network between workers is trusted not to be sniffed.)
 
 Layouts in messages are the whole model's (tandem/transfer/shards.py): two workers whose ranks
 split the blocks differently (tensor or pipeline parallel) agree on it, and each converts at its
@@ -25,6 +30,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
+from tandem import cluster_secret
 from tandem.errors import KVLayoutMismatch
 from tandem.kv.layout import KVLayout
 from tandem.transfer.base import (KVSink, KVSource, TransferConfig, TransferConnectionError,
@@ -163,9 +169,18 @@ class ControlSource(KVSource):
 
     def _serve_conn(self, conn: socket.socket) -> None:
         reading: str | None = None     # request id this connection holds a read on
+        secret = self._config.cluster_secret
+        authenticated = secret is None
         try:
             while not self._closed.is_set():
                 msg = recv_msg(conn)
+                if not authenticated:      # the first message presents the secret, or nothing is served
+                    given = msg.get("secret")
+                    if not cluster_secret.matches(given if isinstance(given, str) else None, secret):
+                        send_msg(conn, _error("unauthorized", f"source {self.address} serves only "
+                                              "sinks presenting the cluster secret", self._layout))
+                        return
+                    authenticated = True
                 op = msg.get("op")
                 if op == "read" and reading is None:
                     reading = self._serve_read(conn, msg)
@@ -248,7 +263,7 @@ class ControlSink(KVSink):
             try:
                 send_msg(sock, {"op": "read", "request_id": handle.request_id, "kind": self.kind,
                                 "indices": None if src_indices is None else [int(i) for i in src_indices],
-                                "layout": self._layout.to_dict()})
+                                "layout": self._layout.to_dict(), **self._credential()})
                 reply = recv_msg(sock)
                 self._raise_for(reply, where)
                 self._check_layout(reply["layout"], where)
@@ -274,7 +289,7 @@ class ControlSink(KVSink):
     def release(self, handle: KVHandle) -> bool:
         try:
             with self._connect(handle.worker, f"release of request {handle.request_id!r}") as sock:
-                send_msg(sock, {"op": "release", "request_id": handle.request_id})
+                send_msg(sock, {"op": "release", "request_id": handle.request_id, **self._credential()})
                 return bool(recv_msg(sock).get("known"))
         except (TransferError, OSError, ValueError):
             return False    # the pin timeout frees the blocks on the source
@@ -287,6 +302,10 @@ class ControlSink(KVSink):
         self._plane.close()
 
     # ---- helpers
+    def _credential(self) -> dict:
+        secret = self._config.cluster_secret
+        return {} if secret is None else {"secret": secret}
+
     def _check_args(self, handle: KVHandle, dst_block_ids: list[int], src_indices: list[int] | None) -> list[int]:
         dst = [int(b) for b in dst_block_ids]
         n_src = len(handle.block_ids) if src_indices is None else len(src_indices)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from tandem.kv.layout import KVLayout
-from tandem.transfer.base import KINDS, Transport, TransferConfig
+from tandem.transfer.base import KINDS, TransferConfig, Transport
 from tandem.transfer.control import ControlSink, ControlSource, SinkPlane, SourcePlane
+from tandem.transfer.mooncake import MooncakeEngine, MooncakeSinkPlane, MooncakeSourcePlane
 from tandem.transfer.shards import ShardedKV
 from tandem.transfer.shm import ShmSinkPlane, ShmSourcePlane, allocate_shm_kv, find_shm_file
 from tandem.transfer.tcp import TcpSinkPlane, TcpSourcePlane
@@ -46,7 +47,6 @@ def make_sharded_transport(kind: str, kv: ShardedKV, config: TransferConfig) -> 
         if kv.tensor is None:
             raise ValueError("the mooncake transport moves whole blocks of one tensor: a worker split over "
                              "ranks hands KV over with --kv-transport tcp or shm")
-        from tandem.transfer.mooncake import MooncakeEngine, MooncakeSinkPlane, MooncakeSourcePlane
         engine = MooncakeEngine(config)
         planes["mooncake"] = MooncakeSourcePlane(kv.tensor, kv.layout, engine)
         sink_plane = MooncakeSinkPlane(kv.tensor, kv.layout, engine)

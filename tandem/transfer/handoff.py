@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from tandem.kv.connector import (NOTHING_KEPT, ConnectorEvents, ExternalMatch, FinishedKV, KVConnector,
                                  KVConnectorScheduler, KVConnectorWorker, KVLoad, KVRequest, KVSave)
@@ -28,14 +27,6 @@ from tandem.errors import InvalidRequest
 from tandem.types import EngineRequest, KVHandle
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class HandoffPull:
-    """KVLoad.source of the handoff: pull handle.block_ids[i] for i in src_indices."""
-
-    handle: KVHandle
-    src_indices: tuple[int, ...]
 
 
 class HandoffScheduler(KVConnectorScheduler):
@@ -66,8 +57,8 @@ class HandoffScheduler(KVConnectorScheduler):
 
     def load(self, req: KVRequest, match: ExternalMatch, first_block: int,
              dst_block_ids: Sequence[int]) -> KVLoad:
-        indices = tuple(range(first_block, first_block + len(dst_block_ids)))
-        return KVLoad(req.request_id, first_block, tuple(dst_block_ids), HandoffPull(req.kv_handle, indices))
+        # the source is the handle: the load pulls its blocks first_block.. into dst_block_ids
+        return KVLoad(req.request_id, first_block, tuple(dst_block_ids), req.kv_handle)
 
     def request_finished(self, req: KVRequest, block_ids: Sequence[int], block_hashes: Sequence[int],
                          admitted: bool) -> FinishedKV:
@@ -94,9 +85,10 @@ class HandoffWorker(KVConnectorWorker):
 
     def start_loads(self, loads: Sequence[KVLoad]) -> dict[str, str]:
         for load in loads:
-            pull: HandoffPull = load.source
+            handle: KVHandle = load.source
+            src = range(load.first_block, load.first_block + len(load.dst_block_ids))
             self._pulls[load.request_id] = self.transport.sink.pull_async(
-                pull.handle, list(load.dst_block_ids), list(pull.src_indices))
+                handle, list(load.dst_block_ids), list(src))
         return {}   # pulls are asynchronous: they finish through poll
 
     def start_saves(self, saves: Sequence[KVSave]) -> None:

@@ -60,12 +60,15 @@ def add_parser_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto-tool-grammar", dest="auto_tool_grammar", action="store_false",
                    help="tool_choice auto: do not constrain a call's name and arguments once the model "
                         "opens one (free text stays free either way)")
+    p.add_argument("--no-tool-call-guard", dest="tool_call_guard", action="store_false",
+                   help="let the output open a tool call where none may come (no tools in the request, "
+                        "or tool_choice none); by default the format's call opening is masked there")
 
 
 def parser_settings(args: argparse.Namespace) -> dict:
     """The ServerConfig / GatewayConfig fields of the flags above."""
     return {"tool_call_parser": args.tool_call_parser, "reasoning_parser": args.reasoning_parser,
-            "constrain_auto_tool_calls": args.auto_tool_grammar}
+            "constrain_auto_tool_calls": args.auto_tool_grammar, "tool_call_guard": args.tool_call_guard}
 
 
 def parser_flag_args(tool_call_parser: str | None, reasoning_parser: str | None) -> tuple[str, ...]:
@@ -96,10 +99,12 @@ class ParserSetup:
     chat_template: str | None = None         # picks among a format's variants (tool_grammar.py)
     # tool_choice "auto": constrain a call's body once the model opens one (tool_grammar.py)
     constrain_auto_tool_calls: bool = True
+    # no tools or tool_choice "none": the call opening is kept out of the output (turn/tool_guard.py)
+    tool_call_guard: bool = True
 
     @classmethod
     def resolve(cls, tool_call_parser: str, reasoning_parser: str | None, tokenizer: Any,
-                constrain_auto_tool_calls: bool = True) -> "ParserSetup":
+                constrain_auto_tool_calls: bool = True, tool_call_guard: bool = True) -> "ParserSetup":
         template = getattr(tokenizer, "chat_template", None)
         template = template if isinstance(template, str) else None
         tool = detect_tool_parser(template) if tool_call_parser == AUTO else tool_call_parser
@@ -110,7 +115,7 @@ class ParserSetup:
         if reasoning_parser is not None:
             make_reasoning_parser(reasoning_parser)
         return cls(tool, reasoning_parser, _special_tokens(tokenizer), template,
-                   constrain_auto_tool_calls)
+                   constrain_auto_tool_calls, tool_call_guard)
 
     @property
     def options(self) -> ParserOptions:

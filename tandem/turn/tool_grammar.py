@@ -193,12 +193,12 @@ def structural_tag(fmt: CallFormat, tools: list[dict], mode: str, parallel: bool
     else:
         body = calls
     if reasoning is not None:
-        body = {"type": "sequence", "elements": [_think(reasoning, starts_in_reasoning), body]}
+        body = {"type": "sequence", "elements": [think_block(reasoning, starts_in_reasoning), body]}
     return GrammarSpec("structural_tag", json.dumps({"type": "structural_tag", "format": body},
                                                     ensure_ascii=False))
 
 
-def _think(reasoning: ReasoningParser, inside: bool) -> dict:
+def think_block(reasoning: ReasoningParser, inside: bool) -> dict:
     """A free think block (required when the prompt opened it), then a few spaces or newlines."""
     block = {"type": "tag", "begin": "" if inside else reasoning.start,
              "content": {"type": "any_text"}, "end": reasoning.end}

@@ -1,1 +1,1 @@
-"""A worker process: its HTTP app (the api routes over one engine) and its registration with a gateway."""
+"""A worker process: its engine behind the api routes (process.py), and its registration with a gateway."""

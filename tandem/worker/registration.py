@@ -9,6 +9,10 @@ Use from the worker app's lifespan:
     ...
     await hb.stop()      # deregisters (best effort) and stops the loop
 
+Every call presents the cluster secret (`x-tandem-cluster-secret`, tandem/cluster_secret.py) when
+the worker has one: a gateway with a secret refuses registrations without it (401), and tenant API
+keys never open /internal routes (403).
+
 Protocol (gateway side: tandem.gateway.app): `POST {gateway}/internal/register` with
 {"url", "role", "draining"} every `interval_s` (the gateway's reply may set
 `heartbeat_interval_s`); `POST {gateway}/internal/deregister` {"url"} on stop. A gateway that
@@ -26,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
+
+from tandem import cluster_secret
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +46,7 @@ class HeartbeatConfig:
     role: str                  # both | prefill | decode
     interval_s: float = 2.0    # until the gateway says otherwise
     timeout_s: float = 2.0
-    api_key: str | None = None  # Bearer key, when the gateway requires one
+    cluster_secret: str | None = field(default=None, repr=False)  # the gateway's --cluster-secret
 
 
 def advertised_url(host: str, port: int) -> str:
@@ -65,8 +71,8 @@ class Heartbeat:
         self.draining = False
 
     async def start(self) -> None:
-        headers = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else None
-        self._client = httpx.AsyncClient(timeout=self.config.timeout_s, headers=headers)
+        self._client = httpx.AsyncClient(timeout=self.config.timeout_s,
+                                         headers=cluster_secret.headers(self.config.cluster_secret))
         self._task = asyncio.create_task(self._run())
 
     async def beat(self) -> float | None:
@@ -75,6 +81,10 @@ class Heartbeat:
         body = {"url": self.config.worker_url, "role": self.config.role, "draining": self.draining}
         try:
             r = await self._client.post(f"{self._gateway}/internal/register", json=body)
+            if r.status_code in (401, 403):
+                log.warning("gateway %s refused the registration (%d): this worker's cluster secret "
+                            "is missing or not the gateway's", self._gateway, r.status_code)
+                return None
             r.raise_for_status()
             reply = r.json()
         except (httpx.HTTPError, ValueError) as exc:

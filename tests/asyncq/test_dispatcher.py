@@ -8,7 +8,7 @@ import collections
 import time
 
 from tandem.asyncq.dispatcher import Dispatcher, DispatcherConfig, JobFailed, Preempted
-from tandem.asyncq.job import BatchSpec, Job, JobSpec, JobStatus
+from tandem.asyncq.job import ANONYMOUS, BatchSpec, Job, JobSpec, JobStatus
 from tandem.asyncq.open_queue import open_queue
 
 
@@ -33,7 +33,7 @@ async def until(cond, timeout_s: float = 10.0) -> None:
 
 def batch_done(q, batch_id):
     async def cond():
-        return (await q.get_batch(batch_id)).done
+        return (await q.get_batch(batch_id, ANONYMOUS)).done
     return cond
 
 
@@ -57,7 +57,7 @@ def test_two_dispatchers_never_run_a_job_twice(queue_target):
         a.start(), b.start()
         await until(batch_done(qc, batch.id))
         await a.stop(), await b.stop()
-        jobs = await qc.list_batch(batch.id)
+        jobs = await qc.list_batch(batch.id, ANONYMOUS)
         assert all(j.status is JobStatus.SUCCEEDED and j.attempts == 1 for j in jobs)
         assert [j.result["echo"] for j in jobs] == list(range(40))
         assert sorted(runs) == sorted(j.id for j in jobs) and set(runs.values()) == {1}
@@ -83,7 +83,7 @@ def test_no_job_taken_without_headroom(tmp_path):
         d = Dispatcher(q, run, lambda: room["free"], config("a"))
         d.start()
         await asyncio.sleep(0.4)
-        assert started == [] and all(j.status is JobStatus.QUEUED for j in await q.list_batch(batch.id))
+        assert started == [] and all(j.status is JobStatus.QUEUED for j in await q.list_batch(batch.id, ANONYMOUS))
         room["free"] = True
         await until(lambda: _true(len(started) == 1))
         await asyncio.sleep(0.3)
@@ -118,7 +118,7 @@ def test_lease_renewed_while_a_long_job_runs(queue_target):
         await until(batch_done(qa, batch.id))
         await a.stop(), await b.stop()
         assert list(runs.values()) == [1]
-        (job,) = await qa.list_batch(batch.id)
+        (job,) = await qa.list_batch(batch.id, ANONYMOUS)
         assert job.status is JobStatus.SUCCEEDED and job.attempts == 1
         await qa.close(), await qb.close()
     asyncio.run(main())
@@ -140,7 +140,7 @@ def test_preempted_job_goes_back_to_the_queue(tmp_path):
         d.start()
         await until(batch_done(q, batch.id))
         await d.stop()
-        jobs = await q.list_batch(batch.id)
+        jobs = await q.list_batch(batch.id, ANONYMOUS)
         assert all(j.status is JobStatus.SUCCEEDED and j.result == {"done": 2} for j in jobs)
         assert all(j.attempts == 1 for j in jobs)   # preemption did not count
         assert d.outcomes == {"requeued": 3, "completed": 3}
@@ -166,7 +166,7 @@ def test_crashed_owners_job_is_taken_up(queue_target):
         await d.stop()
         assert sorted(ran) == sorted(c.job.id for c in crashed)
         assert all(j.attempts == 2 and j.status is JobStatus.SUCCEEDED
-                   for j in await q.list_batch(batch.id))
+                   for j in await q.list_batch(batch.id, ANONYMOUS))
         await q.close()
     asyncio.run(main())
 
@@ -192,7 +192,7 @@ def test_failures_retry_until_attempts_are_spent(tmp_path):
         d.start()
         await until(batch_done(q, batch.id))
         await d.stop()
-        j0, j1, j2 = await q.list_batch(batch.id)
+        j0, j1, j2 = await q.list_batch(batch.id, ANONYMOUS)
         assert (j0.status, j0.attempts, j0.error["code"]) == (JobStatus.FAILED, 1, 413)
         assert (j1.status, j1.attempts) == (JobStatus.FAILED, 3)
         assert "worker went away" in j1.error["message"]
@@ -220,11 +220,11 @@ def test_cancel_stops_a_running_job(tmp_path):
         d = Dispatcher(q, run, lambda: True, config("a", lease_s=1.0, renew_every_s=0.1))
         d.start()
         await until(lambda: _true(d.running == 1))
-        assert await q.cancel(batch.id) == 1
+        assert await q.cancel(batch.id, ANONYMOUS) == 1
         await asyncio.wait_for(cancelled.wait(), 5)
         await until(lambda: _true(d.running == 0))
         await d.stop()
-        (job,) = await q.list_batch(batch.id)
+        (job,) = await q.list_batch(batch.id, ANONYMOUS)
         assert job.status is JobStatus.CANCELLED and job.result is None
         assert d.outcomes == {"lost": 1}
         await q.close()
@@ -245,7 +245,7 @@ def test_stop_puts_running_jobs_back(tmp_path):
         t0 = time.monotonic()
         await d.stop(grace_s=0.1)
         assert time.monotonic() - t0 < 2
-        jobs = await q.list_batch(batch.id)
+        jobs = await q.list_batch(batch.id, ANONYMOUS)
         assert all(j.status is JobStatus.QUEUED and j.attempts == 0 and j.owner is None
                    for j in jobs)
         assert len(await q.take(5, "next", 30)) == 2   # takeable at once, no lease wait
@@ -287,14 +287,14 @@ def test_pressure_preempts_running_jobs_lowest_priority_then_newest(tmp_path):
         assert d.check_pressure() == 2
         await until(lambda: _true(d.running == 1))
         assert cancelled == ["new-low", "old-low"] and d.preemptions == 2
-        jobs = {j.body["name"]: j for b in await q.list_batches("acct") for j in await q.list_batch(b.id)}
+        jobs = {j.body["name"]: j for b in await q.list_batches("acct", ANONYMOUS) for j in await q.list_batch(b.id, ANONYMOUS)}
         assert all(jobs[n].status is JobStatus.QUEUED and jobs[n].attempts == 0
                    for n in ("old-low", "new-low"))                  # back, no attempt counted
         gate["keep"], gate["open"] = 3, True
         await until(lambda: _true(sum(1 for n in started if n.endswith("low")) == 4))
         await until(lambda: _true(d.running == 1))             # the two low ones finished
-        for b in await q.list_batches("acct"):
-            for j in await q.list_batch(b.id):
+        for b in await q.list_batches("acct", ANONYMOUS):
+            for j in await q.list_batch(b.id, ANONYMOUS):
                 if j.body["name"] != "high":
                     assert (j.status, j.attempts) == (JobStatus.SUCCEEDED, 1)   # max_attempts=1
         await d.stop(grace_s=0.1)
@@ -326,13 +326,13 @@ def test_preempted_and_renewed_jobs_save_their_checkpoint(queue_target):
         for k in (1, 2):
             await until(lambda: _true(len(seen) == k and produced["n"] == 20 * k))
             if k == 1:    # the lease was renewed with the progress meanwhile
-                (job,) = await q.list_batch(batch.id)
+                (job,) = await q.list_batch(batch.id, ANONYMOUS)
                 assert 0 < job.progress["n"] <= 20
             assert d.preempt(1) == 1
         await until(batch_done(q, batch.id))
         await d.stop()
         assert seen == [None, {"n": 20}, {"n": 40}]
-        (job,) = await q.list_batch(batch.id)
+        (job,) = await q.list_batch(batch.id, ANONYMOUS)
         assert job.status is JobStatus.SUCCEEDED and job.result == {"n": 140} and job.attempts == 1
         await q.close()
     asyncio.run(main())

@@ -9,7 +9,7 @@ import time
 import orjson
 
 from tandem.asyncq.event import EventType, SubscriptionSpec
-from tandem.asyncq.job import BatchSpec, JobSpec
+from tandem.asyncq.job import ANONYMOUS, BatchSpec, JobSpec
 from tandem.asyncq.notifier import Notifier, NotifierConfig, backoff_s
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.signature import HEADER, verify
@@ -62,7 +62,7 @@ def test_receiver_down_then_up_gets_every_event_once(queue_target):
             assert event["metadata"]["eventSubscriptionId"] == sub.id
             assert event["metadata"]["accountId"] == "acct"
             assert int(post.headers["x-tandem-delivery-attempt"]) > 1   # it was retried
-        assert await q.dead_letters("acct") == []
+        assert await q.dead_letters("acct", ANONYMOUS) == []
         await q.close()
     asyncio.run(main())
 
@@ -88,7 +88,7 @@ def test_dead_letter_after_the_last_attempt(tmp_path):
         await notifier.stop()
         receiver.stop()
         assert [p.headers["x-tandem-delivery-attempt"] for p in receiver.posts] == ["1", "2", "3"]
-        (dead,) = await q.dead_letters("acct")
+        (dead,) = await q.dead_letters("acct", ANONYMOUS)
         assert dead.event.batch_id == batch_id and dead.last_error == "HTTP 500"
         assert dead.attempts == 3
         await q.close()

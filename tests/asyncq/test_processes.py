@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tandem.asyncq.job import BatchSpec, JobSpec, JobStatus
+from tandem.asyncq.job import ANONYMOUS, BatchSpec, JobSpec, JobStatus
 from tandem.asyncq.open_queue import open_queue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,7 +36,7 @@ def test_two_processes_run_each_job_once(queue_target):
 
     async def check():
         q = open_queue(queue_target)
-        jobs = await q.list_batch(batch_id)
+        jobs = await q.list_batch(batch_id, ANONYMOUS)
         await q.close()
         return jobs
 

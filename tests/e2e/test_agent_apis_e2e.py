@@ -11,6 +11,7 @@ is a 400 in each API's own error shape.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import httpx
 import openai
 import pytest
 
+from tandem import cluster_secret
 from tandem.launcher.cluster import free_port
 from tandem.testing.server_process import stop, wait_healthy
 from tandem.testing.tiny_model import write_test_model
@@ -28,6 +30,7 @@ from tandem.testing.tiny_model import write_test_model
 pytestmark = pytest.mark.timeout(300)
 
 WORKER_ARGS = ("--kv-cache-memory=16MiB", "--dtype=float32")
+SECRET = "e2e-agent-apis-secret"   # tandem up's cluster secret, to list its workers
 CITIES = ["Paris", "Rome", "Oslo"]
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "enum": CITIES},
                                            "days": {"type": "integer", "minimum": 1, "maximum": 9}},
@@ -53,7 +56,8 @@ def _wait_workers(base: str, proc: subprocess.Popen, n: int, timeout_s: float = 
     while True:
         assert proc.poll() is None, "tandem up exited"
         try:
-            workers = httpx.get(base + "/internal/workers", timeout=5).json()["workers"]
+            workers = httpx.get(base + "/internal/workers", headers=cluster_secret.headers(SECRET),
+                                timeout=5).json()["workers"]
             if len(workers) == n and all(w["healthy"] for w in workers):
                 return
         except httpx.HTTPError:
@@ -79,7 +83,8 @@ def base(request, model, tmp_path_factory):
     else:
         cmd = [sys.executable, "-m", "tandem.cli", "serve", "--model", model, "--port", str(port),
                "--threads", "1", "--log-level", "warning", *WORKER_ARGS]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, TANDEM_CLUSTER_SECRET=SECRET))
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, 120)

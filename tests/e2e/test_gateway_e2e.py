@@ -112,7 +112,8 @@ def assert_no_blocks_held(cluster: LocalCluster, timeout_s: float = 40.0) -> Non
         if p.role is None or p.name not in cluster.running:
             continue
         while True:
-            s = httpx.get(p.url + "/internal/stats", timeout=10).json()
+            with cluster.http_client(10) as client:   # presents the cluster's secret, if any
+                s = client.get(p.url + "/internal/stats").json()
             if s["num_blocks_free"] == s["num_blocks_total"] and s["num_running"] == 0 \
                     and s["num_waiting"] == 0:
                 break
@@ -370,7 +371,8 @@ def test_tandem_up_serves_and_one_sigint_stops_everything(model):
         [sys.executable, "-m", "tandem.cli", "up", "--model", model, "--colocated", "2",
          "--port", str(port), "--ready-timeout", "120",
          "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, TANDEM_CLUSTER_SECRET="e2e-secret"))
     lines: list[str] = []
     try:
         for line in proc.stdout:
@@ -380,7 +382,9 @@ def test_tandem_up_serves_and_one_sigint_stops_everything(model):
         assert any("ready at" in ln for ln in lines), lines
         curl = next(proc.stdout).strip() or next(proc.stdout).strip()
         assert curl.startswith(f"curl http://127.0.0.1:{port}/v1/chat/completions")
-        workers = httpx.get(f"http://127.0.0.1:{port}/internal/workers").json()["workers"]
+        assert httpx.get(f"http://127.0.0.1:{port}/internal/workers").status_code == 401
+        workers = httpx.get(f"http://127.0.0.1:{port}/internal/workers",
+                            headers={"x-tandem-cluster-secret": "e2e-secret"}).json()["workers"]
         assert [w["role"] for w in workers] == ["both", "both"] and all(w["healthy"] for w in workers)
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=60, json={
             "model": os.path.basename(model), "messages": [{"role": "user", "content": "Hello!"}],

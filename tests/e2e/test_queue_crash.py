@@ -20,6 +20,7 @@ import httpx
 import orjson
 import pytest
 
+from tandem.asyncq.job import ANONYMOUS
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.signature import HEADER, verify
 from tandem.testing.server_process import stop, wait_healthy
@@ -182,7 +183,7 @@ def test_two_gateways_on_one_shared_queue_run_each_request_once(tmp_path, backen
 
         async def attempts():
             q = open_queue(server.url)
-            jobs = await q.list_batch(rid)
+            jobs = await q.list_batch(rid, ANONYMOUS)
             await q.close()
             return [j.attempts for j in jobs]
 

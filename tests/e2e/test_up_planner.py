@@ -19,13 +19,13 @@ import httpx
 import pytest
 
 from tandem.launcher.cluster import free_port
-from tests.e2e.test_up_supervision import ROOT, complete, wait_for
+from tests.e2e.test_up_supervision import INTERNAL, ROOT, SECRET, complete, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def roles(base: str) -> list[tuple[str, bool, bool]]:
-    ws = httpx.get(base + "/internal/workers", timeout=5).json()["workers"]
+    ws = httpx.get(base + "/internal/workers", headers=INTERNAL, timeout=5).json()["workers"]
     return sorted((w["role"], w["healthy"], w["draining"]) for w in ws)
 
 
@@ -40,7 +40,8 @@ def test_planner_moves_a_decode_worker_to_both_then_prefill_without_losing_a_req
            "--gateway-arg=--slo-itl-ms=100000", "--gateway-arg=--planner-interval=3",
            "--gateway-arg=--planner-cooldown=20", "--gateway-arg=--planner-min-samples=3"]
     up = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_CLUSTER_SECRET=SECRET),
+                          start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: roles(base) == [("decode", True, False)] * 2 + [("prefill", True, False)],
@@ -59,8 +60,8 @@ def test_planner_moves_a_decode_worker_to_both_then_prefill_without_losing_a_req
                                 r.headers.get("x-tandem-decode", "")))
 
         def served_whole_by_both() -> bool:
-            both = [w["url"] for w in httpx.get(base + "/internal/workers", timeout=5).json()["workers"]
-                    if w["role"] == "both"]
+            ws = httpx.get(base + "/internal/workers", headers=INTERNAL, timeout=5).json()["workers"]
+            both = [w["url"] for w in ws if w["role"] == "both"]
             return bool(both) and any(p == d == both[0] for _, _, p, d in answers)
 
         t = threading.Thread(target=client)
@@ -78,7 +79,7 @@ def test_planner_moves_a_decode_worker_to_both_then_prefill_without_losing_a_req
             t.join(60)
         assert answers and all(a[:2] == (200, want) for a in answers), \
             [a for a in answers if a[:2] != (200, want)][:3]
-        planner = httpx.get(base + "/internal/planner", timeout=5).json()
+        planner = httpx.get(base + "/internal/planner", headers=INTERNAL, timeout=5).json()
         assert planner["seq"] == 2 and planner["switch"]["from_role"] == "both" \
             and planner["switch"]["to_role"] == "prefill"
         assert up.poll() is None

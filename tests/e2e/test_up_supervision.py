@@ -16,12 +16,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tandem import cluster_secret
 from tandem.launcher.cluster import free_port
 
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 3
+SECRET = "e2e-cluster-secret"   # given to tandem up (TANDEM_CLUSTER_SECRET) to call /internal routes
+INTERNAL = cluster_secret.headers(SECRET)
 
 
 def complete(base: str, max_tokens: int = 8, prompt: str = PROMPT) -> httpx.Response:
@@ -30,7 +33,8 @@ def complete(base: str, max_tokens: int = 8, prompt: str = PROMPT) -> httpx.Resp
 
 
 def workers(base: str) -> dict[str, dict]:
-    return {w["role"]: w for w in httpx.get(base + "/internal/workers", timeout=5).json()["workers"]}
+    return {w["role"]: w for w in httpx.get(base + "/internal/workers", headers=INTERNAL,
+                                             timeout=5).json()["workers"]}
 
 
 def wait_for(cond, timeout_s: float, what: str) -> None:
@@ -76,7 +80,8 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
            "--worker-arg=--served-model-name=m", "--gateway-arg=--served-model-name=m",
            "--gateway-arg=--poll-interval=0.2", "--gateway-arg=--unhealthy-after=2"]
     up = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), TANDEM_CLUSTER_SECRET=SECRET),
+                          start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for(lambda: all(w["healthy"] for w in workers(base).values()) and len(workers(base)) == 2,

@@ -21,7 +21,7 @@ class HostCopyScheduler(KVConnectorScheduler):
         self.load_async = load_async
 
     def match(self, req, num_local_tokens, block_size):
-        hashes = hash_request_blocks(req.all_token_ids, block_size, req.cache_salt, self.hash_seed)
+        hashes = hash_request_blocks(req.all_token_ids, block_size, req.cache_keys, self.hash_seed)
         first = num_local_tokens // block_size
         last = (len(req.all_token_ids) - 1) // block_size   # leave a token to compute
         n = 0
@@ -30,7 +30,7 @@ class HostCopyScheduler(KVConnectorScheduler):
         return ExternalMatch(first * block_size, n * block_size, self.load_async) if n else None
 
     def load(self, req, match, first_block, dst_block_ids):
-        hashes = hash_request_blocks(req.all_token_ids, self.block_size, req.cache_salt, self.hash_seed)
+        hashes = hash_request_blocks(req.all_token_ids, self.block_size, req.cache_keys, self.hash_seed)
         return KVLoad(req.request_id, first_block, tuple(dst_block_ids),
                       tuple(hashes[first_block:first_block + len(dst_block_ids)]))
 

@@ -39,17 +39,36 @@ def test_salted_requests_do_not_share(llama_dir, make_engine):
     assert out[-1].num_cached_tokens == 28
 
 
-def _salted(prompt, salt):
+def _salted(prompt, salt, tenant=None, share=False):
     r = request(prompt, max_tokens=2)
-    r.context = RequestContext(cache_salt=salt)
+    r.context = RequestContext(cache_salt=salt, tenant=tenant, share_prefix_cache=share)
     return r
+
+
+def test_tenants_do_not_share_unless_the_operator_shares_prefixes(llama_dir, make_engine):
+    """The tenant partitions the prefix cache like a salt: tenant B's first send of A's prompt is
+    a miss, A's second a hit, output unchanged; with share_prefix_cache the tenant drops out of the
+    hash (a salt still separates)."""
+    engine = make_engine(llama_dir)
+    p = prompts(1, seed=18, min_len=30, max_len=30)[0]
+    first = run(engine, [r := _salted(p, None, "key-0")])[r.request_id]
+    other = run(engine, [r := _salted(p, None, "key-1")])[r.request_id]
+    again = run(engine, [r := _salted(p, None, "key-0")])[r.request_id]
+    assert [o[-1].num_cached_tokens for o in (first, other, again)] == [0, 0, 28]
+    assert tokens(first) == tokens(other) == tokens(again)
+    shared = make_engine(llama_dir)
+    run(shared, [_salted(p, None, "key-0", share=True)])
+    assert run(shared, [r := _salted(p, None, "key-1", share=True)])[r.request_id][-1].num_cached_tokens == 28
+    assert run(shared, [r := _salted(p, "s", "key-1", share=True)])[r.request_id][-1].num_cached_tokens == 0
+    assert_all_blocks_free(engine)
+    assert_all_blocks_free(shared)
 
 
 def test_too_long_prompts_are_refused(llama_dir, make_engine):
     engine = make_engine(llama_dir, num_blocks=8)
     with pytest.raises(PromptTooLong) as exc:
         engine.add_request(request([5] * 40))  # 8 blocks of 4 hold 32 tokens
-    assert "KV cache" in exc.value.message and exc.value.status == 413
+    assert "KV cache" in exc.value.message and exc.value.status == 400
     big = make_engine(llama_dir)
     with pytest.raises(PromptTooLong, match="context"):
         big.add_request(request([5] * 2048))

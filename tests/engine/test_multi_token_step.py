@@ -70,7 +70,7 @@ def _cached_hashes_are_real(engine, sequences) -> None:
     """Every hash in the prefix cache is the hash of a block of some request's real tokens."""
     real: set[int] = set()
     for seq in sequences:
-        real.update(hash_request_blocks(seq, engine.kv.block_size, None, engine.kv.hash_seed))
+        real.update(hash_request_blocks(seq, engine.kv.block_size, (), engine.kv.hash_seed))
     assert set(engine.kv.pool.cached_hashes()) <= real
 
 

@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 import httpx
 import orjson
 
-from tandem.http.client import ConnectFailed, ConnectionBroken, ResponseTimeout
 from tandem.api.internal import wire
+from tandem.http.client import ConnectFailed, ConnectionBroken, ResponseTimeout
 from tandem.types import EngineRequest, FinishReason, KVHandle, RequestDelta, RequestTimings
 
 EOS = 999
@@ -71,7 +71,7 @@ class FakeCluster:
         if url in self.refuse:
             return httpx.Response(self.refuse[url], json={"error": {"message": "overloaded"}})
         if req.prompt_token_ids and req.prompt_token_ids[0] < 0:
-            return httpx.Response(413, json={"error": {"message": "too long", "type": "invalid_request_error",
+            return httpx.Response(400, json={"error": {"message": "too long", "type": "invalid_request_error",
                                                        "param": "messages", "code": "context_length_exceeded"}})
         return httpx.Response(200, stream=self._body(url, req),
                               headers={"content-type": "application/x-ndjson"})

@@ -5,9 +5,9 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
+from tandem.api.disconnect import DisconnectGuard
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.api.disconnect import DisconnectGuard
 from tandem.testing.tiny_model import write_test_model
 from tandem.types import RequestContext
 from tests.gateway.fake_workers import FakeCluster, greedy, worker_http
@@ -90,7 +90,7 @@ def test_context_is_the_smallest_a_worker_reports(model_dir):
         assert c.get("/v1/models").json()["data"][0]["max_model_len"] == 64
         prompt = list(range(5, 5 + 70))  # fits the model's context, not the workers'
         r = c.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 2})
-        assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
         assert "maximum context length is 64 tokens" in r.json()["error"]["message"]
         assert cluster.calls == []
         r = c.post("/tokenize", json={"prompt": "hi"})
@@ -153,3 +153,24 @@ def test_one_disconnect_guard(model_dir):
     """build_app installs the DisconnectGuard; the gateway adds none of its own."""
     _, c = client_for(model_dir, {B0: "both"})
     assert [m.cls for m in c.app.user_middleware].count(DisconnectGuard) == 1
+
+
+def test_management_routes_take_the_cluster_secret_never_a_tenant_key(model_dir):
+    """Issue #30: tenant B drained the only worker and registered its own with B's key."""
+    cluster, c = client_for(model_dir, {B0: "both"}, api_keys=("key-a", "key-b"), cluster_secret="cs")
+    secret = {"x-tandem-cluster-secret": "cs"}
+    calls = [("POST", "/internal/drain", {"url": B0}),
+             ("POST", "/internal/register", {"url": "http://127.0.0.1:9999", "role": "both"}),
+             ("POST", "/internal/deregister", {"url": B0}),
+             ("GET", "/internal/workers", None), ("GET", "/internal/planner", None)]
+    with c:
+        for method, path, body in calls:
+            r = c.request(method, path, json=body, headers={"authorization": "Bearer key-b"})
+            assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error", path
+            assert c.request(method, path, json=body).status_code == 401, path
+        workers = c.get("/internal/workers", headers=secret).json()["workers"]
+        assert [(w["url"], w["draining"]) for w in workers] == [(B0, False)]
+        r = c.post("/v1/completions", headers={"authorization": "Bearer key-a"},
+                   json={"model": "tiny", "prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 200 and r.headers["x-tandem-decode"] == B0
+        assert c.post("/internal/drain", json={"url": B0}, headers=secret).json() == {"ok": True}

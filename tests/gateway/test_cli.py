@@ -30,9 +30,10 @@ def test_gateway_parser_flags_reach_its_config():
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="verb"))
     cfg = gateway_config_from_args(parser.parse_args(["gateway"]))
-    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls) == ("auto", None, True)
+    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls, cfg.tool_call_guard) \
+        == ("auto", None, True, True)
     cfg = gateway_config_from_args(parser.parse_args(
         ["gateway", "--tool-call-parser", "mistral", "--reasoning-parser", "deepseek_r1",
-         "--no-auto-tool-grammar"]))
-    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls) == \
-        ("mistral", "deepseek_r1", False)
+         "--no-auto-tool-grammar", "--no-tool-call-guard"]))
+    assert (cfg.tool_call_parser, cfg.reasoning_parser, cfg.constrain_auto_tool_calls, cfg.tool_call_guard) \
+        == ("mistral", "deepseek_r1", False, False)

@@ -2,21 +2,20 @@ import asyncio
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
-from tandem.errors import NoHealthyWorker, TandemError
+from tandem.api.backend import ResponseInfo
+from tandem.errors import NoHealthyWorker, PromptTooLong, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
-from tandem.router.router import Router, pools_policies
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
-from tandem.api.backend import ResponseInfo
+from tandem.router.router import Router, pools_policies
 from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
-from prometheus_client import CollectorRegistry
-
 from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
@@ -234,7 +233,8 @@ def test_worker_4xx_is_the_clients_error_not_retried():
     cluster, backend, monitor, tracker = build({B0: "both", B1: "both"})
     with pytest.raises(TandemError) as e:
         run(backend, monitor, prompt=[-1, 2, 3])
-    assert (e.value.status, e.value.code, e.value.param) == (413, "context_length_exceeded", "messages")
+    assert (e.value.status, e.value.code, e.value.param) == (400, "context_length_exceeded", "messages")
+    assert isinstance(e.value, PromptTooLong)   # rebuilt as such: each API words it its own way
     assert len(cluster.calls) == 1
 
 
@@ -282,4 +282,4 @@ def test_a_resumed_request_refused_before_new_tokens_is_the_clients_error():
         return [d async for d in backend.generate(req, ResponseInfo())]
     with pytest.raises(TandemError) as e:
         asyncio.run(go())
-    assert e.value.status == 413
+    assert e.value.status == 400

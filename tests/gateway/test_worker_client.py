@@ -7,11 +7,11 @@ import logging
 import orjson
 import pytest
 
+from tandem.api.internal import wire
 from tandem.errors import TandemError
-from tandem.launcher.cluster import free_port
 from tandem.gateway.worker_client import WorkerFailed, release_kv, stream_generate
 from tandem.http.client import HTTPClient
-from tandem.api.internal import wire
+from tandem.launcher.cluster import free_port
 from tandem.types import EngineRequest, FinishReason, RequestDelta, SamplingParams
 from tests.gateway.raw_server import (
     CHUNKED_HEAD,
@@ -52,7 +52,7 @@ def test_deltas_arrive_and_the_request_is_sent_as_wire_json():
 
 
 @pytest.mark.parametrize("status,hard,error", [
-    (413, None, TandemError), (503, False, WorkerFailed), (429, False, WorkerFailed)])
+    (400, None, TandemError), (503, False, WorkerFailed), (429, False, WorkerFailed)])
 def test_error_statuses(status, hard, error):
     async def worker(path, body, reader, writer):
         writer.write(json_answer(status, b'{"error":{"message":"no","param":"messages",'
@@ -61,7 +61,7 @@ def test_error_statuses(status, hard, error):
     with pytest.raises(error) as info:
         asyncio.run(collect(worker))
     if error is TandemError:   # the caller's fault: the worker's error, as it was
-        assert (info.value.status, info.value.param, info.value.code) == (413, "messages", "x")
+        assert (info.value.status, info.value.param, info.value.code) == (400, "messages", "x")
     else:
         assert info.value.hard is hard
 

@@ -245,3 +245,19 @@ def test_request_and_release_keep_the_connection_and_time_out_mid_body():
     pieces, requests, connections = run(main())
     assert pieces == [b"hello", b", world"] * 2
     assert requests[:2] == [("/base/x", b'{"a": 1}')] * 2 and connections == 1
+
+
+def test_configured_headers_go_with_every_request():
+    """The gateway's cluster secret reaches each worker call, beside a call's own headers."""
+    async def main():
+        async with RawServer(ndjson) as srv:
+            client = HTTPClient(ClientConfig(headers=(("x-tandem-cluster-secret", "cs"),)))
+            for extra in (None, {"x-other": "1"}):
+                async with client.stream("GET", srv.url, "/internal/stats", headers=extra) as r:
+                    await r.read()
+            await client.aclose()
+            return srv.heads
+    heads = run(main())
+    assert all("\r\nx-tandem-cluster-secret: cs\r\n" in h + "\r\n" for h in heads) and len(heads) == 2
+    assert "\r\nx-other: 1\r\n" in heads[1] + "\r\n"
+    assert "cs" not in repr(ClientConfig(headers=(("x-tandem-cluster-secret", "cs"),)))

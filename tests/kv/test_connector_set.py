@@ -14,7 +14,7 @@ from tandem.kv.connector_set import connector_set
 class _Req:
     request_id: str
     all_token_ids: list = field(default_factory=lambda: list(range(20)))
-    cache_salt: str | None = None
+    cache_keys: tuple = ()
     kv_handle: object = None
     prefill_only: bool = False
     num_preemptions: int = 0

@@ -5,36 +5,36 @@ def test_prefix_hit_shares_full_blocks_and_leaves_one_token():
     kv = KVCacheManager(num_blocks=10, block_size=4)
     prompt = list(range(10))  # 2 full blocks + 2 tokens
     assert kv.allocate("a", len(prompt)) == [0, 1, 2]
-    kv.cache_computed("a", prompt, len(prompt), None)
-    hit = kv.lookup_prefix("b", prompt, None)
+    kv.cache_computed("a", prompt, len(prompt), ())
+    hit = kv.lookup_prefix("b", prompt, ())
     assert [b.block_id for b in hit.blocks] == [0, 1] and hit.num_tokens == 8
     assert kv.allocate("b", len(prompt), hit) == [3]
     assert kv.block_ids("b") == [0, 1, 3]
     # an exact multiple of the block size still recomputes its last token
     kv2 = KVCacheManager(num_blocks=10, block_size=4)
     kv2.allocate("a", 8)
-    kv2.cache_computed("a", prompt[:8], 8, None)
-    assert kv2.lookup_prefix("b", prompt[:8], None).num_tokens == 4
+    kv2.cache_computed("a", prompt[:8], 8, ())
+    assert kv2.lookup_prefix("b", prompt[:8], ()).num_tokens == 4
 
 
 def test_salt_isolates_tenants():
     kv = KVCacheManager(num_blocks=10, block_size=4)
     prompt = list(range(12))
     kv.allocate("a", 12)
-    kv.cache_computed("a", prompt, 12, "tenant-1")
-    assert kv.lookup_prefix("b", prompt, "tenant-2") == NO_HIT
-    assert kv.lookup_prefix("c", prompt, None) == NO_HIT
-    assert kv.lookup_prefix("d", prompt, "tenant-1").num_tokens == 8
+    kv.cache_computed("a", prompt, 12, ("tenant-1",))
+    assert kv.lookup_prefix("b", prompt, ("tenant-2",)) == NO_HIT
+    assert kv.lookup_prefix("c", prompt, ()) == NO_HIT
+    assert kv.lookup_prefix("d", prompt, ("tenant-1",)).num_tokens == 8
 
 
 def test_allocation_counts_free_cache_hits_and_refuses_atomically():
     kv = KVCacheManager(num_blocks=4, block_size=4)
     prompt = list(range(9))
     kv.allocate("a", 9)
-    kv.cache_computed("a", prompt, 9, None)
+    kv.cache_computed("a", prompt, 9, ())
     kv.free("a")
     assert kv.pool.num_free == 4
-    hit = kv.lookup_prefix("b", prompt + [50] * 8, None)
+    hit = kv.lookup_prefix("b", prompt + [50] * 8, ())
     assert hit.num_tokens == 8
     # 17 tokens need 2 hit blocks (free, evictable) + 3 new = 5 > 4: refused, nothing changes
     assert not kv.can_allocate("b", 17, hit)
@@ -49,7 +49,7 @@ def test_free_returns_everything_and_keeps_cache():
     kv = KVCacheManager(num_blocks=8, block_size=4)
     prompt = list(range(16))
     kv.allocate("a", 16)
-    kv.cache_computed("a", prompt, 16, None)
+    kv.cache_computed("a", prompt, 16, ())
     kv.allocate("b", 5)
     kv.free("a")
     kv.free("b")

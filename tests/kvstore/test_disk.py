@@ -18,7 +18,7 @@ SPACE = "0123456789abcdef"
 
 
 def _keys(*hashes):
-    return KeySpace(SPACE).keys(hashes, None)
+    return KeySpace(SPACE).keys(hashes, ())
 
 
 def _rows(n, start=0):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 import torch
 
@@ -38,9 +40,14 @@ def test_keys_name_layout_seed_and_tenant():
     assert ks != KeySpace.of(layout, 1)
     other = KVLayout(model="m", dtype="bfloat16", block_size=4, num_layers=2, num_kv_heads=2, head_dim=8)
     assert ks != KeySpace.of(other, 0)
-    plain, salted = ks.keys([0xABC], None), ks.keys([0xABC], "tenant-a")
+    plain, salted = ks.keys([0xABC], ()), ks.keys([0xABC], ("tenant-a",))
     assert plain[0] == f"{ks.space}/-/0000000000000abc" and plain != salted
     assert block_hash_of(salted[0]) == 0xABC
+    # a salt alone keeps its key of earlier versions; a tenant's partition is named apart
+    assert salted[0] == f"{ks.space}/{hashlib.blake2b(b'tenant-a', digest_size=8).hexdigest()}/0000000000000abc"
+    tenants = {ks.keys([0xABC], p)[0] for p in ((("tenant", "key-0"),), (("tenant", "key-1"),),
+                                                 ("tenant-a", ("tenant", "key-0")))}
+    assert len(tenants | {plain[0], salted[0]}) == 5
 
 
 def test_cost_model_takes_the_prefix_with_the_largest_savings():

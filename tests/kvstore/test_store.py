@@ -62,7 +62,7 @@ def test_a_corrupted_value_is_a_miss(master, llama_dir, make_engine):
         settle(a)
         # overwrite the prompt's second block in the store with a value whose payload is damaged
         store = tiers_of(a).stack["store"]
-        key = KeySpace.of(a.layout, 0).keys([b_hash for b_hash in _hashes(a, prompt)[1:2]], None)[0]
+        key = KeySpace.of(a.layout, 0).keys([b_hash for b_hash in _hashes(a, prompt)[1:2]], ())[0]
         client = store._client
         frame = bytearray(client.get(key))
         assert len(frame) == HEADER_BYTES + a.layout.block_nbytes
@@ -81,7 +81,7 @@ def test_a_corrupted_value_is_a_miss(master, llama_dir, make_engine):
 
 def _hashes(engine, prompt):
     from tandem.kv.block_hash import hash_request_blocks
-    return hash_request_blocks(prompt, engine.layout.block_size, None, 0)
+    return hash_request_blocks(prompt, engine.layout.block_size, (), 0)
 
 
 def test_master_killed_mid_run_then_restarted(master, llama_dir, make_engine, caplog):
@@ -221,4 +221,4 @@ def test_a_block_the_store_lost_is_reported_removed_and_saved_again(master, llam
 def store_keys(engine, hashes):
     """The store keys of `hashes` for requests without a cache salt."""
     space = KeySpace.of(engine.layout, engine.config.cache.hash_seed)
-    return space.keys(hashes, None)
+    return space.keys(hashes, ())

@@ -40,6 +40,6 @@ def test_apply_event_replies_including_reset():
 def test_matches_real_chained_hashes_with_salt():
     toks = list(range(100))
     idx = PrefixIndex()
-    idx.stored("a", hash_request_blocks(toks[:64], 16, None, 0))
-    assert idx.match(hash_request_blocks(toks, 16, None, 0)) == {"a": 4}
-    assert idx.match(hash_request_blocks(toks, 16, "tenant-b", 0)) == {}
+    idx.stored("a", hash_request_blocks(toks[:64], 16, (), 0))
+    assert idx.match(hash_request_blocks(toks, 16, (), 0)) == {"a": 4}
+    assert idx.match(hash_request_blocks(toks, 16, ("tenant-b",), 0)) == {}

@@ -37,11 +37,11 @@ def test_the_router_passes_the_store_prefix_to_the_policy():
 
     reg, index, tracker, router, decisions = cluster(["both", "both"])
     toks = list(range(40))
-    index.stored("http://127.0.0.1:9000", hash_request_blocks(toks[:24], 4, None, 0))
+    index.stored("http://127.0.0.1:9000", hash_request_blocks(toks[:24], 4, (), 0))
     tracker.dispatch("x", "http://127.0.0.1:9000", pending=20)   # the holder is a little busy
-    assert router.choose("both", HashMemo(toks, None), None).worker.url == "http://127.0.0.1:9000"
-    index.stored(STORE, hash_request_blocks(toks[:32], 4, None, 0))
-    r = router.choose("both", HashMemo(toks, None), None)
+    assert router.choose("both", HashMemo(toks, ()), None).worker.url == "http://127.0.0.1:9000"
+    index.stored(STORE, hash_request_blocks(toks[:32], 4, (), 0))
+    r = router.choose("both", HashMemo(toks, ()), None)
     assert r.request.shared_blocks == 8
     assert (r.worker.url, r.decision.reason) == ("http://127.0.0.1:9001", "store")
     assert (r.cached_blocks, r.uncached_tokens) == (0, 8)   # it computes only what no one holds

@@ -26,29 +26,29 @@ def cluster(roles, policy="default", limits=AdmissionLimits()):
 def test_prefix_holder_chosen_and_uncached_estimated():
     reg, index, tracker, router, decisions = cluster(["both", "both"])
     toks = list(range(40))
-    index.stored("http://127.0.0.1:9001", hash_request_blocks(toks[:24], 4, None, 0))
-    r = router.choose("both", HashMemo(toks, None), None)
+    index.stored("http://127.0.0.1:9001", hash_request_blocks(toks[:24], 4, (), 0))
+    r = router.choose("both", HashMemo(toks, ()), None)
     assert r.worker.url == "http://127.0.0.1:9001"
     assert (r.cached_blocks, r.uncached_tokens) == (6, 16)
     assert decisions == [("both", "prefix")]
     # another tenant's salt shares nothing
-    r = router.choose("both", HashMemo(toks, "other"), None)
+    r = router.choose("both", HashMemo(toks, ("other",)), None)
     assert r.cached_blocks == 0
 
 
 def test_tracker_load_steers_token_aware():
     reg, index, tracker, router, _ = cluster(["prefill", "prefill"], policy="token_aware")
     tracker.dispatch("x", "http://127.0.0.1:9000", pending=500)
-    assert router.choose("prefill", HashMemo([1] * 10, None), None).worker.url == "http://127.0.0.1:9001"
+    assert router.choose("prefill", HashMemo([1] * 10, ()), None).worker.url == "http://127.0.0.1:9001"
 
 
 def test_exclude_is_a_preference():
     reg, index, tracker, router, _ = cluster(["decode", "decode"], policy="round_robin")
     ex = frozenset({"http://127.0.0.1:9000"})
-    assert {router.choose("decode", HashMemo([1], None), None, ex).worker.url for _ in range(4)} \
+    assert {router.choose("decode", HashMemo([1], ()), None, ex).worker.url for _ in range(4)} \
         == {"http://127.0.0.1:9001"}
     reg.mark_dead("http://127.0.0.1:9001")
-    assert router.choose("decode", HashMemo([1], None), None, ex).worker.url == "http://127.0.0.1:9000"
+    assert router.choose("decode", HashMemo([1], ()), None, ex).worker.url == "http://127.0.0.1:9000"
 
 
 def test_mode_and_errors():
@@ -72,7 +72,7 @@ def test_saturated_pool_is_429():
     reg, index, tracker, router, _ = cluster(["both"], limits=AdmissionLimits(max_in_flight=1))
     tracker.dispatch("x", "http://127.0.0.1:9000", pending=1)
     with pytest.raises(CapacityExceeded):
-        router.choose("both", HashMemo([1], None), None)
+        router.choose("both", HashMemo([1], ()), None)
 
 
 def test_the_router_reads_any_worker_table_that_has_the_view():
@@ -101,16 +101,16 @@ def test_the_router_reads_any_worker_table_that_has_the_view():
 
     table = Table([SimWorker("a"), SimWorker("b", stats={"num_waiting": 5}), SimWorker("c", healthy=False)])
     index = PrefixIndex()
-    index.stored("b", hash_request_blocks(list(range(8)), 4, None, 0))
+    index.stored("b", hash_request_blocks(list(range(8)), 4, (), 0))
     router = Router(table, index, LoadTracker(), pools_policies(make_policy("prefix_aware")), AdmissionLimits())
     assert router.mode() == "colocated"
-    route = router.choose("both", HashMemo(list(range(12)), None), None)
+    route = router.choose("both", HashMemo(list(range(12)), ()), None)
     assert (route.worker.url, route.cached_blocks, route.uncached_tokens) == ("b", 2, 4)
 
 
 def test_a_look_without_commit_is_neither_counted_nor_advances_round_robin():
     reg, index, tracker, router, decisions = cluster(["decode", "decode"], policy="round_robin")
-    memo = HashMemo([1, 2, 3], None)
+    memo = HashMemo([1, 2, 3], ())
     first = router.choose("decode", memo, None, commit=False)
     again = router.choose("decode", memo, None, commit=False)
     assert first.worker.url == again.worker.url == "http://127.0.0.1:9000" and decisions == []
@@ -123,7 +123,7 @@ def test_a_look_without_commit_is_neither_counted_nor_advances_round_robin():
 
 def test_also_adds_the_workers_of_other_roles_under_the_pools_policy_and_counter():
     reg, index, tracker, router, decisions = cluster(["decode", "both", "prefill"], policy="round_robin")
-    memo = HashMemo([1, 2, 3], None)
+    memo = HashMemo([1, 2, 3], ())
     picked = [router.choose("decode", memo, None, also=("both",)).worker.url for _ in range(4)]
     assert picked == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"] * 2
     assert {router.choose("decode", memo, None).worker.url for _ in range(3)} == {"http://127.0.0.1:9000"}

@@ -52,15 +52,16 @@ def test_defaults():
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
     assert server.allowed_origins == ("*",)
-    assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls) == \
-        ("auto", None, True)
+    assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls,
+            server.tool_call_guard) == ("auto", None, True, True)
 
 
 def test_output_parser_flags():
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu",
                                          "--tool-call-parser", "kimi_k2", "--reasoning-parser", "kimi_k2",
-                                         "--enable-auto-tool-choice"]))
+                                         "--enable-auto-tool-choice", "--no-tool-call-guard"]))
     assert (server.tool_call_parser, server.reasoning_parser) == ("kimi_k2", "kimi_k2")
+    assert not server.tool_call_guard
 
 
 class _Tokenizer:
@@ -95,7 +96,7 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
 
     e = Engine()
     _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
     start, stop = lifecycle(e, server)
     asyncio.run(start())
     assert calls == [("start", 0)] and e.tokenizer.compiled == 1
@@ -106,7 +107,7 @@ def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():
     import asyncio
     import gc
 
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
 
     class Engine:
         tokenizer = _Tokenizer()
@@ -136,7 +137,7 @@ def test_lifecycle_registers_with_the_gateway_after_start_and_leaves_before_shut
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from tandem.cli.serve import lifecycle
+    from tandem.worker.process import lifecycle
 
     calls = []
 

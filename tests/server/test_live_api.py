@@ -191,9 +191,10 @@ def test_errors(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="nope", messages=ask(5))
     assert e.value.body["code"] == "model_not_found"
-    with pytest.raises(openai.APIStatusError) as e:
+    with pytest.raises(openai.BadRequestError) as e:   # as OpenAI and vLLM: LangChain reads this
         client.completions.create(model=NAME, prompt=list(range(1, MAX_LEN + 10)), max_tokens=2)
-    assert e.value.status_code == 413
+    assert e.value.status_code == 400 and e.value.body["code"] == "context_length_exceeded"
+    assert e.value.body["param"] == "prompt" and f"maximum context length is {MAX_LEN} tokens" in e.value.message
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=NAME, messages=ask(5), response_format={
             "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})

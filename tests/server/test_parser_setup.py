@@ -8,9 +8,15 @@ import argparse
 import pytest
 
 from tandem.parsers import TOOL_PARSER_NAMES
-from tandem.turn.parser_setup import (ParserSetup, add_parser_flags, parser_flag_args,
-                                        parser_settings, reasoning_parser_arg, tool_parser_arg)
 from tandem.testing.tiny_tokenizer import CHAT_TEMPLATE
+from tandem.turn.parser_setup import (
+    ParserSetup,
+    add_parser_flags,
+    parser_flag_args,
+    parser_settings,
+    reasoning_parser_arg,
+    tool_parser_arg,
+)
 
 
 class _Tok:
@@ -50,11 +56,11 @@ def test_flags_become_settings_and_are_passed_on():
     p = argparse.ArgumentParser()
     add_parser_flags(p)
     args = p.parse_args(["--tool-call-parser", "llama3_json", "--reasoning-parser", "deepseek_r1",
-                         "--enable-auto-tool-choice", "--no-auto-tool-grammar"])
+                         "--enable-auto-tool-choice", "--no-auto-tool-grammar", "--no-tool-call-guard"])
     assert parser_settings(args) == {"tool_call_parser": "llama3_json", "reasoning_parser": "deepseek_r1",
-                                     "constrain_auto_tool_calls": False}
+                                     "constrain_auto_tool_calls": False, "tool_call_guard": False}
     assert parser_settings(p.parse_args([])) == {"tool_call_parser": "auto", "reasoning_parser": None,
-                                                 "constrain_auto_tool_calls": True}
+                                                 "constrain_auto_tool_calls": True, "tool_call_guard": True}
     with pytest.raises(SystemExit):
         p.parse_args(["--tool-call-parser", "nope"])
     assert parser_flag_args("hermes", None) == ("--tool-call-parser=hermes",)

@@ -16,6 +16,7 @@ from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.api.queue.service import QueueConfig, QueueSetup
 from tandem.asyncq.event import EventType
+from tandem.asyncq.job import ANONYMOUS
 from tests.server.fakes import FakeBackend
 
 URL = "/client/v4/accounts/acc1/ai/run/@cf/meta/fake-model"
@@ -307,7 +308,7 @@ async def _jobs(path, batch_id):
     from tandem.asyncq.open_queue import open_queue
     q = open_queue(str(path))
     try:
-        return await q.list_batch(batch_id)
+        return await q.list_batch(batch_id, ANONYMOUS)
     finally:
         await q.close()
 

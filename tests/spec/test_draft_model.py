@@ -8,9 +8,11 @@ import pytest
 
 from tandem.config import SpeculativeConfig
 from tandem.errors import ModelLoadError
+from tandem.kv.block_hash import cache_keys
 from tandem.spec.factory import make_proposer
 from tandem.spec.target import SpecTarget
 from tandem.testing.tiny_model import write_test_model
+from tandem.types import RequestContext
 from tests.engine.helpers import prompts, request, run, tokens
 
 
@@ -81,7 +83,7 @@ def test_the_draft_kv_follows_accepted_and_rejected_tokens(llama_dir, make_engin
 
     class Req:
         all_token_ids = [5, 6, 7, 8, 9]
-        cache_salt = None
+        cache_keys = ()
 
     req = Req()
     first = draft.propose([req], [3])[0]
@@ -97,7 +99,7 @@ def test_the_draft_kv_follows_accepted_and_rejected_tokens(llama_dir, make_engin
 
     class Again:
         all_token_ids = list(req.all_token_ids)
-        cache_salt = None
+        cache_keys = ()
 
     assert _draft(fresh).propose([Again()], [2])[0] == second
     draft.finished(req)
@@ -112,7 +114,7 @@ def test_a_long_context_is_caught_up_over_several_calls(llama_dir, make_engine):
 
     class Req:
         all_token_ids = prompts(1, seed=82, min_len=40, max_len=40)[0]
-        cache_salt = None
+        cache_keys = ()
 
     req = Req()
     calls = [draft.propose([req], [2])[0] for _ in range(3)]
@@ -122,7 +124,8 @@ def test_a_long_context_is_caught_up_over_several_calls(llama_dir, make_engine):
 
 def test_a_shared_prefix_is_caught_up_once_per_tenant(llama_dir, make_engine):
     """A second request with the same leading blocks takes them from the draft's prefix cache and
-    computes only its own tail; another tenant's (cache salt) computes everything; the drafts are
+    computes only its own tail; another tenant's (its API key's tenant: the KV partition of
+    tandem/kv/block_hash.py, as the target's) computes everything; the drafts are
     those of a draft that computed everything."""
     spec = _draft_engine(make_engine, llama_dir, llama_dir, k=2)
     draft = _draft(spec)
@@ -134,10 +137,11 @@ def test_a_shared_prefix_is_caught_up_once_per_tenant(llama_dir, make_engine):
         forward(items, sampled)
 
     class Req:
-        def __init__(self, tokens, salt=None):
-            self.all_token_ids, self.cache_salt = list(tokens), salt
+        def __init__(self, tokens, tenant="key-0"):
+            self.all_token_ids = list(tokens)
+            self.cache_keys = cache_keys(RequestContext(tenant=tenant))
 
-    a, b, c = Req(prefix + [5, 6, 7]), Req(prefix + [9, 10]), Req(prefix + [9, 10], salt="t2")
+    a, b, c = Req(prefix + [5, 6, 7]), Req(prefix + [9, 10]), Req(prefix + [9, 10], tenant="key-1")
     draft.propose([a], [2])
     assert computed[0] == len(a.all_token_ids)
     computed.clear()

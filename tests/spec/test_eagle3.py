@@ -12,12 +12,14 @@ import torch
 
 from tandem.config import SpeculativeConfig
 from tandem.errors import ModelLoadError
+from tandem.kv.block_hash import cache_keys
 from tandem.spec.eagle3_head import Eagle3Head, init_head
 from tandem.spec.eagle3_kv import HeadKV
 from tandem.spec.eagle3_loader import config_for_target, load_head, save_head, target_fingerprint
 from tandem.spec.factory import make_proposer
 from tandem.spec.target import SpecTarget
 from tandem.testing.tiny_model import write_test_model
+from tandem.types import RequestContext
 from tests.engine.helpers import prompts, request, run, tokens
 
 
@@ -167,24 +169,27 @@ def test_a_decode_worker_after_the_handoff(llama_dir, make_engine, tmp_path):
         decode.shutdown()
 
 
-def test_the_heads_prefix_cache_is_keyed_by_cache_salt():
-    """A published block of head rows serves a later request with the same tokens and salt only:
-    another tenant's (salt) or an unsalted request computes its own rows."""
+def test_the_heads_prefix_cache_is_keyed_by_the_requests_partition():
+    """A published block of head rows serves a later request with the same tokens and KV partition
+    (cache salt and tenant, tandem/kv/block_hash.py) only: another tenant's, another salt's or an
+    anonymous request computes its own rows."""
     class Req:
-        def __init__(self, salt):
-            self.cache_salt = salt
+        def __init__(self, context):
+            self.cache_keys = cache_keys(context)
 
     kv = HeadKV(num_blocks=16, block_size=4)
     tokens = list(range(100, 113))
-    first = Req("tenant-a")
+    contexts = {"a": RequestContext(tenant="key-0"), "a-salted": RequestContext(tenant="key-0", cache_salt="s"),
+                "b": RequestContext(tenant="key-1"), "anonymous": RequestContext(),
+                "a-again": RequestContext(tenant="key-0", session_id="other")}
+    first = Req(contexts["a"])
     seq = kv.seq(first)
     assert kv.reserve(seq, len(tokens) - 1)
     seq.rows = len(tokens) - 1     # rows from the target's states for every position but the last
     kv.publish(seq, tokens)
     kv.free(first)
-    hits = {salt: kv.reuse(kv.seq(Req(salt)), tokens, 0, len(tokens) - 1)
-            for salt in ("tenant-a", "tenant-b", None)}
-    assert hits == {"tenant-a": 12, "tenant-b": 0, None: 0}
+    hits = {name: kv.reuse(kv.seq(Req(c)), tokens, 0, len(tokens) - 1) for name, c in contexts.items()}
+    assert hits == {"a": 12, "a-salted": 0, "b": 0, "anonymous": 0, "a-again": 12}
 
 
 def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine, tmp_path):
@@ -216,7 +221,7 @@ def test_a_window_anywhere_in_the_prompt_is_published_and_reused():
     """Rows computed in a window starting on a block boundary are cached under their absolute
     blocks; a later request adopts the run that ends where its own target states begin."""
     class Req:
-        cache_salt = None
+        cache_keys = ()
 
     kv = HeadKV(num_blocks=16, block_size=4)
     tokens = list(range(200, 230))                # 30 tokens

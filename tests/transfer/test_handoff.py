@@ -18,7 +18,7 @@ LAYOUT = KVLayout("m", "float32", 4, 2, 2, 16)
 class _Req:
     request_id: str = "r"
     all_token_ids: list = field(default_factory=lambda: list(range(11)))
-    cache_salt: str | None = None
+    cache_keys: tuple = ()
     kv_handle: KVHandle | None = None
     prefill_only: bool = False
     num_preemptions: int = 0
@@ -41,7 +41,7 @@ def test_match_keeps_local_hits_but_always_pulls_the_last_block():
     m = s.match(_Req(kv_handle=_handle(8), all_token_ids=list(range(9))), 8, 4)
     assert (m.num_local_tokens, m.num_external_tokens) == (4, 4)  # a local hit on the last block is not kept
     load = s.load(req, s.match(req, 4, 4), 1, [20, 21])
-    assert load.source.src_indices == (1, 2) and load.dst_block_ids == (20, 21)
+    assert load.source is req.kv_handle and (load.first_block, load.dst_block_ids) == (1, (20, 21))
     assert s.match(_Req(kv_handle=_handle(), num_preemptions=1), 0, 4) is None  # its copy was released
 
 

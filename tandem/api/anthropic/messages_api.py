@@ -64,7 +64,7 @@ def messages_routes(ctx: ServerContext) -> list[Route]:
 
     async def _serve(request: Request, req: MessagesRequest, parsed: ParsedRequest) -> Response:
         mid = message_id()
-        context = replace(http_context(request), parser=parsed.parser_options)
+        context = replace(http_context(request, ctx.config), parser=parsed.parser_options)
         run = ctx.run(parsed.engine_requests(mid, context))
         out = TurnOutput(_parser(parsed, mid), len(parsed.prompts[0]))
         builder = MessageBuilder(mid, req.turn.model, parsed.stream)

@@ -125,7 +125,8 @@ def sampling_from_dict(d: Any) -> SamplingParams:
     return sp
 
 
-_CONTEXT_KEYS = {"session_id", "tenant", "cache_salt", "priority", "deadline_s", "parser"}
+_CONTEXT_KEYS = {"session_id", "tenant", "cache_salt", "priority", "deadline_s", "parser",
+                 "share_prefix_cache"}
 _PARSER_KEYS = {"tool_call_parser", "reasoning_parser"}
 
 
@@ -134,7 +135,8 @@ def context_to_dict(c: RequestContext) -> dict:
             "priority": c.priority,
             "deadline_s": None if c.deadline is None else c.deadline - time.monotonic(),
             "parser": {"tool_call_parser": c.parser.tool_call_parser,
-                       "reasoning_parser": c.parser.reasoning_parser}}
+                       "reasoning_parser": c.parser.reasoning_parser},
+            "share_prefix_cache": c.share_prefix_cache}
 
 
 def _object(v: Any, param: str, keys: set[str]) -> dict:
@@ -159,7 +161,8 @@ def context_from_dict(v: Any) -> RequestContext:
         cache_salt=text(d, "cache_salt"), priority=_int(d.get("priority", 0), "context.priority"),
         deadline=None if left is None else time.monotonic() + left,
         parser=ParserOptions(tool_call_parser=text(p, "tool_call_parser", "context.parser."),
-                             reasoning_parser=text(p, "reasoning_parser", "context.parser.")))
+                             reasoning_parser=text(p, "reasoning_parser", "context.parser.")),
+        share_prefix_cache=_bool(d.get("share_prefix_cache", False), "context.share_prefix_cache"))
 
 
 def request_to_dict(req: EngineRequest) -> dict:

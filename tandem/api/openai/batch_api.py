@@ -7,7 +7,9 @@ is "in_progress"; once every job has ended it is "completed" (or "cancelled" aft
 with an output file (one line per success: {"id", "custom_id", "response": {"status_code",
 "request_id", "body"}, "error": null}) and an error file for the requests that failed. Those
 two files are rendered from the jobs when read (files_api.py), ids `file-<batch>-output` and
-`file-<batch>-errors`. The account is the API key's tenant ("default" without keys).
+`file-<batch>-errors`. The account is the API key's tenant ("default" without keys), and the
+batch belongs to that tenant (tandem.api.auth.owner_of): another tenant's batch id, for retrieve
+and cancel alike, answers 404 like an unknown one; the list holds the caller's own.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tandem.api.auth import tenant_of
+from tandem.api.auth import owner_of, tenant_of
 from tandem.api.context import ServerContext
 from tandem.api.errors import openai_error_response
 from tandem.api.openai.openai_api import name_grammar_param
@@ -145,7 +147,8 @@ async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
     context = RequestContext(tenant=job.body.get("tenant"), cache_salt=parsed.cache_salt,
                              priority=config.engine_priority(parsed.priority),
-                             parser=parsed.parser_options)
+                             parser=parsed.parser_options,
+                             share_prefix_cache=ctx.config.share_prefix_cache)
     try:
         outputs = await run_job(ctx, job, parsed.engine_requests(rid, context), progress)
     except TandemError as exc:
@@ -158,7 +161,7 @@ async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
 
 def batch_routes(service: QueueService) -> list[Route]:
     async def owned(request: Request) -> Batch:
-        b = await service.queue.get_batch(request.path_params["batch_id"])
+        b = await service.queue.get_batch(request.path_params["batch_id"], owner_of(request.scope))
         if b is None or b.account != account_of(request) or b.meta.get("object") != "batch":
             raise NotFound(f"No batch found with id '{request.path_params['batch_id']}'",
                            param="batch_id")
@@ -167,7 +170,8 @@ def batch_routes(service: QueueService) -> list[Route]:
     async def view(b: Batch) -> JSON:
         finished = None
         if b.done:
-            finished = max((j.finished_at or 0 for j in await service.queue.list_batch(b.id)), default=None)
+            jobs = await service.queue.list_batch(b.id, b.tenant)
+            finished = max((j.finished_at or 0 for j in jobs), default=None)
         return batch_object(b, finished)
 
     async def create(request: Request) -> Response:
@@ -178,8 +182,8 @@ def batch_routes(service: QueueService) -> list[Route]:
                 raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
             if body.get("completion_window", "24h") != "24h":
                 raise InvalidRequest("completion_window must be 24h", param="completion_window")
-            account = account_of(request)
-            f = await service.queue.get_file(str(body.get("input_file_id")), with_content=True)
+            account, owner = account_of(request), owner_of(request.scope)
+            f = await service.queue.get_file(str(body.get("input_file_id")), owner, with_content=True)
             if f is None or f.account != account:
                 raise NotFound(f"No file found with id '{body.get('input_file_id')}'",
                                param="input_file_id")
@@ -193,7 +197,7 @@ def batch_routes(service: QueueService) -> list[Route]:
             batch, _ = await service.enqueue(BatchSpec(
                 account=account, model=str(lines[0]["body"].get("model", service.ctx.served_name)),
                 jobs=jobs, key=idempotency_key(request.headers),
-                max_attempts=service.config.max_attempts, meta=meta))
+                max_attempts=service.config.max_attempts, meta=meta, tenant=owner))
             return json_response(await view(batch))
         except Exception as exc:
             return openai_error_response(exc)
@@ -207,8 +211,8 @@ def batch_routes(service: QueueService) -> list[Route]:
     async def cancel(request: Request) -> Response:
         try:
             b = await owned(request)
-            await service.queue.cancel(b.id)
-            return json_response(await view(await service.queue.get_batch(b.id)))
+            await service.queue.cancel(b.id, b.tenant)
+            return json_response(await view(await service.queue.get_batch(b.id, b.tenant)))
         except Exception as exc:
             return openai_error_response(exc)
 
@@ -217,8 +221,8 @@ def batch_routes(service: QueueService) -> list[Route]:
             limit = _list_limit(request.query_params.get("limit"))
         except InvalidRequest as exc:
             return openai_error_response(exc)
-        batches = [b for b in await service.queue.list_batches(account_of(request))
-                   if b.meta.get("object") == "batch"]
+        owned_batches = await service.queue.list_batches(account_of(request), owner_of(request.scope))
+        batches = [b for b in owned_batches if b.meta.get("object") == "batch"]
         after = request.query_params.get("after")
         if after:
             ids = [b.id for b in batches]

@@ -32,8 +32,8 @@ from tandem.errors import ModelNotFound, TandemError
 async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:
     """Run a parsed OpenAI request and answer it (streaming or not)."""
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
-    context = replace(http_context(request, cache_salt=parsed.cache_salt, priority=parsed.priority),
-                      parser=parsed.parser_options)
+    context = replace(http_context(request, ctx.config, cache_salt=parsed.cache_salt,
+                                   priority=parsed.priority), parser=parsed.parser_options)
     run = ctx.run(parsed.engine_requests(rid, context))
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     try:

@@ -2,7 +2,7 @@
 
 Pure functions of (body, ParseContext): no I/O, so the gateway parses exactly like a worker.
 Every bad value raises a TandemError naming its param (400), an unknown model 404, a prompt
-that leaves no room to generate 413.
+that leaves no room to generate a 400 with code context_length_exceeded.
 """
 
 from __future__ import annotations
@@ -228,10 +228,12 @@ def _token_ids(ids: list[int], ctx: ParseContext, param: str) -> list[int]:
 
 
 def check_prompt_fits(ids: list[int], ctx: ParseContext, param: str) -> None:
+    """A prompt must leave room for one token at least; the error reads as vLLM's."""
     if len(ids) >= ctx.max_model_len:
+        what = "input messages" if param == "messages" else param
         raise PromptTooLong(
-            f"This model's maximum context length is {ctx.max_model_len} tokens, and the prompt "
-            f"has {len(ids)} tokens, which leaves no room to generate. Shorten the {param}.",
+            f"This model's maximum context length is {ctx.max_model_len} tokens. However, your "
+            f"request has {len(ids)} input tokens. Please reduce the length of the {what}.",
             param=param)
 
 

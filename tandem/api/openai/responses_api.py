@@ -6,6 +6,8 @@ defaults, tool-choice grammar) through the same GenerationRun and backend as
 (tandem/parsers) into reasoning, text and function calls (responses_format.py). Responses are
 stored per app unless `store: false`, for `previous_response_id` and retrieval. Errors are
 OpenAI-style; an error after the stream began is an `error` event then `response.failed`.
+A stored response is its creator tenant's: another tenant's id is a 404 for GET, DELETE and
+`previous_response_id` alike (responses_store.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.api.auth import tenant_of
 from tandem.api.chat_turn import ChatTurn, chat_request, off_loop
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import in_own_task
@@ -26,7 +29,7 @@ from tandem.api.openai.openai_protocol import ParsedRequest
 from tandem.api.openai.responses_format import ResponseBuilder, new_id
 from tandem.api.openai.responses_items import items_to_messages
 from tandem.api.openai.responses_protocol import ResponsesRequest, parse_responses
-from tandem.api.openai.responses_store import ResponseStore, StoredResponse
+from tandem.api.openai.responses_store import ResponseNotFound, ResponseStore, StoredResponse
 from tandem.api.request_body import OFF_LOOP_BYTES, read_json_body
 from tandem.api.request_context import http_context
 from tandem.api.responses import json_response, sse_response
@@ -53,7 +56,8 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
             req = parse_responses(body, ctx.served_name)
             history: list[dict] = []
             if req.previous_response_id is not None:
-                history = list(store.get(req.previous_response_id, "previous_response_id").conversation)
+                history = list(store.get(req.previous_response_id, tenant_of(request.scope),
+                                         "previous_response_id").conversation)
             turn, parsed = await off_loop(lambda: prepare(req, history),
                                           size >= OFF_LOOP_BYTES or len(history) > 8)
             return await _serve(request, req, history, turn, parsed)
@@ -65,8 +69,8 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
     async def _serve(request: Request, req: ResponsesRequest, history: list[dict], turn: ChatTurn,
                      parsed: ParsedRequest) -> Response:
         rid = new_id("resp")
-        context = replace(http_context(request, cache_salt=turn.cache_salt, priority=turn.priority),
-                          parser=parsed.parser_options)
+        context = replace(http_context(request, ctx.config, cache_salt=turn.cache_salt,
+                                       priority=turn.priority), parser=parsed.parser_options)
         run = ctx.run(parsed.engine_requests(rid, context))
         out = TurnOutput(parsed.output.stream(rid) if parsed.output else None, len(parsed.prompts[0]))
         sp = parsed.sampling
@@ -78,7 +82,7 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
                 reply = items_to_messages(builder.final["output"], "output") \
                     or [{"role": "assistant", "content": ""}]
                 conversation = history + req.new_messages + reply   # instructions left out
-                store.put(rid, StoredResponse(builder.final, tuple(conversation)))
+                store.put(rid, StoredResponse(builder.final, tuple(conversation), context.tenant))
 
         try:
             if not parsed.stream:
@@ -92,17 +96,15 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
 
     async def retrieve(request: Request) -> Response:
         try:
-            return json_response(store.get(request.path_params["response_id"]).response)
+            return json_response(store.get(request.path_params["response_id"],
+                                           tenant_of(request.scope)).response)
         except Exception as exc:
             return openai_error_response(exc)
 
     async def delete(request: Request) -> Response:
         rid = request.path_params["response_id"]
-        try:
-            store.get(rid)
-        except Exception as exc:
-            return openai_error_response(exc)
-        store.delete(rid)
+        if not store.delete(rid, tenant_of(request.scope)):
+            return openai_error_response(ResponseNotFound(f"Response with id '{rid}' not found."))
         return json_response({"id": rid, "object": "response", "deleted": True})
 
     return [Route("/v1/responses", create, methods=["POST"]),

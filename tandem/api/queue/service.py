@@ -7,7 +7,7 @@ workers_ai/queued_api.py and openai/batch_api.py). Errors a client caused (4xx) 
 once; capacity errors (429, 503) put it back on the queue (it waits for headroom, never fails
 for lack of capacity); anything else is retried until the job's attempts are spent.
 
-Interactive requests first (queue_pressure.py): the service puts a `GaugedBackend` in front of
+Interactive requests first (pressure.py): the service puts a `GaugedBackend` in front of
 the app's backend (`ctx.backend`), so it sees every interactive request start and end. Queued
 work is taken only while the pools have headroom, few interactive requests are in flight and
 fewer than `prefill_concurrency` of this app's queued requests are still computing their

@@ -6,7 +6,8 @@ Each event is `event: <type>` + `data: <Cloudflare's event body>` (as posted to 
 with eventSubscriptionId null): the recorded `cf.workersAi.model.batch.queued` first, a
 `tandem.batch.progress` event ({"payload": {"requestId", "total", "succeeded", "failed",
 "cancelled"}}) whenever the counts change, then `.succeeded` or `.failed`, then `data: [DONE]`.
-The stream reads the durable store, so it works on any gateway sharing the queue.
+The stream reads the durable store, so it works on any gateway sharing the queue. Another
+tenant's request_id answers 404 like an unknown one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.api.auth import owner_of
 from tandem.api.errors import workers_ai_error_response
 from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.responses import SSE_DONE, sse_response
@@ -33,16 +35,15 @@ def _sse(event_type: str, body: dict) -> bytes:
 
 
 def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Route]:
-
-    async def stream(batch_id: str) -> AsyncIterator[bytes]:
+    async def stream(batch_id: str, tenant: str) -> AsyncIterator[bytes]:
         sent: set[str] = set()
         counts = None
         while True:
             # events before the batch: the final event is recorded in the transaction that ends
             # the batch, so once it is read the batch read after it is done (no stale progress
             # event can follow the final one)
-            events = await service.queue.batch_events(batch_id)
-            batch = await service.queue.get_batch(batch_id)
+            events = await service.queue.batch_events(batch_id, tenant)
+            batch = await service.queue.get_batch(batch_id, tenant)
             for event in events:
                 if event.id not in sent:
                     sent.add(event.id)
@@ -60,10 +61,11 @@ def batch_event_routes(service: QueueService, poll_s: float = 0.25) -> list[Rout
 
     async def events(request: Request) -> Response:
         account, batch_id = request.path_params["account_id"], request.path_params["request_id"]
-        batch = await service.queue.get_batch(batch_id)
+        tenant = owner_of(request.scope)
+        batch = await service.queue.get_batch(batch_id, tenant)
         if batch is None or batch.account != account:
             return workers_ai_error_response(NotFound(f"no queued request {batch_id} for account "
                                                       f"{account}", param="request_id"))
-        return sse_response(stream(batch_id))
+        return sse_response(stream(batch_id, tenant))
 
     return [Route(PATH, events, methods=["GET"])]

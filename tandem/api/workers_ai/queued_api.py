@@ -12,7 +12,9 @@ parsed tool calls and reasoning included). A body over QueueConfig.max_payload_b
 is a 413 in Workers AI's envelope. The
 request list and the model are checked when queued; each request is parsed when it runs, and
 one that is invalid ends with "success": false and its error. An `Idempotency-Key` header
-makes the enqueue idempotent. The account is the path's account_id.
+makes the enqueue idempotent. The account is the path's account_id; the queued request belongs
+to the caller's tenant too (tandem.api.auth.owner_of): polling another tenant's request_id, in
+any account, answers 404 like an unknown one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tandem.api.auth import tenant_of
+from tandem.api.auth import owner_of, tenant_of
 from tandem.api.context import ServerContext
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_format import make_id
@@ -53,7 +55,8 @@ async def queued_request(service: QueueService, request: Request) -> Response:
     account, model = request.path_params["account_id"], request.path_params["model"]
     body, _ = await read_json_body(request, service.config.max_payload_bytes)
     if "request_id" in body:
-        return json_response(_envelope(await _poll(service, account, model, body["request_id"])))
+        return json_response(_envelope(await _poll(service, account, owner_of(request.scope),
+                                                   body["request_id"])))
     if not model_matches(model, ctx.served_name):
         raise ModelNotFound(f"No such model {model}; this server serves {ctx.served_name}",
                             param="model")
@@ -69,7 +72,7 @@ async def queued_request(service: QueueService, request: Request) -> Response:
                  for r in requests)
     batch, _ = await service.enqueue(BatchSpec(
         account=account, model=model, jobs=jobs, key=idempotency_key(request.headers),
-        max_attempts=service.config.max_attempts))
+        max_attempts=service.config.max_attempts, tenant=owner_of(request.scope)))
     return json_response(_envelope({"status": "queued", "request_id": batch.id, "model": model}))
 
 
@@ -77,11 +80,11 @@ def _reference(value) -> str | None:
     return None if value is None else str(value)
 
 
-async def _poll(service: QueueService, account: str, model: str, request_id) -> JSON:
-    batch = await service.queue.get_batch(str(request_id))
+async def _poll(service: QueueService, account: str, tenant: str, request_id) -> JSON:
+    batch = await service.queue.get_batch(str(request_id), tenant)
     if batch is None or batch.account != account:
         raise NotFound(f"no queued request {request_id} for account {account}", param="request_id")
-    jobs = await service.queue.list_batch(batch.id)
+    jobs = await service.queue.list_batch(batch.id, tenant)
     if not batch.done:
         # running from the moment a job is leased (the batch's counters move only as jobs end)
         started = any(j.status is not JobStatus.QUEUED for j in jobs)
@@ -115,7 +118,8 @@ async def run_workers_ai_job(ctx: ServerContext, job: Job, config: QueueConfig,
     parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                   ctx.parse_context(), len(str(body)))
     context = RequestContext(tenant=job.body.get("tenant"), priority=config.engine_priority(),
-                             parser=parsed.parser_options)
+                             parser=parsed.parser_options,
+                             share_prefix_cache=ctx.config.share_prefix_cache)
     rid = make_id("wai")
     reqs = parsed.engine_requests(rid, context)
     try:

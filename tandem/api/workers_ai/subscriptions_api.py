@@ -12,7 +12,9 @@
 Cloudflare delivers these events to a Queue; tandem posts them to the URL (retries with
 backoff, then a dead-letter record: tandem.asyncq.notifier). Any http(s) URL is accepted unless
 the server names allowed prefixes (`--event-url-allow`): the server then refuses the others
-(400), so that API clients cannot make it post to internal addresses.
+(400), so that API clients cannot make it post to internal addresses. A subscription belongs to
+the caller's tenant (tandem.api.auth.owner_of): it receives only that tenant's batches' events,
+and another tenant's subscription id answers 404 like an unknown one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.api.auth import owner_of
 from tandem.api.errors import workers_ai_error_response
 from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.request_body import read_json_object
@@ -41,7 +44,7 @@ def _view(sub: Subscription, with_secret: bool) -> dict:
     return view
 
 
-def _spec(account: str, body: dict, allow: tuple[str, ...] = ()) -> SubscriptionSpec:
+def _spec(account: str, tenant: str, body: dict, allow: tuple[str, ...] = ()) -> SubscriptionSpec:
     """`allow`: URL prefixes a destination must start with (the server's --event-url-allow);
     empty: any http(s) URL."""
     dest = body.get("destination")
@@ -59,39 +62,43 @@ def _spec(account: str, body: dict, allow: tuple[str, ...] = ()) -> Subscription
     if secret is not None and (not isinstance(secret, str) or len(secret) < 16):
         raise InvalidRequest("'secret' must be a string of at least 16 characters", param="secret")
     types = tuple(dict.fromkeys(_BY_NAME[n] for n in names))
-    return SubscriptionSpec(account=account, url=url, event_types=types, secret=secret)
+    return SubscriptionSpec(account=account, url=url, event_types=types, secret=secret, tenant=tenant)
 
 
 def subscription_routes(service: QueueService) -> list[Route]:
-
     def ok(result) -> Response:
         return json_response({"result": result, "success": True, "errors": [], "messages": []})
 
     async def create(request: Request) -> Response:
         try:
             body = await read_json_object(request, 65536)
-            sub = await service.queue.subscribe(_spec(request.path_params["account_id"], body,
+            sub = await service.queue.subscribe(_spec(request.path_params["account_id"],
+                                                      owner_of(request.scope), body,
                                                       service.config.event_url_allow))
             return ok(_view(sub, with_secret=True))
         except Exception as exc:
             return workers_ai_error_response(exc)
 
     async def listing(request: Request) -> Response:
-        subs = await service.queue.subscriptions(request.path_params["account_id"])
+        subs = await service.queue.subscriptions(request.path_params["account_id"],
+                                                 owner_of(request.scope))
         return ok([_view(s, with_secret=False) for s in subs])
 
     async def delete(request: Request) -> Response:
         account, sub_id = request.path_params["account_id"], request.path_params["subscription_id"]
-        mine = {s.id for s in await service.queue.subscriptions(account)}
-        if sub_id not in mine or not await service.queue.unsubscribe(sub_id):
+        tenant = owner_of(request.scope)
+        mine = {s.id for s in await service.queue.subscriptions(account, tenant)}
+        if sub_id not in mine or not await service.queue.unsubscribe(sub_id, tenant):
             return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
         return ok({"id": sub_id})
 
     async def dead_letters(request: Request) -> Response:
         account, sub_id = request.path_params["account_id"], request.path_params["subscription_id"]
-        if sub_id not in {s.id for s in await service.queue.subscriptions(account)}:
+        tenant = owner_of(request.scope)
+        if sub_id not in {s.id for s in await service.queue.subscriptions(account, tenant)}:
             return workers_ai_error_response(NotFound(f"no subscription {sub_id}"))
-        dead = [d for d in await service.queue.dead_letters(account) if d.subscription_id == sub_id]
+        dead = [d for d in await service.queue.dead_letters(account, tenant)
+                if d.subscription_id == sub_id]
         return ok([_dead_view(d) for d in dead])
 
     return [Route(PATH, create, methods=["POST"]), Route(PATH, listing, methods=["GET"]),

@@ -4,8 +4,9 @@ Body {messages | prompt, max_tokens, stream, temperature, top_p, top_k, seed,
 repetition_penalty, frequency_penalty, presence_penalty, raw, lora, tools, response_format}.
 A `prompt` goes through the chat template as one user message unless `raw` is true. `tools` are
 Workers AI's (`{name, description, parameters}`) or OpenAI's; the calls come back parsed in
-`result.tool_calls` (workers_ai_output.py). `response_format` {"type": "json_object"} or
-{"type": "json_schema", "json_schema": SCHEMA} constrains the response. Replies use Workers AI's
+`result.tool_calls` (workers_ai_output.py); without them the model's call opening is masked (the
+tool-call guard, turn/tool_guard.py), except after a raw prompt. `response_format`
+{"type": "json_object"} or {"type": "json_schema", "json_schema": SCHEMA} constrains the response. Replies use Workers AI's
 envelope; a stream is SSE `data: {"response": "..."}` events, then one event with an empty
 response and the usage (and the tool calls), then `data: [DONE]`.
 """
@@ -76,7 +77,8 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
     if has_messages == has_prompt:
         raise bad("messages" if has_messages else "prompt",
                   "give exactly one of 'messages' and 'prompt'")
-    if has_prompt and f.bool("raw", False):
+    raw = has_prompt and f.bool("raw", False)
+    if raw:
         param = "prompt"
         ids = list(ctx.tokenizer.encode(f.str("prompt", nonempty=True), add_special_tokens=True))
     else:
@@ -98,7 +100,9 @@ def parse_workers_ai(body: dict, model: str, ctx: ParseContext) -> ParsedRequest
         presence_penalty=f.float("presence_penalty", 0.0),
     )
     sampling.validate()
-    plan = plan_chat(ctx.parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
+    # a raw prompt is the client's own template: its output is the client's to read, calls included
+    parsers = replace(ctx.parsers, tool_call_guard=False) if raw else ctx.parsers
+    plan = plan_chat(parsers, tools, structured, structured_param, prompt_tail(ctx, ids))
     return with_plan(ParsedRequest(kind="chat", model=model, prompts=(tuple(ids),), sampling=sampling,
                                    stream=f.bool("stream", False)), plan)
 
@@ -153,7 +157,7 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                           ctx.parse_context(), size)
             rid = make_id("wai")
-            context = replace(http_context(request), parser=parsed.parser_options)
+            context = replace(http_context(request, ctx.config), parser=parsed.parser_options)
             run = ctx.run(parsed.engine_requests(rid, context))
             try:
                 if not parsed.stream:

@@ -3,10 +3,11 @@
 Algorithm
 ---------
 The gateway hashes the prompt's full blocks with the workers' chained block hash (same seed,
-block size and cache salt), and asks its `PrefixIndex` (fed by each worker's KV events) how many
-*leading* blocks of that chain each worker holds: `cached_blocks(w)`. Because the hashes are
-chained, holding block i implies the worker had blocks 0..i-1 when it stored i; the index still
-counts only the unbroken run from block 0, which is what the worker can reuse.
+block size and KV partition: cache salt and tenant), and asks its `PrefixIndex` (fed by each
+worker's KV events) how many *leading* blocks of that chain each worker holds:
+`cached_blocks(w)`. Because the hashes are chained, holding block i implies the worker had
+blocks 0..i-1 when it stored i; the index still counts only the unbroken run from block 0, which
+is what the worker can reuse.
 
 For each available worker w:
 

@@ -25,7 +25,7 @@ def test_generate_streams_ndjson_deltas(client, backend):
 def test_errors_before_the_first_line_have_status(client, backend):
     backend.kv_capacity = 2
     r = post(client, EngineRequest("gw-2", [5, 6, 7], SamplingParams()))
-    assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     r = client.post("/internal/generate", json={"request_id": "x", "prompt_token_ids": "abc"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_token_ids"
 

@@ -42,7 +42,8 @@ def test_request_roundtrip_keeps_every_field():
 def test_request_context_roundtrip_keeps_every_field():
     ctx = RequestContext(session_id="s-1", tenant="key-1", cache_salt="t", priority=-3,
                          deadline=time.monotonic() + 30.0,
-                         parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"))
+                         parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"),
+                         share_prefix_cache=True)
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)

@@ -78,7 +78,7 @@ def test_errors_have_openai_shape_and_status(client):
         (client.post("/v1/chat/completions", content=b"[1]"), 400, None),
         (client.post("/v1/chat/completions", json={"model": "x", "messages": MSG}), 404, "model"),
         (chat(client, temperature="hot"), 400, "temperature"),
-        (chat(client, messages=[{"role": "user", "content": "x" * 300}]), 413, "messages"),
+        (chat(client, messages=[{"role": "user", "content": "x" * 300}]), 400, "messages"),
         (client.post("/v1/completions", json={"model": "fake-model", "prompt": "x" * 5000}), 413, None),
         (client.post("/v1/completions", json={"model": "fake-model", "prompt": "a",
                                               "prompt_logprobs": 21}), 400, "prompt_logprobs"),
@@ -90,12 +90,27 @@ def test_errors_have_openai_shape_and_status(client):
         assert err["param"] == param
 
 
-def test_engine_side_too_long_is_413_even_when_streaming(client, backend):
+def test_a_prompt_over_the_context_is_a_400_context_length_exceeded(client):
+    """As OpenAI and vLLM (LangChain's context-overflow handling reads the status and code)."""
+    for path, body, param, what in [
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 300}]}, "messages",
+             "input messages"),
+            ("/v1/completions", {"prompt": "x" * 300}, "prompt", "prompt")]:
+        r = client.post(path, json={"model": "fake-model", **body})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert (err["type"], err["code"], err["param"]) == ("invalid_request_error", "context_length_exceeded", param)
+        assert err["message"] == ("This model's maximum context length is 256 tokens. However, your request has "
+                                  f"{301 if param == 'prompt' else 321} input tokens. Please reduce the length "
+                                  f"of the {what}.")
+
+
+def test_engine_side_too_long_is_400_even_when_streaming(client, backend):
     backend.kv_capacity = 10  # the parser lets it through; the backend raises PromptTooLong
     for stream in (False, True):
         r = client.post("/v1/completions", json={"model": "fake-model", "prompt": [5] * 30,
                                                  "stream": stream})
-        assert r.status_code == 413 and r.json()["error"]["code"] == "context_length_exceeded"
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert backend.running == set()
 
 
@@ -129,7 +144,7 @@ def test_one_bad_prompt_in_a_list_fails_the_request_and_aborts_the_others(client
     backend.token_delay = 0.01
     r = client.post("/v1/completions", json={"model": "fake-model", "prompt": [[5] * 3, [5] * 30],
                                              "n": 2, "stream": True})
-    assert r.status_code == 413
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
     assert backend.running == set()
     started = [q.request_id for q in backend.seen if len(q.prompt_token_ids) == 3]
     assert started and set(started) <= set(backend.aborted)
@@ -138,10 +153,10 @@ def test_one_bad_prompt_in_a_list_fails_the_request_and_aborts_the_others(client
 def test_large_body_is_parsed_off_the_event_loop():
     from starlette.testclient import TestClient
 
-    from tests.server.fakes import FakeBackend
     from tandem.api.app import build_app
     from tandem.api.config import ServerConfig
     from tandem.api.request_body import OFF_LOOP_BYTES
+    from tests.server.fakes import FakeBackend
 
     backend = FakeBackend(max_model_len=10**6)
     with TestClient(build_app(backend, ServerConfig())) as c:

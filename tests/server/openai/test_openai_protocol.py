@@ -1,9 +1,9 @@
 import pytest
 
-from tests.server.fakes import ByteTokenizer
-from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
 from tandem.api.openai.openai_protocol import ParseContext, parse_chat, parse_completion
+from tandem.errors import InvalidRequest, ModelNotFound, PromptTooLong, TandemError
 from tandem.types import RequestContext
+from tests.server.fakes import ByteTokenizer
 
 CTX = ParseContext(served_name="m", tokenizer=ByteTokenizer(), max_model_len=64, max_n=4,
                    max_prompts=3)
@@ -166,9 +166,10 @@ def test_model_missing_is_the_served_one_unknown_is_404():
     assert info.value.status == 404 and "other" in info.value.message
 
 
-def test_prompt_too_long_is_413():
+def test_prompt_too_long_is_400_context_length_exceeded():
     err = error_of(chat, messages=[{"role": "user", "content": "x" * 64}])
-    assert isinstance(err, PromptTooLong) and err.status == 413 and err.param == "messages"
+    assert isinstance(err, PromptTooLong) and err.status == 400 and err.param == "messages"
+    assert err.code == "context_length_exceeded" and "However, your request has" in err.message
     err = error_of(completion, prompt=list(range(3, 3 + 64)))
     assert isinstance(err, PromptTooLong) and err.param == "prompt"
 

@@ -9,9 +9,9 @@ import json
 import pytest
 from starlette.testclient import TestClient
 
-from tandem.errors import InvalidRequest
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
+from tandem.errors import InvalidRequest
 from tests.server.fakes import FakeBackend
 from tests.server.sse import events
 
@@ -109,12 +109,19 @@ def test_only_calls_means_null_content_and_forced_choices_carry_a_grammar(hermes
     assert "get_weather" not in backend.seen[-1].sampling.grammar.text
 
 
-def test_no_tools_or_tool_choice_none_leave_the_text_alone(hermes):
+def test_no_tools_or_tool_choice_none_leave_the_text_alone_under_the_guard(hermes):
     client, backend = hermes
     for extra in ({}, {"tools": TOOLS, "tool_choice": "none"}):
         choice = chat(client, **extra).json()["choices"][0]
         assert choice["message"]["content"] == "Checking." + CALL and choice["finish_reason"] == "stop"
-        assert "tool_calls" not in choice["message"] and backend.seen[-1].sampling.grammar is None
+        assert "tool_calls" not in choice["message"]
+        # the engine keeps the opening out (a scripted backend does not: the text stays text)
+        guard = json.loads(backend.seen[-1].sampling.grammar.text)["format"]
+        assert guard == {"type": "any_text", "excludes": ["<tool_call>"]}
+    client, backend = make_client("x", tool_call_parser="hermes", tool_call_guard=False)
+    with client:
+        chat(client)
+        assert backend.seen[-1].sampling.grammar is None
 
 
 def test_parallel_tool_calls_false_returns_one_call(hermes):
@@ -178,10 +185,31 @@ def test_bad_tool_requests_are_400_naming_the_parameter(hermes, body, param):
     assert err["param"] == param and err["type"] == "invalid_request_error"
 
 
-def test_forcing_a_call_needs_a_tool_call_parser():
-    client, _ = make_client("x", tool_call_parser="none")
+def test_forcing_a_call_without_a_tool_call_parser_is_plain_json_parsed_back():
+    """As vLLM: "required" is a JSON list of {name, parameters}, a named function its arguments."""
+    listed = '[{"name": "get_weather", "parameters": {"city": "Paris", "days": 2}}, {"name": "get_time", "parameters": {}}]'
+    client, backend = make_client(listed, tool_call_parser="none")
     with client:
-        r = chat(client, tools=TOOLS, tool_choice="required")
-        assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
-        assert "--tool-call-parser" in r.json()["error"]["message"]
-        assert chat(client, tools=TOOLS).json()["choices"][0]["message"]["content"] == "x"
+        for stream in (False, True):
+            r = chat(client, tools=TOOLS, tool_choice="required", stream=stream)
+            assert r.status_code == 200, r.text
+            if stream:
+                [got] = reassemble([e for e in events(r.text) if e != "[DONE]"], 1)
+                content, finish = got["content"], got["finish"]
+                calls = [(c["name"], c["arguments"]) for _, c in sorted(got["calls"].items())]
+            else:
+                choice = r.json()["choices"][0]
+                content, finish = choice["message"]["content"] or "", choice["finish_reason"]
+                calls = [(c["function"]["name"], c["function"]["arguments"])
+                         for c in choice["message"]["tool_calls"]]
+            assert content == "" and finish == "tool_calls"
+            assert calls == [("get_weather", '{"city": "Paris", "days": 2}'), ("get_time", "{}")]
+        schema = json.loads(backend.seen[-1].sampling.grammar.text)["format"]["json_schema"]
+        assert schema["minItems"] == 1 and len(schema["items"]["anyOf"]) == 2
+        backend.reply = '{"city": "Rome"}'
+        msg = chat(client, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+                   ).json()["choices"][0]["message"]
+        [call] = msg["tool_calls"]
+        assert msg["content"] is None and call["function"] == {"name": "get_weather", "arguments": '{"city": "Rome"}'}
+        # "auto" without a parser stays text, as before
+        assert chat(client, tools=TOOLS).json()["choices"][0]["message"]["content"] == '{"city": "Rome"}'

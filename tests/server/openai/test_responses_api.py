@@ -55,7 +55,9 @@ def test_text_input_answers_a_message(client, backend):
     assert body["usage"] == {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0},
                              "output_tokens": 11, "output_tokens_details": {"reasoning_tokens": 0},
                              "total_tokens": prompt + 11}
-    assert backend.seen[0].sampling.max_tokens == 50 and backend.seen[0].sampling.grammar is None
+    assert backend.seen[0].sampling.max_tokens == 50
+    # no tools: the hermes opening is kept out (turn/tool_guard.py)
+    assert "any_text" in backend.seen[0].sampling.grammar.text
 
 
 def test_cached_tokens_and_session_reach_the_engine(client, backend):
@@ -139,7 +141,8 @@ def test_errors_are_openai_shaped(client, backend):
     r = client.post("/v1/responses", content=b"{not json")
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.post("/v1/responses", json={"input": "x" * 300})
-    assert r.status_code == 413 and r.json()["error"]["param"] == "input"
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+    assert r.json()["error"]["code"] == "context_length_exceeded"
     r = client.post("/v1/responses", json={"input": "x", "tools": TOOLS, "tool_choice": "required",
                                            "text": {"format": {"type": "json_object"}}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "text.format"

@@ -11,6 +11,7 @@ import time
 import pytest
 from starlette.testclient import TestClient
 
+from tandem.asyncq.job import ANONYMOUS
 from tests.server.preempting_backend import MODEL, live_app
 
 URL = f"/client/v4/accounts/acc1/ai/run/{MODEL}"
@@ -102,7 +103,7 @@ async def _jobs(service):
     from tandem.asyncq.open_queue import open_queue
     q = open_queue(service.config.target)
     try:
-        (batch,) = (await q.list_batches("acc1"))[:1]
-        return await q.list_batch(batch.id)
+        (batch,) = (await q.list_batches("acc1", ANONYMOUS))[:1]
+        return await q.list_batch(batch.id, ANONYMOUS)
     finally:
         await q.close()

@@ -1,10 +1,12 @@
+import json
+
 import pytest
 
-from tests.server.fakes import ByteTokenizer
-from tests.server.sse import events
-from tandem.errors import TandemError
 from tandem.api.openai.openai_protocol import ParseContext
 from tandem.api.workers_ai.workers_ai_api import model_matches, parse_workers_ai
+from tandem.errors import TandemError
+from tests.server.fakes import ByteTokenizer
+from tests.server.sse import events
 
 URL = "/client/v4/accounts/acc123/ai/run/@cf/meta/fake-model"
 CTX = ParseContext("fake-model", ByteTokenizer(), 256)
@@ -78,8 +80,9 @@ def test_errors_use_the_envelope(client):
     assert r.status_code == 400 and r.json()["success"] is False
     r = client.post(URL + "?queueRequest=true", json={"requests": []})
     assert r.status_code == 400 and "not supported yet" in r.json()["errors"][0]["message"]
-    r = client.post(URL, json={"prompt": "x" * 300})
-    assert r.status_code == 413 and r.json()["success"] is False
+    r = client.post(URL, json={"prompt": "x" * 300})   # over the context: 400 in its envelope
+    assert r.status_code == 400 and r.json()["success"] is False
+    assert r.json()["errors"][0]["code"] == 5021 and "maximum context length" in r.json()["errors"][0]["message"]
 
 
 def test_usage_is_counted_when_the_backend_reports_no_counts(client, backend):
@@ -130,7 +133,8 @@ def test_tools_in_workers_ai_shape_come_back_as_tool_calls(hermes_client, backen
 def test_without_tools_the_markup_is_plain_text_and_json_mode_is_a_grammar(hermes_client, backend):
     result = hermes_client.post(URL, json={"prompt": "hi", "max_tokens": 200}).json()["result"]
     assert result["response"] == "Checking." + CALL and "tool_calls" not in result
-    assert backend.seen[-1].sampling.grammar is None
+    # the engine would keep the opening out (the tool-call guard); a scripted reply stays text
+    assert json.loads(backend.seen[-1].sampling.grammar.text)["format"]["excludes"] == ["<tool_call>"]
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     hermes_client.post(URL, json={"prompt": "hi", "response_format": {"type": "json_schema",
                                                                       "json_schema": schema}})
