@@ -12,7 +12,7 @@ import torch
 from tandem.engine.engine import Engine
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.runner.cuda_graphs import DecodeGraphs
-from tests.conftest import assert_all_blocks_free, engine_config
+from tests.conftest import TEST_DEVICE, assert_all_blocks_free, engine_config
 from tests.engine.helpers import prompts, request, run, tokens
 
 
@@ -23,7 +23,7 @@ class EagerGraphs(DecodeGraphs):
 
     def _capture(self, size, pool):
         batch = self._batch(size)
-        out = torch.empty(size, self.model.arch.hidden_size, dtype=self.kv_cache.dtype)
+        out = torch.empty(size, self.model.arch.hidden_size, dtype=self.kv_cache.dtype, device=self.device)
         graphs = self
         graphs.replays = []
 
@@ -36,19 +36,19 @@ class EagerGraphs(DecodeGraphs):
         return pool
 
 
-def _engine(model_dir, **model):
-    cfg = engine_config(model_dir, max_num_batched_tokens=64)
+def _engine(model_dir, device=TEST_DEVICE, **model):
+    cfg = engine_config(model_dir, max_num_batched_tokens=64, device=device)
     return Engine.from_config(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **model)))
 
 
 def test_graphs_asked_for_on_the_cpu_warn_once_and_decode_eagerly(llama_dir, caplog):
-    engine = _engine(llama_dir, cuda_graph_sizes=(1, 2, 4))
+    engine = _engine(llama_dir, "cpu", cuda_graph_sizes=(1, 2, 4))
     assert engine.runner.graphs is None
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
         "CUDA graphs off, decoding eagerly: CUDA graphs need a CUDA device; this worker computes on cpu"]
     engine.shutdown()
     caplog.clear()
-    eager = _engine(llama_dir, cuda_graph_sizes=(1, 2, 4), enforce_eager=True)
+    eager = _engine(llama_dir, "cpu", cuda_graph_sizes=(1, 2, 4), enforce_eager=True)
     assert eager.runner.graphs is None and eager.runner.loaded.cuda_graph_sizes == ()
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     eager.shutdown()
