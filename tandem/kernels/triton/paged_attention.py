@@ -52,7 +52,7 @@ def _decode_kernel(q, cache, table, lens, out,
         kv_mask = key_ok[:, None] & dim_ok[None, :]
         k = tl.load(kv[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q_tile.dtype)
         v = tl.load(kv[:, None] + c_skv + dims[None, :], mask=kv_mask, other=0.0).to(q_tile.dtype)
-        s = dot(q_tile, tl.trans(k), PRECISION, WIDEN) * scale         # [GROUP_P, BLOCK_N]
+        s = dot(q_tile, tl.trans(k), PRECISION, WIDEN) * scale                     # [GROUP_P, BLOCK_N]
         s = tl.where(key_ok[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp(m_i - m_new)
@@ -94,7 +94,7 @@ def _prefill_kernel(q, cache, blocks, out,
         kv_mask = key_ok[:, None] & dim_ok[None, :]
         k = tl.load(kv[:, None] + dims[None, :], mask=kv_mask, other=0.0).to(q_tile.dtype)
         v = tl.load(kv[:, None] + c_skv + dims[None, :], mask=kv_mask, other=0.0).to(q_tile.dtype)
-        s = dot(q_tile, tl.trans(k), PRECISION, WIDEN) * scale         # [BLOCK_M, BLOCK_N]
+        s = dot(q_tile, tl.trans(k), PRECISION, WIDEN) * scale                     # [BLOCK_M, BLOCK_N]
         s = tl.where(key_ok[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp(m_i - m_new)
