@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA checks, on a machine with a GPU and PyTorch (CI has none; `make test` runs the rest):
 #   1. tests/gpu, and the engine, model, parallel, spec, transfer and KV-tier suites with their
-#      engines on the GPU (TANDEM_TEST_DEVICE=cuda, tests/conftest.py);
+#      engines on the GPU (TANDEM_TEST_DEVICE=cuda, tests/conftest.py), the Triton kernels compiled
+#      (tests/kernels/triton) and scripts/gpu-bench.sh --smoke on the GPU;
 #   2. the server and end-to-end suites whose `tandem serve` processes pick the GPU (--device auto).
 # Usage: scripts/gpu-check.sh [OUT_DIR]  (logs and JUnit XML there; exit status non-zero on a failure)
 #   GPU_CHECK_STAGES="engine servers" (the default: both), GPU_CHECK_JOBS (pytest-xdist workers for the
@@ -33,7 +34,8 @@ run() {   # run NAME JOBS TIMEOUT_S PYTEST_ARGS...
 }
 stages=${GPU_CHECK_STAGES:-engine servers}
 [[ " $stages " == *" engine "* ]] && TANDEM_TEST_DEVICE=cuda run engine-on-cuda "$jobs" "${GPU_CHECK_ENGINE_S:-300}" \
-  tests/gpu tests/engine tests/models tests/parallel tests/spec tests/transfer tests/kvstore tests/runner
+  tests/gpu tests/engine tests/models tests/parallel tests/spec tests/transfer tests/kvstore tests/runner \
+  tests/kernels/triton tests/bench/test_gpu_bench.py
 [[ " $stages " == *" servers "* ]] && run servers-on-cuda 1 "${GPU_CHECK_SERVER_S:-1200}" \
   tests/server tests/e2e/test_parallel_pd_e2e.py tests/e2e/test_spec_serve.py tests/e2e/test_tools_e2e.py \
   tests/e2e/test_agent_apis_e2e.py tests/e2e/test_gateway_e2e.py

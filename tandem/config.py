@@ -44,8 +44,18 @@ class ModelConfig:
     # attention kernels (tandem.models.attention_choice): "auto" = the native CPU decode kernel
     # (tandem.kernels, compiled on first use) for float32/bfloat16 and, in bfloat16 on a CPU with
     # AMX tiles, the AMX prefill kernel; torch SDPA otherwise or when no C compiler is found;
-    # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only
+    # "native" = the decode kernel or a start-up error (prefill as "auto"); "sdpa" = torch SDPA only;
+    # "triton" = the Triton kernels (tandem.kernels.triton: decode, prefill, MLA) on a GPU, else as
+    # "auto" with a warning naming why
     attention: str = "auto"
+    # MoE layers' experts: "loop" = a loop over the experts (torch ops); "triton" = two grouped
+    # GEMMs in Triton (tandem.kernels.triton.fused_moe) on a GPU, else the loop with a warning
+    moe_kernel: str = "loop"
+    # decode batch sizes whose forward is captured as a CUDA graph at start-up (a batch is padded
+    # up to the next size; larger ones run eagerly); () = none. Needs a CUDA device, one rank,
+    # attention "triton" and, for MoE models, moe_kernel "triton" (tandem/runner/graph_policy.py)
+    cuda_graph_sizes: tuple[int, ...] = ()
+    enforce_eager: bool = False       # no CUDA graph at all, whatever cuda_graph_sizes says (vLLM's)
     # CPU float32/bfloat16: RMSNorm (with the residual add), SiLU-mul and rotary as single-pass C
     # kernels (tandem.kernels.fused_ops, compiled on first use); torch ops when off, on other
     # devices or without a C compiler

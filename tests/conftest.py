@@ -20,6 +20,12 @@ torch.set_num_threads(1)
 
 TEST_DEVICE = os.environ.get("TANDEM_TEST_DEVICE", "cpu")
 
+# On the CPU, tandem's Triton kernels (tandem.kernels.triton, tests/kernels/triton) run in Triton's
+# interpreter. triton.jit reads this when a kernel's module is imported, whichever test imports it
+# first; it changes nothing else (no other code path runs Triton kernels on CPU tensors).
+if TEST_DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+
 # servers keep their queue database under $XDG_STATE_HOME/tandem: the tests' own directory, not the
 # user's home (set before any server, in-process or child, is started; children inherit it)
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tandem-test-state-")

@@ -21,6 +21,12 @@ LAZY = {
         "accounts on SQLite or PostgreSQL never load the redis client",
     ("tandem.accounts.open_store", "tandem.asyncq.postgres_queue"):
         "accounts on SQLite or Redis never load psycopg",
+    # importing a Triton kernel's module imports triton and decides, then, whether its kernels
+    # compile for the GPU or run in the interpreter: only when --attention/--moe-kernel triton
+    ("tandem.models.triton_choice", "tandem.kernels.triton.runtime"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.paged_attention"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.paged_mla"): "triton only when chosen",
+    ("tandem.models.triton_choice", "tandem.kernels.triton.fused_moe"): "triton only when chosen",
 }
 
 

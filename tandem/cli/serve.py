@@ -19,9 +19,10 @@ import torch
 
 from tandem.api.config import ServerConfig
 from tandem.api.queue.service import QueueConfig
+from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
-from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
+from tandem.cli.gpu_flags import add_gpu_flags, gpu_settings
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
@@ -87,11 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-fused-layers", dest="fused_layers", action="store_false",
                    help="CPU: run RMSNorm, SiLU-mul and rotary as torch ops instead of single-pass C "
                         "kernels (compiled on first use like the attention kernels)")
-    p.add_argument("--attention", choices=("auto", "native", "sdpa"), default="auto",
+    p.add_argument("--attention", choices=("auto", "native", "sdpa", "triton"), default="auto",
                    help="attention kernels: auto = the native CPU decode kernel (compiled with cc on "
                         "first use, cached in ~/.cache/tandem/kernels) for float32/bfloat16, and in "
                         "bfloat16 on a CPU with AMX tiles the AMX prefill kernel, else torch SDPA; "
-                        "native = the decode kernel or an error (prefill as auto); sdpa = torch only")
+                        "native = the decode kernel or an error (prefill as auto); sdpa = torch only; "
+                        "triton = the Triton paged kernels on CUDA (decode, prefill, MLA), read in place")
+    add_gpu_flags(p)
     p.add_argument("--max-model-len", type=_positive, default=None,
                    help="default: the model's max_position_embeddings")
     p.add_argument("--block-size", type=_positive, default=CacheConfig.block_size)
@@ -197,12 +200,13 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
     secret = cluster_secret_from_args(args, "serve")
     check_distinct(secret, api_keys, "serve")
+    device = _device(args.device)
     engine = EngineConfig(
-        model=ModelConfig(path=args.model, dtype=args.dtype, device=_device(args.device),
+        model=ModelConfig(path=args.model, dtype=args.dtype, device=device,
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
                           chat_template=args.chat_template,
                           pack_weights=args.pack_weights, attention=args.attention,
-                          fused_layers=args.fused_layers),
+                          fused_layers=args.fused_layers, **gpu_settings(args, device)),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           gpu_memory_utilization=args.gpu_memory_utilization,
                           num_blocks=args.num_kv_blocks, kv_cache_dtype=args.kv_cache_dtype,

@@ -19,7 +19,7 @@ def add_vllm_flags(p: argparse.ArgumentParser) -> None:
                    help="accepted for vLLM compatibility: tandem runs its own code for the architectures "
                         "it supports and never imports a checkpoint's Python files")
     p.add_argument("--enforce-eager", action="store_true",
-                   help="accepted for vLLM compatibility: tandem always runs eagerly (no CUDA graphs)")
+                   help="no CUDA graphs, whatever --cuda-graph-sizes says: every step runs eagerly (as vLLM's)")
     p.add_argument("--enable-prompt-tokens-details", action="store_true",
                    help="accepted for vLLM compatibility: usage always reports "
                         "prompt_tokens_details.cached_tokens")

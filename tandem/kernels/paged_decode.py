@@ -25,6 +25,7 @@ class PagedDecodeKernel:
     that stores K/V in the query's type (float32, bfloat16) or in float8_e5m2."""
 
     DTYPES = (torch.float32, torch.bfloat16)
+    graph_safe = False   # a CPU kernel: no CUDA graph replays it
 
     def __init__(self, lib: ctypes.CDLL) -> None:
         # (query dtype, cache dtype) -> entry point

@@ -25,24 +25,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tandem.kernels.paged_decode import PagedDecodeKernel
-from tandem.kernels.paged_prefill import PagedPrefillKernel
 from tandem.layers.attention_batch import AttentionBatch, DecodeGroup, PrefillChunk
+from tandem.layers.attention_kernels import DecodeKernel, MLAKernel, PrefillKernel
 
 
 class AttentionWorkspace:
     """Two flat gather buffers (K and V), grown to the largest request and then reused, and the
-    native kernels the model runs with (None: torch SDPA).
+    kernels the model runs with (tandem/layers/attention_kernels.py; None: torch SDPA): native
+    CPU ones or Triton's.
 
     Invariant: a view handed out is valid until the next `kv_views` call; each layer finishes
     its attention call before the next gather.
     """
 
-    def __init__(self, decode_kernel: PagedDecodeKernel | None = None,
-                 prefill_kernel: PagedPrefillKernel | None = None) -> None:
+    def __init__(self, decode_kernel: DecodeKernel | None = None,
+                 prefill_kernel: PrefillKernel | None = None,
+                 mla_kernel: MLAKernel | None = None) -> None:
         self._bufs: list[torch.Tensor | None] = [None, None]
         self.decode_kernel = decode_kernel
         self.prefill_kernel = prefill_kernel
+        self.mla_kernel = mla_kernel   # MLA models' decode and prefill over a cached context
 
     def kv_views(self, shape: tuple[int, ...], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         numel = 1

@@ -14,6 +14,8 @@ Per head h, with W_UK[h] [dn, r] and W_UV[h] [dv, r] the two halves of kv_b_proj
 - prefill chunks, the expanded form: the chunk's context latents (this step's, or gathered from
   the blocks) are expanded to per-head keys and values once and attended causally; cheaper
   than the absorbed form when many queries share the context.
+With an MLA kernel in the workspace (the Triton one on a GPU), decode and every prefill chunk with a
+cached context take the absorbed form through it, reading the latents in place (no gather).
 Both read every latent as stored (rounded to the cache's dtype), so a token's output does not
 depend on whether its context came from this step or from the cache.
 """
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 
 from tandem.layers.attention import AttentionWorkspace, as_stored
 from tandem.layers.attention_batch import AttentionBatch, DecodeGroup, PrefillChunk
+from tandem.layers.attention_kernels import MLAKernel
 
 
 def write_latent(kv_cache: torch.Tensor, layer: int, latent: torch.Tensor, batch: AttentionBatch) -> None:
@@ -72,11 +75,15 @@ def _decode(q_nope: torch.Tensor, q_rot: torch.Tensor, kv_cache: torch.Tensor, l
     B, H, _ = q_nope.shape
     r = w_uk.shape[2]
     q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)      # [B, H, r]
-    q = torch.cat((q_lat, q_rot), dim=-1).unsqueeze(1)                   # [B, 1, H, r + dr]
-    lat = _gather(kv_cache, layer, g.block_table.flatten(), q.dtype, ws)  # [B * nb * bs, r + dr]
-    k = lat.view(B, -1, lat.shape[-1])[:, :g.max_ctx].unsqueeze(1)      # [B, 1, S, r + dr]
-    o = F.scaled_dot_product_attention(q, k, k[..., :r], attn_mask=g.key_mask, scale=scale)  # [B, 1, H, r]
-    return torch.bmm(o[:, 0].transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [B, H, dv]
+    kernel = ws.mla_kernel
+    if kernel is not None and kernel.supports(q_lat, kv_cache):
+        o = kernel(q_lat, q_rot, kv_cache, layer, g.block_table, g.context_lens, scale)  # [B, H, r]
+    else:
+        q = torch.cat((q_lat, q_rot), dim=-1).unsqueeze(1)               # [B, 1, H, r + dr]
+        lat = _gather(kv_cache, layer, g.block_table.flatten(), q.dtype, ws)  # [B * nb * bs, r + dr]
+        k = lat.view(B, -1, lat.shape[-1])[:, :g.max_ctx].unsqueeze(1)  # [B, 1, S, r + dr]
+        o = F.scaled_dot_product_attention(q, k, k[..., :r], attn_mask=g.key_mask, scale=scale)[:, 0]
+    return torch.bmm(o.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [B, H, dv]
 
 
 def _prefill(q_nope: torch.Tensor, q_rot: torch.Tensor, latent: torch.Tensor, kv_cache: torch.Tensor,
@@ -85,6 +92,9 @@ def _prefill(q_nope: torch.Tensor, q_rot: torch.Tensor, latent: torch.Tensor, kv
     # q_nope [n, H, dn], q_rot [n, H, dr], latent [n, r + dr] -> [n, H, dv]
     n, H, _ = q_nope.shape
     r = kv_b_weight.shape[1]
+    kernel = ws.mla_kernel
+    if chunk.num_computed and kernel is not None and kernel.supports(q_nope, kv_cache):
+        return _prefill_absorbed(q_nope, q_rot, kv_cache, layer, chunk, scale, kv_b_weight, dn, dv, kernel)
     if chunk.mask is None:
         ctx_lat = as_stored(latent, kv_cache)                            # [n, r + dr]
     else:
@@ -100,3 +110,18 @@ def _prefill(q_nope: torch.Tensor, q_rot: torch.Tensor, latent: torch.Tensor, kv
                                        v.transpose(0, 1).unsqueeze(0), attn_mask=chunk.mask,
                                        is_causal=chunk.mask is None, scale=scale)  # [1, H, n, dv]
     return o[0].transpose(0, 1)
+
+
+def _prefill_absorbed(q_nope: torch.Tensor, q_rot: torch.Tensor, kv_cache: torch.Tensor, layer: int,
+                      chunk: PrefillChunk, scale: float, kv_b_weight: torch.Tensor, dn: int, dv: int,
+                      kernel: MLAKernel) -> torch.Tensor:
+    # q_nope [n, H, dn], q_rot [n, H, dr] -> [n, H, dv]: a kernel row per new token, each over the
+    # chunk's blocks up to its own position (the chunk's latents are already in the cache)
+    n, H, _ = q_nope.shape
+    w = kv_b_weight.view(H, dn + dv, -1)
+    w_uk, w_uv = w[:, :dn], w[:, dn:]                                    # [H, dn, r], [H, dv, r]
+    q_lat = torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)      # [n, H, r]
+    table = chunk.block_ids.unsqueeze(0).expand(n, -1)                   # [n, nb], stride 0
+    lens = torch.arange(chunk.num_computed + 1, chunk.num_computed + n + 1, device=table.device)  # [n]
+    o = kernel(q_lat, q_rot.contiguous(), kv_cache, layer, table, lens, scale)    # [n, H, r]
+    return torch.bmm(o.transpose(0, 1), w_uv.transpose(1, 2)).transpose(0, 1)  # [n, H, dv]

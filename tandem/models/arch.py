@@ -1,7 +1,8 @@
 """ModelArch: the shape of a decoder-only checkpoint, parsed once from its config.json.
 
 Accepts both config styles: transformers <5 (`rope_theta`, `rope_scaling`, `torch_dtype`) and
-transformers 5 (`rope_parameters`, `dtype`).
+transformers 5 (`rope_parameters`, `dtype`), and each field under any of the aliases transformers
+reads it by (models/config_aliases.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tandem.layers.mla_spec import MLASpec
 from tandem.layers.moe_spec import MoESpec
 from tandem.layers.rope_spec import RopeSpec
 from tandem.models.arch_specs import parse_mla, parse_moe, validate_moe
+from tandem.models.config_aliases import canonical_config
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -82,6 +84,7 @@ class ModelArch:
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ModelArch":
+        cfg = canonical_config(cfg)
         archs = cfg.get("architectures") or []
         if not archs:
             raise ModelLoadError("config.json has no 'architectures' entry; cannot pick a model class")

@@ -21,7 +21,8 @@ from tandem.layers.moe_spec import MoESpec
 
 
 def parse_moe(cfg: dict, model_type: str, num_layers: int) -> MoESpec | None:
-    """The MoE part of config.json, or None for a dense model."""
+    """The MoE part of config.json (its fields under transformers' stored names:
+    config_aliases.canonical_config), or None for a dense model."""
     try:
         if model_type == "mixtral":
             return MoESpec(num_experts=int(cfg["num_local_experts"]), top_k=int(cfg["num_experts_per_tok"]),
@@ -29,7 +30,7 @@ def parse_moe(cfg: dict, model_type: str, num_layers: int) -> MoESpec | None:
         if model_type == "qwen3_moe":
             step = int(cfg.get("decoder_sparse_step") or 1)
             only = set(cfg.get("mlp_only_layers") or [])
-            num_experts = int(cfg["num_experts"])
+            num_experts = int(cfg["num_local_experts"])
             dense = frozenset(i for i in range(num_layers)
                               if i in only or num_experts == 0 or (i + 1) % step != 0)
             return MoESpec(num_experts=num_experts, top_k=int(cfg["num_experts_per_tok"]),

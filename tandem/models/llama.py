@@ -20,6 +20,7 @@ from tandem.kernels.fused_ops import FusedOps
 from tandem.layers.attention import AttentionWorkspace, paged_attention
 from tandem.layers.linear import Embedding, Linear
 from tandem.layers.mlp import GatedMLP
+from tandem.layers.moe import MoEKernel, SparseMoE
 from tandem.layers.norm import RMSNorm
 from tandem.layers.rotary import RotaryEmbedding, apply_rotary
 from tandem.models.arch import ModelArch
@@ -180,6 +181,15 @@ class DecoderForCausalLM(nn.Module):
         for m in self.modules():
             if isinstance(m, (RMSNorm, GatedMLP, DecoderAttention)):
                 m.fused = ops
+
+    def use_moe_kernel(self, kernel: MoEKernel | None) -> None:
+        """Run every MoE layer's experts through `kernel` (None: the loop over experts); stacks
+        their weights once (SparseMoE.use_kernel). Call after loading, before serving."""
+        if kernel is None:
+            return
+        for m in self.modules():
+            if isinstance(m, SparseMoE):
+                m.use_kernel(kernel)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

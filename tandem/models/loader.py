@@ -21,16 +21,16 @@ from tqdm import tqdm
 
 from tandem.config import ModelConfig
 from tandem.errors import ModelLoadError
-from tandem.layers.attention import AttentionWorkspace
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
-from tandem.models.attention_choice import decode_kernel, prefill_kernel
+from tandem.models.attention_choice import attention_workspace
 from tandem.models.fingerprint import weights_fingerprint
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
 from tandem.models.memory import check_fits, estimate_memory
 from tandem.models.registry import model_class
 from tandem.models.shard_plan import ShardPlan
+from tandem.models.triton_choice import moe_kernel
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,10 @@ class LoadedModel:
     max_model_len: int = 0             # see ModelArch.context_length: configured, capped by a sliding window
     weights_id: str = ""               # tandem/models/fingerprint.py: which weights (not only which shape)
     packing: PackingThread | None = None  # packs the linear weights while the model already serves
+    # decode batch sizes to capture as CUDA graphs (ModelConfig.cuda_graph_sizes; () with
+    # enforce_eager); the runner decides whether they can run (tandem/runner/graph_policy.py)
+    cuda_graph_sizes: tuple[int, ...] = ()
+    num_ranks: int = 1                 # processes sharing the weights (a parallel worker's ranks)
 
     def wait_packed(self) -> None:
         """Block until the background weight packing (if any) has finished."""
@@ -81,9 +85,10 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
         model = cls(arch, device=device)
         plan = shard(model) if shard is not None else ShardPlan()
     load_weights(model, files, dtype, device, cfg.show_progress, plan)
-    model.workspace = AttentionWorkspace(decode_kernel(cfg.attention, dtype, device),
-                                         prefill_kernel(cfg.attention, dtype, device))
+    model.workspace = attention_workspace(cfg.attention, dtype, device)
     model.use_fused_ops(fused_ops(cfg.fused_layers, dtype, device))
+    if arch.moe is not None:
+        model.use_moe_kernel(moe_kernel(cfg.moe_kernel, dtype, device))
     model.eval()
     packing = None
     if cfg.pack_weights and can_pack(dtype, device):
@@ -102,6 +107,8 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
         max_model_len=arch.context_length(cfg.max_model_len or None),
         packing=packing,
         weights_id=weights_fingerprint(files),
+        cuda_graph_sizes=() if cfg.enforce_eager else tuple(cfg.cuda_graph_sizes),
+        num_ranks=num_ranks,
     )
 
 

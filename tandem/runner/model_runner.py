@@ -20,6 +20,7 @@ from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import LoadedModel
 from tandem.runner.aux_hidden import AuxHiddenStep, AuxSpan
+from tandem.runner.cuda_graphs import DecodeGraphs
 from tandem.runner.sampler import Sampler, SamplingRow, distinct_ids, gather_logprobs, make_generator
 from tandem.runner.scheduled import SampledSeq, ScheduledSeq, SeqState
 from tandem.types import TokenLogprob
@@ -75,6 +76,8 @@ class ModelRunner:
         self.verify_as_decode_rows = loaded.dtype != torch.float32
         # a request's distinct prompt ids, for its repetition penalty: built once, dropped with it
         self._prompt_ids: weakref.WeakKeyDictionary[SeqState, torch.Tensor] = weakref.WeakKeyDictionary()
+        # decode steps replayed from CUDA graphs (LoadedModel.cuda_graph_sizes); None: all eager
+        self.graphs = DecodeGraphs.build(loaded, kv_cache, layout.block_size, device)
 
     def prepare(self, seqs: Sequence[ScheduledSeq], block_tables: Sequence[list[int]]) -> StepInputs:
         input_ids: list[int] = []
@@ -133,7 +136,10 @@ class ModelRunner:
         """Forward, then sample every sampled row. `grammar_masks` gives the token bitmasks of
         constrained rows (in the order of inputs.sampled's rows); called after the forward."""
         tap = getattr(self.model, "aux_tap", None)
-        if tap is None:
+        size = self.graphs.replay_size(inputs.batch, tap) if self.graphs is not None else None
+        if size is not None:
+            hidden = self.graphs.run(inputs.input_ids, inputs.positions, inputs.batch, size)  # [T, H]
+        elif tap is None:
             hidden = self.model(inputs.input_ids, inputs.positions, inputs.batch, self.kv_cache)  # [T, H]
         else:
             hidden, aux = self.model.forward_aux(inputs.input_ids, inputs.positions, inputs.batch,

@@ -141,12 +141,18 @@ def from_hf_config(path: str | Path) -> ModelSpec:
         hidden=cfg["hidden_size"], num_heads=heads,
         head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
         num_kv_heads=cfg.get("num_key_value_heads", heads), intermediate=cfg["intermediate_size"],
-        vocab=cfg["vocab_size"], num_experts=cfg.get("n_routed_experts") or cfg.get("num_experts") or 0,
+        vocab=cfg["vocab_size"], num_experts=_num_experts(cfg),
         top_k=cfg.get("num_experts_per_tok", 0), moe_intermediate=cfg.get("moe_intermediate_size", 0),
         shared_experts=cfg.get("n_shared_experts", 0), first_dense_layers=cfg.get("first_k_dense_replace", 0),
         q_lora_rank=cfg.get("q_lora_rank") or 0, kv_lora_rank=cfg.get("kv_lora_rank") or 0,
         qk_nope_dim=cfg.get("qk_nope_head_dim", 0), qk_rope_dim=cfg.get("qk_rope_head_dim", 0),
         v_head_dim=cfg.get("v_head_dim", 0), tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+
+
+def _num_experts(cfg: dict) -> int:
+    """Routed experts under each name transformers reads them by (DeepSeek-V3's, transformers 5's,
+    transformers 4's Qwen-MoE); tandem/models/config_aliases.py has the whole table."""
+    return int(cfg.get("n_routed_experts") or cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
 
 
 def model_spec(name: str) -> ModelSpec:
