@@ -21,10 +21,11 @@ q at most (p - q) * aging_s seconds; after that it is ordered among them as one 
 arrival order; with the chunk cap set, by the prefill order's key, where its own priority still
 counts `priority_tokens` a level: at most (p - q) * priority_tokens / aging_tokens_per_s seconds
 more, besides that order's own bound). Preemption does not undo it: a waiting request preempts
-only running requests whose level is worse than its own priority, so a request admitted by
-preempting others is never preempted by them in turn, and one admitted at the best level present
-gives way only to a better priority, or to block pressure as the latest admitted of the worst
-level (the rule among equals).
+only running requests whose level is worse than its own priority (not its aged level), so a
+request admitted by preempting others is never preempted by them for admission in turn, and one
+admitted at the best level present gives way only to a better priority, or to block pressure as
+the latest admitted of the worst level (the rule among equals; a victim that has since aged to a
+better level than the other's counts as better there).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ within a level, and levels go first:
   present, the blocks a worse one computes in the step are published only at its end.
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
-of them; a request admitted by preempting others is never preempted by them in turn. With
+of them; a request admitted by preempting others is never preempted for their admission. With
 priority 0 everywhere (or under "fcfs", where priority only weighs in the prefill order's key)
 every level is one and nothing above changes the order.
 
