@@ -104,6 +104,24 @@ class SchedulerConfig:
     # that arrives meanwhile waits for one short step (the step in flight cannot be cut). 0: no cap.
     background_chunk_tokens: int = 32
     background_priority: int = 10
+    # Who goes first (vLLM's --scheduling-policy). "priority": RequestContext.priority, lower
+    # first (the waiting queue, prefill chunks, preemption; tandem/engine/priority.py), fcfs
+    # within a priority; "fcfs": arrival order, priority only weighs in the prefill order's key.
+    # Priority 0 everywhere schedules the same under both.
+    scheduling_policy: str = "priority"
+    # the starvation bound of "priority": a waiting request counts one priority level better per
+    # this many seconds waited (never better than the best priority present)
+    priority_aging_s: float = 5.0
+
+    SCHEDULING_POLICIES = ("priority", "fcfs")
+
+    def __post_init__(self) -> None:
+        if self.scheduling_policy not in self.SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy {self.scheduling_policy!r}: choose one of "
+                             f"{', '.join(self.SCHEDULING_POLICIES)}")
+        if not self.priority_aging_s > 0:
+            raise ValueError(f"priority_aging_s must be positive (it bounds how long a request of a "
+                             f"worse priority waits), got {self.priority_aging_s}")
 
     @classmethod
     def offline(cls, max_num_seqs: int = 256) -> "SchedulerConfig":

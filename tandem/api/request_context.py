@@ -6,8 +6,8 @@
   It partitions the prefix cache (tandem/kv/block_hash.py: cache_keys) unless the server was
   started with --share-prefix-cache (ServerConfig.share_prefix_cache, copied into the context).
 - cache_salt, priority: body fields, as the route's parser read them (OpenAI routes: vLLM's
-  `cache_salt` and `priority`; Workers AI has neither). `priority` is carried to the engine
-  but does not change scheduling yet.
+  `cache_salt` and `priority`, an integer; Anthropic's Messages and Workers AI have neither:
+  their requests run at 0). The engine schedules by `priority` (tandem/engine/priority.py).
 The context then travels explicitly: route -> GenerationRun -> Backend.generate(req) inside
 `req.context` -> (gateway) the routing flow and the worker's internal API (tandem.api.internal.wire).
 """

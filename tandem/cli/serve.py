@@ -59,6 +59,13 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number: {text}")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0.0 < value <= 1.0:
@@ -120,6 +127,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--background-chunk-tokens", type=int, default=SchedulerConfig.background_chunk_tokens,
                    help="largest prefill chunk of a background prompt (the queue's batch work) in "
                         "any step (0: no cap)")
+    p.add_argument("--scheduling-policy", choices=SchedulerConfig.SCHEDULING_POLICIES,
+                   default=SchedulerConfig.scheduling_policy,
+                   help="priority: requests' `priority` orders the waiting queue, prefill chunks and "
+                        "preemption (lower first, vLLM's meaning), first come first served within one; "
+                        "fcfs: arrival order (priority only weighs in the order of prefill chunks)")
+    p.add_argument("--priority-aging-s", type=_positive_float, default=SchedulerConfig.priority_aging_s,
+                   help="with --scheduling-policy priority, a waiting request counts one priority better "
+                        "per this many seconds waited: the bound on how long a worse priority waits")
     p.add_argument("--threads", type=threads_arg, default=None,
                    help="compute threads of the worker, at most the cores it may use (CPU affinity and "
                         "cgroup quota; the default); a parallel worker's ranks split them")
@@ -214,7 +229,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs,
                                   long_prefill_token_threshold=args.long_prefill_token_threshold,
-                                  background_chunk_tokens=args.background_chunk_tokens),
+                                  background_chunk_tokens=args.background_chunk_tokens,
+                                  scheduling_policy=args.scheduling_policy,
+                                  priority_aging_s=args.priority_aging_s),
         role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
         transfer=transfer_config(args, secret),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)

@@ -25,7 +25,9 @@ first, so nothing waits forever. With equal remaining work the order is arrival 
 Settings (PrefillOrder): aging_tokens_per_s (higher is closer to first-come-first-served),
 priority_tokens, deadline_window_s. The scheduler uses this order only when
 SchedulerConfig.long_prefill_token_threshold is set (the setting that exists so that short
-prompts are not queued behind long ones); without it prompts go in arrival order.
+prompts are not queued behind long ones); without it prompts go in arrival order. Under the
+priority policy (SchedulerConfig.scheduling_policy, tandem/engine/priority.py) this order holds
+within one priority level, and levels go first.
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ class Request:
     num_cached_tokens: int = 0        # prompt tokens found in a cache at first admission
     lookup_counted: bool = False      # its prefix lookup is in the cache's hit statistics
     num_preemptions: int = 0
+    admitted_level: int | None = None  # the priority level it was admitted at (tandem/engine/priority.py)
+    queue_order: int = 0              # its place in the waiting queue's first-come order (the scheduler's)
     external_kv_failed: bool = False  # a KV load from outside failed: computed here from then on
     finish_reason: FinishReason | None = None
     error: str | None = None

@@ -16,8 +16,27 @@ A waiting prompt whose next uncached block is being computed by a running prefil
 sessions sharing a system prompt) waits until that block is cached rather than computing the
 shared prefix twice; later arrivals may be admitted past it meanwhile. A prompt whose tokens
 are to be scored (prompt logprobs) skips the prefix cache: only a computed token has logits.
-When a running request cannot get a block, the most recently admitted running request is
-preempted (its blocks freed, its tokens recomputed later).
+When a running request cannot get a block, the most recently admitted running request not yet
+scheduled in this step is preempted (its blocks freed, its tokens recomputed later).
+
+Priority (SchedulerConfig.scheduling_policy "priority", the default; vLLM's meaning: lower first,
+ties by arrival; levels and their aging in tandem/engine/priority.py). Every rule above holds
+within a level, and levels go first:
+- the waiting queue is ordered by level, then as above (the prefill order, or arrival);
+- running decodes, then running prefills, go by level, then as above; a running prefill of a
+  worse level than the best waiting request leaves the step to admission first (it gets what
+  admission leaves, in the same step);
+- a waiting request that finds no sequence slot or too few blocks preempts running requests of a
+  level worse than its priority, the worst (then the latest admitted) first, as few as make it
+  fit, and none when it would not fit even without them all;
+- under block pressure the victim is the running request of the worst level (then as above);
+  one of them already scheduled in this step is taken back out of it: while a better request is
+  present, the blocks a worse one computes in the step are published only at its end.
+Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
+requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
+of them; a request admitted by preempting others is never preempted for their admission. With
+priority 0 everywhere (or under "fcfs", where priority only weighs in the prefill order's key)
+every level is one and nothing above changes the order.
 
 KV from outside (the KV connector, tandem/kv/connector.py): at admission the connector may offer
 tokens past the local hit; the request is admitted with blocks for them and, when the load is
@@ -33,10 +52,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tandem.config import SchedulerConfig
 from tandem.engine.prefill_order import PrefillOrder
+from tandem.engine.priority import admitted_level, waiting_level
 from tandem.engine.request import Request, RequestStatus
 from tandem.kv.connector import NOTHING_KEPT, ExternalMatch, FinishedKV, KVConnectorScheduler, KVLoad
 from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
@@ -59,22 +80,42 @@ class SchedulerOutput:
 class Scheduler:
     def __init__(self, config: SchedulerConfig, kv: KVCacheManager,
                  connector: KVConnectorScheduler | None = None,
-                 order: PrefillOrder = PrefillOrder()) -> None:
+                 order: PrefillOrder = PrefillOrder(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.kv = kv
         self.connector = connector
         self.order = order
+        self.clock = clock               # the requests' arrival clock (aging of priority levels)
+        self.by_priority = config.scheduling_policy == "priority"
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.loading: dict[str, tuple[Request, int]] = {}  # admitted, waiting for an asynchronous
         # KV load: the request and the number of tokens its KV covers once loaded
         self.kept: set[str] = set()             # finished; blocks kept by the connector until released
         self._waiting_unsorted = False   # requests joined the queue since it was last sorted
+        self._front_order = self._back_order = 0   # queue_order at the queue's front, at its back
+        # priority policy: the waiting requests' levels in this step, and when the queue was sorted
+        self._levels: dict[str, int] = {}
+        self._sorted_levels: dict[str, int] = {}
+        self._lowest_level = 0           # the best level of any request present in this step
         self.num_preemptions = 0
 
     # --- bookkeeping ----------------------------------------------------------------
     def add(self, request: Request) -> None:
-        self.waiting.append(request)
+        self._enqueue(request)
+
+    def _enqueue(self, request: Request, front: bool = False) -> None:
+        """Into the waiting queue: at the back, or at the front (a preempted request, a failed
+        load). `queue_order` keeps that first-come order for a sort by level."""
+        if front:
+            self._front_order -= 1
+            request.queue_order = self._front_order
+            self.waiting.appendleft(request)
+        else:
+            self._back_order += 1
+            request.queue_order = self._back_order
+            self.waiting.append(request)
         self._waiting_unsorted = True
 
     def has_work(self) -> bool:
@@ -132,8 +173,7 @@ class Scheduler:
         request.external_kv_failed = True
         request.num_computed_tokens = 0
         request.status = RequestStatus.WAITING
-        self.waiting.appendleft(request)
-        self._waiting_unsorted = True
+        self._enqueue(request, front=True)
 
     @staticmethod
     def computed(seq: ScheduledSeq, num_accepted: int) -> None:
@@ -157,6 +197,11 @@ class Scheduler:
         capacity_finished: list[Request] = []
 
         scheduled: set[str] = set()
+        unpublished: set[str] = set()     # scheduled, their blocks published at the step's end
+        self._update_levels()
+        # priority: running prefills of a worse level than the best waiting request come after admission
+        best_waiting = min(self._levels.values(), default=None)
+        outranked = False
         reserve = self._admission_reserve()
         # decodes first, so that a long prefill chunk never delays a stream's next token
         for req in self._running_order():
@@ -166,47 +211,60 @@ class Scheduler:
                 continue  # preempted earlier in this step
             remaining = req.num_tokens - req.num_computed_tokens
             room = budget - reserve if remaining > 1 else budget
+            if remaining > 1 and best_waiting is not None and admitted_level(req) > best_waiting:
+                outranked, room = True, 0
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
             num_new = min(remaining, room, self._chunk_cap(0), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
-                # the most recently admitted request not yet scheduled this step gives way
-                victim = next(r for r in reversed(self.running) if r.request_id not in scheduled)
+                victim = self._victim(scheduled)
                 self.running.remove(victim)
                 if victim is req and not self.running:
                     capacity_finished.append(req)  # alone in the cache and still no room
                     break
+                if victim.request_id in scheduled:
+                    budget += self._unschedule(victim, seqs, scheduled)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
                     break
             else:
-                seqs.append(self._scheduled(req, num_new, proposed))
+                publish = not self._may_give_way(req)
+                seqs.append(self._scheduled(req, num_new, proposed, publish))
                 scheduled.add(req.request_id)
+                if not publish:
+                    unpublished.add(req.request_id)
                 budget -= num_new
 
         loads: list[KVLoad] = []
         if not preempted:
-            budget, deferred = self._admit(seqs, loads, budget)
-            if (reserve or deferred) and budget > 0:
+            budget, deferred = self._admit(seqs, loads, budget, scheduled, preempted)
+            if (reserve or deferred or outranked) and budget > 0:
                 # a prompt deferred for an in-flight prefix is no reason to cap the others' chunks
                 cap = self._chunk_cap(0) if len(self.waiting) > deferred else self.config.max_num_batched_tokens
                 self._extend_prefills(seqs, budget, cap)
+        for seq in seqs:
+            if seq.request.request_id in unpublished:
+                self._publish(seq)
         for req in capacity_finished:
             req.finish_reason = FinishReason.LENGTH
         return SchedulerOutput(seqs, loads, preempted, capacity_finished)
 
-    def _admit(self, seqs: list[ScheduledSeq], loads: list[KVLoad], budget: int) -> tuple[int, int]:
+    def _admit(self, seqs: list[ScheduledSeq], loads: list[KVLoad], budget: int, scheduled: set[str],
+               preempted: list[Request]) -> tuple[int, int]:
         """Admit waiting requests into the step; returns the budget left and how many prompts
-        were deferred for an in-flight prefix (they stay at the front of the queue)."""
+        were deferred for an in-flight prefix (they stay at the front of the queue). Running
+        requests preempted for them (priority policy) join `preempted`, and the queue after
+        admission."""
         self._sort_waiting()
         in_flight = self._in_flight_hashes(seqs) if self.waiting else set()
         deferred: list[Request] = []
+        first_victim = len(preempted)
         try:
             while self.waiting and budget > 0 and \
-                    len(self.running) + len(self.loading) < self.config.max_num_seqs:
+                    (self._slot_free() or self._outranks_running(self.waiting[0])):
                 req = self.waiting[0]
                 # a prompt to be scored is computed whole: cached blocks have no logits
                 hit = NO_HIT if req.scores_prompt else \
@@ -215,10 +273,10 @@ class Scheduler:
                 match = None if self.connector is None or req.external_kv_failed or req.scores_prompt \
                     else self.connector.match(req, hit.num_tokens, self.kv.block_size)
                 if match is not None and match.num_external_tokens > 0:
-                    scheduled_tokens = self._admit_external(req, hit, match, loads, seqs, budget)
-                    if scheduled_tokens is None:
+                    if self._admit_external(req, hit, match, loads, seqs, budget,
+                                            scheduled, preempted) is None:
                         break
-                    budget -= scheduled_tokens
+                    budget = self._budget_left(seqs)   # victims taken out of the step gave theirs back
                     continue
                 if not req.scores_prompt and self._continues_in_flight(req, hit, in_flight):
                     deferred.append(self.waiting.popleft())  # admitted once those blocks are cached
@@ -227,7 +285,8 @@ class Scheduler:
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
                 num_new = min(num_new, budget, self._chunk_cap(1), self._request_cap(req))
-                if self.kv.allocate(req.request_id, hit.num_tokens + num_new, hit) is None:
+                tokens = hit.num_tokens + num_new
+                if self._allocate_admitting(req, tokens, hit, seqs, scheduled, preempted) is None:
                     break
                 self.waiting.popleft()
                 self._on_admitted(req, hit.num_tokens)
@@ -236,10 +295,53 @@ class Scheduler:
                 self.running.append(req)
                 seqs.append(self._scheduled(req, num_new))
                 in_flight.update(self._unscheduled_prompt_hashes(req, hit.num_tokens + num_new))
-                budget -= num_new
+                budget = self._budget_left(seqs)
         finally:
+            # requests preempted for a better one join the queue after admission, not to be
+            # admitted again in the step that preempted them (the next sort puts them in place)
+            for victim in preempted[first_victim:]:
+                self._enqueue(victim, front=True)
             self.waiting.extendleft(reversed(deferred))   # back at the front, in their order
         return budget, len(deferred)
+
+    def _budget_left(self, seqs: list[ScheduledSeq]) -> int:
+        return self.config.max_num_batched_tokens - sum(s.num_new_tokens for s in seqs)
+
+    def _slot_free(self) -> bool:
+        return len(self.running) + len(self.loading) < self.config.max_num_seqs
+
+    def _outranks_running(self, req: Request) -> bool:
+        """Priority policy: a running request has a level worse than req's priority."""
+        return self.by_priority and any(admitted_level(r) > req.context.priority for r in self.running)
+
+    def _allocate_admitting(self, req: Request, num_tokens: int, hit: PrefixHit, seqs: list[ScheduledSeq],
+                            scheduled: set[str], preempted: list[Request]) -> list[int] | None:
+        """A sequence slot and blocks for the first `num_tokens` of a request being admitted;
+        the new block ids, or None. Under the priority policy, running requests of a level worse
+        than its priority give way when it does not fit otherwise: the worst level first, then
+        the latest admitted, as few as make it fit, and none when it would not fit without them
+        all. Comparing the waiting request's own priority (not its aged level) with running
+        levels means that a victim can never preempt, in turn, the request it gave way to."""
+        if self._slot_free():
+            ids = self.kv.allocate(req.request_id, num_tokens, hit)
+            if ids is not None or not self.by_priority:
+                return ids
+        victims = [r for r in self._victim_order(scheduled) if admitted_level(r) > req.context.priority]
+        slots = self.config.max_num_seqs - len(self.running) - len(self.loading)
+        if len(victims) < 1 - slots or not self.kv.can_allocate_without(
+                req.request_id, num_tokens, hit, [v.request_id for v in victims]):
+            return None
+        for victim in victims:
+            self.running.remove(victim)
+            if victim.request_id in scheduled:
+                self._unschedule(victim, seqs, scheduled)
+            self._preempt(victim, requeue=False)
+            preempted.append(victim)
+            if self._slot_free():
+                ids = self.kv.allocate(req.request_id, num_tokens, hit)
+                if ids is not None:
+                    return ids
+        raise AssertionError("can_allocate_without promised room that freeing the victims did not make")
 
     def _in_flight_hashes(self, seqs: list[ScheduledSeq]) -> set[int]:
         """Hashes of the prompt blocks that running prefills compute after this step."""
@@ -306,25 +408,79 @@ class Scheduler:
         return bool(self.config.long_prefill_token_threshold and self.config.enable_chunked_prefill)
 
     def _running_order(self) -> list[Request]:
-        """Running requests: decodes in admission order, then prefills by key (stable sorts)."""
+        """Running requests: decodes in admission order, then prefills by key (stable sorts);
+        under the priority policy each by level first."""
         def is_prefill(r: Request) -> bool:
             return r.num_tokens - r.num_computed_tokens > 1
+
+        def level(r: Request) -> int:
+            return admitted_level(r) if self.by_priority else 0
         if not self._ordered():
-            return sorted(self.running, key=is_prefill)
-        return sorted(self.running, key=lambda r: (is_prefill(r), self.order.key(
+            return sorted(self.running, key=lambda r: (is_prefill(r), level(r)))
+        return sorted(self.running, key=lambda r: (is_prefill(r), level(r), self.order.key(
             r, r.num_tokens - r.num_computed_tokens) if is_prefill(r) else 0.0))
 
     def _sort_waiting(self) -> None:
-        """Waiting requests by key, their remaining work estimated from the prefix cache now."""
-        # only when requests joined: admission pops from the front and deferral keeps the order,
-        # and aging moves every key alike, so the order holds until the queue gains a request
-        # (re-sorting every step would look every waiting prompt up in the prefix cache each step)
-        if not self._waiting_unsorted or len(self.waiting) < 2 or not self._ordered():
+        """Waiting requests by level (priority policy), then by key, their remaining work
+        estimated from the prefix cache now."""
+        # only when requests joined or a level changed: admission pops from the front and
+        # deferral keeps the order, and aging moves every key alike, so the order holds until
+        # then (re-sorting every step would look every waiting prompt up in the prefix cache
+        # each step)
+        levels_changed = any(self._sorted_levels.get(rid) != lv for rid, lv in self._levels.items())
+        if not (self._waiting_unsorted or levels_changed) or len(self.waiting) < 2 or \
+                not (self._ordered() or self.by_priority):
             return
         self._waiting_unsorted = False
-        ordered = sorted(self.waiting, key=lambda r: self.order.key(r, self._waiting_work(r)))
+        self._sorted_levels = dict(self._levels)
+        if self._ordered():
+            ordered = sorted(self.waiting, key=lambda r: (self._levels.get(r.request_id, 0),
+                                                          self.order.key(r, self._waiting_work(r))))
+        else:
+            ordered = sorted(self.waiting, key=lambda r: (self._levels.get(r.request_id, 0),
+                                                          r.queue_order))
         self.waiting.clear()
         self.waiting.extend(ordered)
+
+    # --- priority levels (tandem/engine/priority.py) ------------------------------------
+    def _update_levels(self) -> None:
+        """Priority policy: the waiting requests' levels at this step's time, and the best level
+        of any request present."""
+        if not self.by_priority:
+            return
+        admitted = [*self.running, *(r for r, _ in self.loading.values())]
+        priorities = [r.context.priority for r in self.waiting] + [r.context.priority for r in admitted]
+        best = min(priorities, default=0)
+        now = self.clock()
+        aging_s = self.config.priority_aging_s
+        self._levels = {r.request_id: waiting_level(r, now, best, aging_s) for r in self.waiting}
+        self._lowest_level = min([*self._levels.values(), *(admitted_level(r) for r in admitted)], default=0)
+
+    def _may_give_way(self, req: Request) -> bool:
+        """A running request that a better one present may still preempt in this step: the blocks
+        it computes in the step are published at the step's end, once it is sure to run."""
+        return self.by_priority and admitted_level(req) > self._lowest_level
+
+    def _victim_order(self, scheduled: set[str]) -> list[Request]:
+        """Running requests in the order they give way: the latest admitted first among those
+        not scheduled yet in this step, then the scheduled ones; under the priority policy the
+        worst level first (a scheduled one of a worse level may give way: `_may_give_way`)."""
+        def key(item: tuple[int, Request]) -> tuple[int, bool, int]:
+            i, r = item
+            return admitted_level(r) if self.by_priority else 0, r.request_id not in scheduled, i
+        return [r for _, r in sorted(enumerate(self.running), key=key, reverse=True)]
+
+    def _victim(self, scheduled: set[str]) -> Request:
+        """Who gives way when a running request cannot get a block (the request itself is a
+        candidate: it is not scheduled yet)."""
+        return self._victim_order(scheduled)[0]
+
+    @staticmethod
+    def _unschedule(req: Request, seqs: list[ScheduledSeq], scheduled: set[str]) -> int:
+        """Take a request (its blocks not published) back out of the step; returns its tokens."""
+        i = next(i for i, s in enumerate(seqs) if s.request is req)
+        scheduled.discard(req.request_id)
+        return seqs.pop(i).num_new_tokens
 
     def _waiting_work(self, req: Request) -> int:
         """Tokens a waiting request would compute: past its local prefix hit; 1 when its KV is
@@ -350,7 +506,8 @@ class Scheduler:
         return cap if cap and len(self.waiting) > others_behind else self.config.max_num_batched_tokens
 
     def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch, loads: list[KVLoad],
-                        seqs: list[ScheduledSeq], budget: int) -> int | None:
+                        seqs: list[ScheduledSeq], budget: int, scheduled: set[str],
+                        preempted: list[Request]) -> int | None:
         """Admit a request with blocks for the connector's tokens; returns the tokens it computes
         in this step, or None when the blocks are not there (it stays first in line).
 
@@ -365,7 +522,7 @@ class Scheduler:
                                                   self._request_cap(req))
         if not match.load_async and num_new <= 0:
             return None   # no budget left for its next chunk (or a connector offered every token)
-        new_ids = self.kv.allocate(req.request_id, end + num_new, local)
+        new_ids = self._allocate_admitting(req, end + num_new, local, seqs, scheduled, preempted)
         if new_ids is None:
             return None
         self.waiting.popleft()
@@ -383,6 +540,9 @@ class Scheduler:
         return num_new
 
     def _on_admitted(self, req: Request, hit_tokens: int) -> None:
+        if self.by_priority:
+            level = self._levels.get(req.request_id, req.context.priority)
+            req.admitted_level = level if req.admitted_level is None else min(level, req.admitted_level)
         if req.first_scheduled_time is None:
             req.first_scheduled_time = time.monotonic()
         if not req.lookup_counted:   # once: a preempted request's recompute is no new lookup
@@ -398,19 +558,29 @@ class Scheduler:
             return ()
         return tuple(req.proposed_token_ids[:k])
 
-    def _scheduled(self, req: Request, num_new: int, proposed: tuple[int, ...] = ()) -> ScheduledSeq:
+    def _scheduled(self, req: Request, num_new: int, proposed: tuple[int, ...] = (),
+                   publish: bool = True) -> ScheduledSeq:
         own_end = req.num_computed_tokens + num_new - len(proposed)
+        seq = ScheduledSeq(req, num_new, sample=own_end == req.num_tokens, proposed=proposed)
+        if publish:
+            self._publish(seq)
+        return seq
+
+    def _publish(self, seq: ScheduledSeq) -> None:
         # the request's own tokens are cached now (their KV is written within this step, before any
         # attention reads it); proposals only once accepted
+        req = seq.request
+        own_end = req.num_computed_tokens + seq.num_new_tokens - len(seq.proposed)
         self.kv.cache_computed(req.request_id, req.all_token_ids, own_end, req.cache_keys)
-        return ScheduledSeq(req, num_new, sample=own_end == req.num_tokens, proposed=proposed)
 
-    def _preempt(self, req: Request) -> None:
+    def _preempt(self, req: Request, requeue: bool = True) -> None:
+        """Free a running request's blocks; it recomputes its tokens once admitted again (at the
+        front of the queue, unless the caller queues it)."""
         self.kv.free(req.request_id)
         req.proposed_token_ids = []
         req.num_computed_tokens = 0
         req.status = RequestStatus.WAITING
         req.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(req)
-        self._waiting_unsorted = True
+        if requeue:
+            self._enqueue(req, front=True)

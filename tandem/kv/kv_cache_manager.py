@@ -6,6 +6,7 @@ of its full blocks. It never decides who runs; it answers whether blocks are ava
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,6 +81,16 @@ class KVCacheManager:
         new = self.pool.take(want) if want > 0 else []
         blocks.extend(new)
         return [b.block_id for b in new]
+
+    def can_allocate_without(self, request_id: str, num_tokens: int, hit: PrefixHit,
+                             others: Sequence[str]) -> bool:
+        """Whether `allocate(request_id, num_tokens, hit)` would succeed once the requests `others`
+        were freed: the blocks only they hold join the free queue (and the hit's among them are
+        taken out of it again)."""
+        held = Counter(b.block_id for rid in others for b in self._blocks.get(rid, ()))
+        freed = {i for i, n in held.items() if self.pool.blocks[i].ref_count == n}
+        need = self._num_needed(request_id, num_tokens, hit) + sum(b.block_id in freed for b in hit.blocks)
+        return need <= self.pool.num_free + len(freed)
 
     def _num_needed(self, request_id: str, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue blocks consumed by the allocation: new blocks plus free cache hits."""

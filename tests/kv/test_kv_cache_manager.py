@@ -63,3 +63,28 @@ def test_incremental_growth_one_block_at_a_time():
     assert kv.allocate("a", 4) == []
     assert kv.allocate("a", 5) == [2]
     assert kv.allocate("a", 7) is None
+
+
+def test_can_allocate_without_counts_only_blocks_no_one_else_holds():
+    """What a request being admitted would find once some running requests were freed: blocks
+    shared with a request that stays are not freed; a hit block among the freed ones is taken out
+    of the free queue again."""
+    kv = KVCacheManager(num_blocks=6, block_size=4)
+    prompt = list(range(8))
+    kv.allocate("a", 8)                                   # 0, 1
+    kv.cache_computed("a", prompt, 8, ())
+    kv.allocate("b", 9, kv.lookup_prefix("b", prompt + [9], ()))   # shares 0, 1; then 2
+    kv.allocate("c", 12)                                  # 3, 4, 5: nothing free
+    assert kv.block_ids("b") == [0, 1, 2] and kv.pool.num_free == 0
+    assert not kv.can_allocate_without("w", 8, NO_HIT, ["b"])          # frees 2 only
+    assert kv.can_allocate_without("w", 8, NO_HIT, ["a", "b"])         # 0, 1, 2
+    assert kv.can_allocate_without("w", 12, NO_HIT, ["c"])
+    assert not kv.can_allocate_without("w", 16, NO_HIT, ["c"])
+    # w hits 0, 1: with a and b gone 0, 1, 2 are free, w takes 0, 1 back and 2 is left for one more
+    hit = kv.lookup_prefix("w", prompt + [7, 7, 7, 7, 7], ())
+    assert hit.num_tokens == 8
+    assert kv.can_allocate_without("w", 12, hit, ["a", "b"])
+    assert not kv.can_allocate_without("w", 16, hit, ["a", "b"])
+    kv.free("a")
+    kv.free("b")
+    assert kv.allocate("w", 12, hit) == [2]

@@ -200,6 +200,18 @@ def test_an_unknown_kv_cache_dtype_is_refused_by_the_parser(capsys):
     assert "fp8_e5m2" in capsys.readouterr().err
 
 
+def test_the_scheduling_policy_flags(capsys):
+    engine, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    assert engine.scheduler.scheduling_policy == "priority" and engine.scheduler.priority_aging_s == 5.0
+    engine, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--scheduling-policy",
+                                         "fcfs", "--priority-aging-s", "0.5"]))
+    assert engine.scheduler.scheduling_policy == "fcfs" and engine.scheduler.priority_aging_s == 0.5
+    for bad in (["--scheduling-policy", "lifo"], ["--priority-aging-s", "0"]):
+        with pytest.raises(SystemExit):
+            parse(["serve", "--model", "/m", *bad])
+    assert "must be a positive number" in capsys.readouterr().err
+
+
 def test_the_shm_transport_on_a_gpu_is_a_usage_error():
     with pytest.raises(SystemExit, match="--kv-transport shm keeps the KV cache in host memory; on cuda"):
         configs_from_args(parse(["serve", "--model", "/m", "--role", "prefill", "--kv-transport", "shm",

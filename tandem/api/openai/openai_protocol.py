@@ -52,7 +52,7 @@ class ParsedRequest:
     include_usage: bool = False        # stream_options.include_usage
     continuous_usage: bool = False     # stream_options.continuous_usage_stats (vLLM): usage in every chunk
     cache_salt: str | None = None      # vLLM's cache_salt: KV is shared only within one salt
-    priority: int = 0                  # vLLM's priority (lower first); carried, no scheduling effect yet
+    priority: int = 0                  # vLLM's priority: any integer, lower is scheduled first
     user: str | None = None
     echo: tuple[str, ...] = ()         # completions with echo: each prompt's text, put before its outputs
     prompt_logprobs: int | None = None  # vLLM's prompt_logprobs: the scored prompt in its own field
