@@ -17,6 +17,10 @@ LAZY = {
         "a SQLite or PostgreSQL queue never loads the redis client",
     ("tandem.asyncq.open_queue", "tandem.asyncq.postgres_queue"):
         "a SQLite or Redis queue never loads psycopg",
+    ("tandem.usage.open_store", "tandem.usage.redis_store"):
+        "a SQLite or PostgreSQL usage store never loads the redis client",
+    ("tandem.usage.open_store", "tandem.asyncq.postgres_queue"):
+        "a SQLite or Redis usage store never loads psycopg",
 }
 
 
