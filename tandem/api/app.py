@@ -1,7 +1,8 @@
 """build_app(backend, config): the HTTP app of a worker or of the gateway (each passes its own Backend).
 
 Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
-(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics.
+(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics; with a
+queue, the batch API and the usage ledger (/client/v4/accounts/{id}/ai/usage, /admin/usage).
 Authentication (tandem/api/auth.py), when keys or a cluster secret are configured: tenant keys
 guard the API routes, the cluster secret /internal/*; /health and /metrics stay open. CORS
 headers answer the configured browser origins (all by default, as vLLM). A DisconnectGuard
@@ -39,6 +40,7 @@ from tandem.api.openai.tokenize_api import tokenize_routes
 from tandem.api.queue.routes import JOB_RUNNERS, queue_routes
 from tandem.api.queue.service import QueueService, QueueSetup
 from tandem.api.responses import json_response
+from tandem.api.usage_api import MeterOpening, usage_routes
 from tandem.api.workers_ai.queued_api import queued_request
 from tandem.api.workers_ai.workers_ai_api import workers_ai_routes
 from tandem.errors import InvalidRequest
@@ -88,11 +90,16 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     through `backend` between startup and shutdown."""
     ctx = ServerContext.create(backend, config)
     service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None
+    # rate limits and the usage ledger live in the queue's database (tandem/api/usage_api.py)
+    metering = MeterOpening(ctx, config.usage, queue.config.target) \
+        if queue is not None and config.usage.enabled else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         if startup is not None:
             await startup()
+        if metering is not None:
+            await metering.start()
         if service is not None:
             await service.start()
         ctx.ready = True
@@ -102,6 +109,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             ctx.ready = False
             if service is not None:
                 await service.stop()
+            if metering is not None:
+                await metering.stop()
             if shutdown is not None:
                 await shutdown()
 
@@ -111,6 +120,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     if service is not None:
         ctx.queued = partial(queued_request, service)
         routes += queue_routes(service)
+    if metering is not None:
+        routes += usage_routes(ctx)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys or config.cluster_secret:

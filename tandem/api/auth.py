@@ -12,6 +12,8 @@ Two kinds of caller, each with its own credential:
   anything else 401. With no secret configured, /internal/* routes are open while no key is
   configured either (a lone `tandem serve`, tests: today's behaviour), and closed to everyone
   once keys are (a tenant key is 403, nothing opens them): tenant keys never open them.
+  Operators' /admin/* routes (the usage ledger's /admin/usage) follow the same rule, until
+  accounts bring a token with the admin scope.
 Every comparison runs in constant time (hmac.compare_digest), against every key.
 
 What a tenant creates (files, batches, queued requests, stored responses, subscriptions) is its
@@ -34,6 +36,7 @@ from tandem.errors import Forbidden, TandemError, Unauthorized
 
 OPEN_PATHS = ("/health", "/metrics")
 INTERNAL_PREFIX = "/internal"
+ADMIN_PREFIX = "/admin"   # operators' routes: the cluster secret, until accounts bring an admin scope
 TENANT_SCOPE_KEY = "tandem.tenant"   # the scope's extension key (ASGI scopes may carry extra keys)
 
 
@@ -47,10 +50,10 @@ def owner_of(scope: Scope) -> str:
     return tenant_of(scope) or ANONYMOUS
 
 
-def is_internal(path: str) -> bool:
+def is_internal(path: str, prefix: str = INTERNAL_PREFIX) -> bool:
     """An /internal route (leading slashes collapsed, as some routers would)."""
     path = "/" + path.lstrip("/")
-    return path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -108,7 +111,7 @@ class BearerAuth:
         if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        if is_internal(scope["path"]):
+        if is_internal(scope["path"]) or is_internal(scope["path"], ADMIN_PREFIX):
             refusal = self.internal_refusal(scope)
             if refusal is not None:
                 await error_response_for_path(scope["path"], refusal)(scope, receive, send)
