@@ -4,8 +4,11 @@
                  [--decode URL ...] [--policy NAME] [--model PATH] [--api-key KEY ...]
                  [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
+                 [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE]
+                 [--no-usage-ledger]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
-      the asynchronous batch API by default, on a SQLite file under the state directory.
+      the asynchronous batch API by default, on a SQLite file under the state directory, and
+      keeps rate limits and the usage ledger in the same database (tandem/cli/usage_flags.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import uvicorn
 
 from tandem.cli.arg_types import origins
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
+from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.cli.secret_flags import (
     add_cluster_secret_arguments,
     check_distinct,
@@ -101,6 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
+    add_usage_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -108,6 +113,7 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
     api_keys = tuple(k for key in args.api_key for k in key.split(",") if k)
     secret = cluster_secret_from_args(args, "gateway")
     check_distinct(secret, api_keys, "gateway")
+    queue = queue_config_from_args(args, args.port)
     return GatewayConfig(
         workers=tuple(args.worker), prefill=tuple(args.prefill), decode=tuple(args.decode),
         policy=args.policy, prefill_policy=args.prefill_policy, decode_policy=args.decode_policy,
@@ -126,8 +132,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         planner=PlannerConfig(slo_ttft_ms=args.slo_ttft_ms, slo_itl_ms=args.slo_itl_ms,
                               interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,
                               min_samples=args.planner_min_samples),
-        role_switch_drain_s=args.planner_drain_timeout,
-        queue=queue_config_from_args(args, args.port))
+        role_switch_drain_s=args.planner_drain_timeout, queue=queue,
+        usage=usage_config_from_args(args, queue is not None))
 
 
 def gateway(args: argparse.Namespace) -> int:

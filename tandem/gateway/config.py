@@ -9,6 +9,7 @@ from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
+from tandem.usage.meter import UsageConfig
 
 
 @dataclass(frozen=True)
@@ -61,3 +62,5 @@ class GatewayConfig:
     retry_after_s: int = 1            # Retry-After on 503 and 429
     connect_timeout_s: float = 2.0
     queue: QueueConfig | None = None  # --queue-db / --queue-url: the asynchronous batch API
+    # rate limits, prices and the usage ledger, in the queue's database (tandem/usage/)
+    usage: UsageConfig = field(default_factory=UsageConfig)
