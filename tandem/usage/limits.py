@@ -17,7 +17,8 @@ The file is JSON:
 - The most specific rule wins, alone (no merging): account and model, then the account with any
   model, then the model with any account, then "default". `"model": "*"` or no model means any.
 - A request's output tokens are reserved when it is admitted: min(max_tokens,
-  reserve_output_tokens, the output limit), then replaced by the tokens it produced when it ends.
+  reserve_output_tokens, the output limit) for each of its choices, all together at most the
+  output limit; then replaced by the tokens it produced when it ends.
 
 Every limit must be a positive integer: zero, a negative number, a fraction, an unknown key or a
 repeated (account, model) pair is an error naming it (a usage error at start-up).

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -116,6 +117,8 @@ class Meter:
         if limit is None:
             return Admission()
         reserve = sum(self.limits.reservation(m, limit) for m in max_tokens)
+        if limit.output_tokens is not None:   # n choices together never too large for it alone
+            reserve = min(reserve, limit.output_tokens)
         cost = Counts(1, input_tokens, reserve)
         key = limit_key(kind, account, model)
         try:
@@ -158,7 +161,7 @@ class Meter:
 
     # --- 2. settlement ----------------------------------------------------------------------
     def entry(self, key: str, account: str, model: str, kind: str, usage: TokenUsage) -> UsageEntry:
-        now = self._clock() if self._clock is not None else dt.datetime.now(dt.timezone.utc).timestamp()
+        now = self._clock() if self._clock is not None else time.time()
         return UsageEntry(key=key, account=account, model=model, day=utc_day(now), kind=kind,
                           usage=usage)
 
@@ -182,7 +185,8 @@ class Meter:
                 self.metrics.store_errors.labels("settle").inc()
             return False
         if new and entry is not None and self.metrics:
-            self.metrics.recorded(entry.account, entry.model, entry.usage, self.cost(entry.model, entry.usage))
+            self.metrics.recorded(entry.account, entry.model, entry.usage,
+                                  self.cost(entry.model, entry.usage))
         return new
 
     # --- the ledger -------------------------------------------------------------------------

@@ -75,7 +75,8 @@ def test_each_api_answers_a_spent_limit_with_its_own_429(make_client):
     client = make_client(UsageConfig(limits=limits(Limit(requests=1))))
     ok = client.post(CHAT, json=chat(), headers=auth(0))
     assert ok.status_code == 200
-    assert (ok.headers["x-ratelimit-limit-requests"], ok.headers["x-ratelimit-remaining-requests"]) == ("1", "0")
+    assert (ok.headers["x-ratelimit-limit-requests"],
+            ok.headers["x-ratelimit-remaining-requests"]) == ("1", "0")
     assert ok.headers["x-ratelimit-reset-requests"].endswith("s")
 
     r = client.post(CHAT, json=chat(), headers=auth(0))
@@ -182,7 +183,8 @@ def test_the_ledger_adds_up_to_the_responses_usage_and_is_each_tenants_own(make_
 
     metrics = client.get("/metrics").text
     assert 'tandem:usage_requests_total{account="key-0",model="fake-model"} 6.0' in metrics
-    assert f'tandem:usage_tokens_total{{account="key-0",kind="output",model="fake-model"}} {float(output)}' in metrics
+    assert f'tandem:usage_tokens_total{{account="key-0",kind="output",model="fake-model"}} ' \
+        f'{float(output)}' in metrics
     assert 'tandem:usage_cost_usd_total{account="key-0",model="fake-model"}' in metrics
 
 
