@@ -13,6 +13,7 @@ class TandemError(Exception):
     status: int = 400
     error_type: str = "invalid_request_error"
     code: str | None = None
+    headers: dict[str, str] | None = None   # response headers the answer carries (Retry-After...)
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
@@ -53,6 +54,22 @@ class CapacityExceeded(TandemError):
     status = 429
     error_type = "rate_limit_error"
     code = "capacity_exceeded"
+
+
+class RateLimited(TandemError):
+    """The caller's rate limit (requests or tokens per minute) is spent (429, code
+    rate_limit_exceeded; type "requests" or "tokens" as OpenAI's); `headers` carry Retry-After
+    and the x-ratelimit-* values (tandem/usage/meter.py)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, error_type: str, headers: dict[str, str],
+                 retry_after_s: float) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.headers = headers
+        self.retry_after_s = retry_after_s   # when the request would fit (queued work waits this)
 
 
 class NoHealthyWorker(TandemError):

@@ -27,6 +27,10 @@ LAZY = {
     ("tandem.models.triton_choice", "tandem.kernels.triton.paged_attention"): "triton only when chosen",
     ("tandem.models.triton_choice", "tandem.kernels.triton.paged_mla"): "triton only when chosen",
     ("tandem.models.triton_choice", "tandem.kernels.triton.fused_moe"): "triton only when chosen",
+    ("tandem.usage.open_store", "tandem.usage.redis_store"):
+        "a SQLite or PostgreSQL usage store never loads the redis client",
+    ("tandem.usage.open_store", "tandem.asyncq.postgres_queue"):
+        "a SQLite or Redis usage store never loads psycopg",
 }
 
 

@@ -40,15 +40,18 @@ ALLOWED = {
     "asyncq": BASE | {"http"},
     # accounts and tokens, kept in the queue's database through its SQL helpers
     "accounts": BASE | {"asyncq"},
+    # rate limits and the usage ledger, in the queue's database (its SQL connection, dialects)
+    "usage": BASE | {"asyncq"},
     # the fleet simulator drives the router's policies, the planner and the engine's prefill order
     "sim": BASE | {"kv", "router", "planner", "engine"},
     # a chat turn: its fields read, its tools and structured output made a grammar, its output parsed
     "turn": BASE | {"tokenization", "grammar", "parsers"},
     # the HTTP API over a Backend protocol: it never imports the engine, the gateway or the router
-    "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq", "accounts"},
+    "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq", "accounts", "usage"},
     # a worker process: its engine behind the api routes, and its registration with a gateway
     "worker": BASE | {"http", "api", "engine", "tokenization"},
-    "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn"},
+    "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn",
+                       "usage"},
     "launcher": BASE | {"kvstore"},
     "testing": BASE | {"layers", "models", "kv", "kernels"},
     "bench": BASE | {"engine", "http", "kv", "models", "testing", "tokenization"},

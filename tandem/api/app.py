@@ -1,11 +1,13 @@
 """build_app(backend, config): the HTTP app of a worker or of the gateway (each passes its own Backend).
 
 Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messages
-(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics.
+(/v1/messages), Workers AI (/client/v4/...), internal (/internal/...), /health, /metrics; with a
+queue, the batch API and the usage ledger (/client/v4/accounts/{id}/ai/usage, /admin/usage).
 Authentication (tandem/api/auth.py), when keys, accounts or a cluster secret are configured:
-tenant keys and account tokens guard the API routes, the cluster secret /internal/*; /health and
-/metrics stay open. With accounts (config.accounts), the admin API (/admin/*,
-tandem/api/admin/admin_api.py) manages them, in the queue's database. CORS
+tenant keys and account tokens guard the API routes, the cluster secret /internal/*, an operator's
+token (admin scope) or the cluster secret /admin/*; /health and /metrics stay open. With accounts
+(config.accounts), the admin API (/admin/*, tandem/api/admin/admin_api.py) manages them, in the
+queue's database. CORS
 headers answer the configured browser origins (all by default, as vLLM). A DisconnectGuard
 cancels a request whose client left (streaming or not), which closes its backend streams and so
 aborts its engine requests. Middleware is plain ASGI: Starlette's BaseHTTPMiddleware would sit
@@ -43,6 +45,7 @@ from tandem.api.openai.tokenize_api import tokenize_routes
 from tandem.api.queue.routes import JOB_RUNNERS, queue_routes
 from tandem.api.queue.service import QueueService, QueueSetup
 from tandem.api.responses import json_response
+from tandem.api.usage_api import MeterOpening, usage_routes
 from tandem.api.workers_ai.queued_api import queued_request
 from tandem.api.workers_ai.workers_ai_api import workers_ai_routes
 from tandem.errors import InvalidRequest
@@ -93,6 +96,9 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     ctx = ServerContext.create(backend, config)
     service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None
     accounts = _accounts(config, queue)
+    # rate limits and the usage ledger live in the queue's database (tandem/api/usage_api.py)
+    metering = MeterOpening(ctx, config.usage, queue.config.target) \
+        if queue is not None and config.usage.enabled else None
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -100,6 +106,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             await accounts.start()
         if startup is not None:
             await startup()
+        if metering is not None:
+            await metering.start()
         if service is not None:
             await service.start()
         ctx.ready = True
@@ -109,6 +117,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             ctx.ready = False
             if service is not None:
                 await service.stop()
+            if metering is not None:
+                await metering.stop()
             if shutdown is not None:
                 await shutdown()
             if accounts is not None:
@@ -122,6 +132,8 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
         routes += queue_routes(service)
     if accounts is not None:
         routes += admin_routes(accounts)
+    if metering is not None:
+        routes += usage_routes(ctx)
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={HTTPException: _http_error})
     if config.api_keys or config.cluster_secret or accounts is not None:

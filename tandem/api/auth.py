@@ -67,10 +67,10 @@ def owner_of(scope: Scope) -> str:
     return tenant_of(scope) or ANONYMOUS
 
 
-def is_internal(path: str) -> bool:
+def is_internal(path: str, prefix: str = INTERNAL_PREFIX) -> bool:
     """An /internal route (leading slashes collapsed, as some routers would)."""
     path = "/" + path.lstrip("/")
-    return path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/")
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -149,6 +149,11 @@ class BearerAuth:
             await self.app(scope, receive, send)   # the cluster: no tenant
             return
         if not self.keys and self.accounts is None:
+            # no tenants to tell apart; operators' /admin/* routes follow the /internal rule
+            refusal = self.internal_refusal(scope) if scopes.is_admin(scopes.route_path(scope)) else None
+            if refusal is not None:
+                await error_response_for_path(scope["path"], refusal)(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         try:

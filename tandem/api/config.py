@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.turn.sampling_defaults import SamplingDefaults
+from tandem.usage.meter import UsageConfig
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class ServerConfig:
     reasoning_parser: str | None = None   # None: no reasoning split
     constrain_auto_tool_calls: bool = True  # tool_choice auto: calls held to the tools once opened
     tool_call_guard: bool = True          # no tools / tool_choice none: the call opening masked
+    # rate limits, prices and the usage ledger (tandem/usage/), kept in the queue's database:
+    # used only by an app with a queue
+    usage: UsageConfig = UsageConfig()
     host: str = "127.0.0.1"
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with

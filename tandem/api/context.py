@@ -19,6 +19,7 @@ from tandem.api.backend import (
     provides,
 )
 from tandem.api.config import ServerConfig
+from tandem.api.metering import RunMeter
 from tandem.api.metrics import ServerMetrics
 from tandem.api.openai.logprobs_format import TokenTexts
 from tandem.api.openai.openai_format import system_fingerprint
@@ -26,6 +27,7 @@ from tandem.api.openai.openai_protocol import ParseContext
 from tandem.api.run import GenerationRun
 from tandem.turn.parser_setup import ParserSetup
 from tandem.types import EngineRequest
+from tandem.usage.meter import Meter
 
 
 @dataclass
@@ -40,6 +42,9 @@ class ServerContext:
     kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
     readiness: Readiness | None = None         # /health asks it too
     ready: bool = False  # set by the app's lifespan once the backend has started
+    # rate limits and the usage ledger (tandem/usage/meter.py); None: not metered (no queue
+    # database, or a worker under a gateway)
+    meter: Meter | None = None
     # Workers AI's `?queueRequest=true` handler when the app has a queue (tandem/api/queue/service.py)
     queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
@@ -93,5 +98,10 @@ class ServerContext:
                             max_prompts=self.config.max_prompts, parsers=self.parsers,
                             defaults=self.config.sampling_defaults)
 
-    def run(self, requests: list[EngineRequest]) -> GenerationRun:
-        return GenerationRun(self.backend, requests, self.metrics)
+    def run(self, requests: list[EngineRequest], choices_per_prompt: int = 1,
+            metered: bool = True) -> GenerationRun:
+        """A run of a client's request: rate-limited and recorded when the app meters
+        (`metered=False`: the internal API's and queued jobs', which are metered per job)."""
+        meter = RunMeter(self.meter, requests, self.served_name, choices_per_prompt) \
+            if metered and self.meter is not None else None
+        return GenerationRun(self.backend, requests, self.metrics, meter)

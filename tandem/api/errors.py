@@ -19,6 +19,7 @@ from tandem.errors import (
     ModelNotFound,
     NoHealthyWorker,
     PromptTooLong,
+    RateLimited,
     TandemError,
     Unauthorized,
 )
@@ -56,7 +57,7 @@ def openai_error_body(exc: TandemError) -> dict:
 
 def openai_error_response(exc: BaseException) -> Response:
     err = as_tandem_error(exc)
-    return json_response(openai_error_body(err), status=err.status)
+    return json_response(openai_error_body(err), status=err.status, headers=err.headers)
 
 
 # Workers AI's numeric error codes for the failures tandem can report.
@@ -66,6 +67,7 @@ _WORKERS_AI_CODES: tuple[tuple[type[TandemError], int], ...] = (
     (ModelNotFound, 5007),
     (PromptTooLong, 5021),
     (BodyTooLarge, 5021),
+    (RateLimited, 3036),           # "Account limited"
     (CapacityExceeded, 3040),
     (NoHealthyWorker, 3043),
     (BackendFailure, 3043),
@@ -89,7 +91,7 @@ def workers_ai_error_body(err: TandemError) -> dict:
 
 def workers_ai_error_response(exc: BaseException) -> Response:
     err = as_tandem_error(exc)
-    return json_response(workers_ai_error_body(err), status=err.status)
+    return json_response(workers_ai_error_body(err), status=err.status, headers=err.headers)
 
 
 # Anthropic's error types by status (its API answers an overloaded service with 529).
@@ -118,7 +120,7 @@ def anthropic_error_body(err: TandemError, status: int | None = None) -> dict:
 
 def anthropic_error_response(exc: BaseException) -> Response:
     err, status = anthropic_error(exc)
-    return json_response(anthropic_error_body(err, status), status=status)
+    return json_response(anthropic_error_body(err, status), status=status, headers=err.headers)
 
 
 def error_response_for_path(path: str, exc: BaseException) -> Response:

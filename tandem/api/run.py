@@ -7,6 +7,10 @@ raised before the first delta (too long, bad value) still becomes a proper HTTP 
 `deltas()` then yields (index, delta) as they come. `aclose()` closes every backend stream
 that is still open, which aborts its engine request and frees its KV blocks; callers must
 call it in a `finally`.
+
+Metered (a `RunMeter`, tandem/api/metering.py): `start()` first admits the request under its
+rate limit (a refusal raises RateLimited before any backend stream opens), every delta is
+observed, and `aclose()` settles its usage, once: the point where it is final.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from tandem.api.backend import Backend, ResponseInfo
 from tandem.api.errors import BackendFailure
+from tandem.api.metering import RunMeter
 from tandem.api.metrics import ServerMetrics
 from tandem.api.responses import aclose_quietly
 from tandem.types import EngineRequest, FinishReason, RequestDelta
@@ -40,9 +45,11 @@ def _ended_without_final(request_id: str) -> RequestDelta:
 
 
 class GenerationRun:
-    def __init__(self, backend: Backend, requests: list[EngineRequest], metrics: ServerMetrics) -> None:
+    def __init__(self, backend: Backend, requests: list[EngineRequest], metrics: ServerMetrics,
+                 meter: RunMeter | None = None) -> None:
         assert requests
         self.backend = backend
+        self.meter = meter
         self.requests = requests
         self.info = ResponseInfo()
         self._observers = [metrics.observer(r.arrival_time) for r in requests]
@@ -60,11 +67,15 @@ class GenerationRun:
         if delta is None:
             delta = _ended_without_final(self.requests[i].request_id)
         self._observers[i].on_delta(delta, time.monotonic())
+        if self.meter is not None:
+            self.meter.observe(i, delta)
         if delta.finished:
             self._finished[i] = True
         return delta
 
     async def start(self) -> None:
+        if self.meter is not None:
+            await self.meter.admit(self.info)   # RateLimited: nothing opened, nothing counted
         try:
             if len(self.requests) == 1:
                 gen = self._open(self.requests[0])
@@ -135,3 +146,5 @@ class GenerationRun:
         for i, obs in enumerate(self._observers):
             if not self._finished[i]:
                 obs.on_close()
+        if self.meter is not None:
+            await self.meter.settle()

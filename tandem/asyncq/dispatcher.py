@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 
 
 class Preempted(Exception):
-    """Raised by `run` when the job must yield to interactive work: it goes back to the queue
-    without counting an attempt."""
+    """Raised by `run` when the job must yield (to interactive work, or to its rate limit): it
+    goes back to the queue without counting an attempt, takeable again after `delay_s`."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        super().__init__(f"preempted for {delay_s:g} s" if delay_s else "preempted")
+        self.delay_s = delay_s
 
 
 class JobFailed(Exception):
@@ -264,7 +268,7 @@ class Dispatcher:
         elif isinstance(exc, Preempted):
             self._preempted = True
             self.outcomes["requeued"] += 1
-            await self._queue.requeue(lease, held.checkpoint.value())
+            await self._queue.requeue(lease, held.checkpoint.value(), exc.delay_s)
         elif isinstance(exc, JobFailed):
             self.outcomes["failed"] += 1
             await self._queue.fail(lease, exc.error, exc.retryable, self._cfg.retry_delay_s)

@@ -61,9 +61,10 @@ class JobQueue(Protocol):
         """RUNNING -> QUEUED (available after retry_delay_s) when retryable and attempts remain,
         else -> FAILED. None if the lease is not current."""
 
-    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
-        """Preempted: RUNNING -> QUEUED at once, and the attempt is not counted; `progress`
-        (when not None) replaces the job's saved progress, which the next run continues from."""
+    async def requeue(self, lease: Lease, progress: JSON | None = None, delay_s: float = 0.0) -> bool:
+        """Preempted: RUNNING -> QUEUED (available after delay_s: a rate limit's wait), and the
+        attempt is not counted; `progress` (when not None) replaces the job's saved progress,
+        which the next run continues from."""
 
     async def cancel(self, batch_id: str, tenant: str) -> int:
         """Cancel the batch's unfinished jobs (queued or running: a running job's lease stops

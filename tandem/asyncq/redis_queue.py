@@ -140,8 +140,9 @@ class RedisQueue:
                    retry_delay_s: float = 0.0) -> JobStatus | None:
         return await self._finish(lease, "fail", error, retryable, retry_delay_s)
 
-    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
-        return await self._finish(lease, "requeue", None, progress=progress) is not None
+    async def requeue(self, lease: Lease, progress: JSON | None = None, delay_s: float = 0.0) -> bool:
+        return await self._finish(lease, "requeue", None, retry_delay_s=max(0.0, delay_s),
+                                  progress=progress) is not None
 
     async def cancel(self, batch_id: str, tenant: str) -> int:
         return int(await self._call("CANCEL", batch_id, tenant))

@@ -173,8 +173,8 @@ return num(t + lease_s)
 """
 
 # ARGV: job_id, owner, attempt, mode (complete|fail|requeue), payload JSON, retryable 0|1,
-# retry_delay_s, progress JSON ('' = keep; requeue only) -> the new status, or nil if the
-# lease is not current
+# delay_s (fail: the retry's; requeue: its own), progress JSON ('' = keep; requeue only) -> the
+# new status, or nil if the lease is not current
 FINISH = _COMMON + """
 local id, mode, payload = ARGV[1], ARGV[4], ARGV[5]
 local t = now()
@@ -192,7 +192,9 @@ elseif mode == 'requeue' then
   if ARGV[8] ~= '' then redis.call('HSET', jk, 'progress', ARGV[8]) end
   redis.call('HINCRBY', jk, 'attempts', -1)
   redis.call('HSET', jk, 'status', 'queued')
-  redis.call('ZADD', P .. 'ready', rank(jk), id)
+  local delay = tonumber(ARGV[7])
+  if delay > 0 then redis.call('ZADD', P .. 'delayed', num(t + delay), id)
+  else redis.call('ZADD', P .. 'ready', rank(jk), id) end
   return 'queued'
 end
 redis.call('HSET', jk, 'error', payload)

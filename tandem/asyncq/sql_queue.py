@@ -52,8 +52,8 @@ class SqlQueue:
                    retry_delay_s: float = 0.0) -> JobStatus | None:
         return await self._db.transact(_fail, lease, error, retryable, retry_delay_s)
 
-    async def requeue(self, lease: Lease, progress: JSON | None = None) -> bool:
-        return await self._db.transact(_requeue, lease, progress)
+    async def requeue(self, lease: Lease, progress: JSON | None = None, delay_s: float = 0.0) -> bool:
+        return await self._db.transact(_requeue, lease, progress, delay_s)
 
     async def cancel(self, batch_id: str, tenant: str) -> int:
         return await self._db.transact(_cancel, batch_id, tenant)
@@ -291,12 +291,13 @@ def _fail(tx: Tx, lease: Lease, error: JSON, retryable: bool,
     return JobStatus.QUEUED
 
 
-def _requeue(tx: Tx, lease: Lease, progress: JSON | None) -> bool:
+def _requeue(tx: Tx, lease: Lease, progress: JSON | None, delay_s: float) -> bool:
     if _current(tx, lease) is None:
         return False
     _save_progress(tx, lease.job_id, progress)
     tx.rows("UPDATE asyncq_jobs SET status = 'queued', attempts = attempts - 1, owner = NULL, "
-            "lease_expires_at = NULL, available_at = ? WHERE id = ?", (tx.now, lease.job_id))
+            "lease_expires_at = NULL, available_at = ? WHERE id = ?",
+            (tx.now + max(0.0, delay_s), lease.job_id))
     return True
 
 

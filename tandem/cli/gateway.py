@@ -5,8 +5,11 @@
                  [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
                  [--accounts [--token-cache-ttl S]]
+                 [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE]
+                 [--no-usage-ledger]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
-      the asynchronous batch API by default, on a SQLite file under the state directory.
+      the asynchronous batch API by default, on a SQLite file under the state directory, and
+      keeps rate limits and the usage ledger in the same database (tandem/cli/usage_flags.py).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
-from tandem.router.admission import AdmissionLimits
 from tandem.planner.policy import PlannerConfig
+from tandem.router.admission import AdmissionLimits
 from tandem.router.policies import POLICY_NAMES
 from tandem.router.policies.placement import PlacementConfig
 from tandem.tokenization.chat_template_arg import chat_template_arg
@@ -104,6 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    choices=("critical", "error", "warning", "info", "debug"))
     add_queue_arguments(g)
     add_accounts_arguments(g)
+    add_usage_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -131,7 +136,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                               interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,
                               min_samples=args.planner_min_samples),
         role_switch_drain_s=args.planner_drain_timeout,
-        queue=queue, **accounts_settings(args, queue, "gateway"))
+        queue=queue, **accounts_settings(args, queue, "gateway"),
+        usage=usage_config_from_args(args, queue is not None))
 
 
 def gateway(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
                [--cluster-secret-file FILE | --cluster-secret SECRET]
-               [--queue-db [FILE] | --queue-url URL | --no-queue] [--accounts] ...
+               [--queue-db [FILE] | --queue-url URL | --no-queue] [--accounts]
+               [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE] ...
       standalone (no --gateway, role both) it serves the asynchronous batch API by default;
       /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import replace
 
 import torch
 
@@ -31,6 +33,7 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.config import (
     CacheConfig,
@@ -199,6 +202,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--access-log", action="store_true")
     add_queue_arguments(p)
     add_accounts_arguments(p)
+    add_usage_arguments(p)
     p.set_defaults(func=serve)
 
 
@@ -297,5 +301,7 @@ def serve(args: argparse.Namespace) -> int:
                                accounts=server_config.accounts)
     if warning:
         log.warning("%s", warning)
-    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, _queue_config(args))
+    queue_config = _queue_config(args)
+    server_config = replace(server_config, usage=usage_config_from_args(args, queue_config is not None))
+    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config)
     return 0

@@ -202,7 +202,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                  tool_call_parser=config.tool_call_parser,
                                  reasoning_parser=config.reasoning_parser,
                                  constrain_auto_tool_calls=config.constrain_auto_tool_calls,
-                                 tool_call_guard=config.tool_call_guard)
+                                 tool_call_guard=config.tool_call_guard, usage=config.usage)
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,

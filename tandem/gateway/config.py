@@ -9,6 +9,7 @@ from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
+from tandem.usage.meter import UsageConfig
 
 
 @dataclass(frozen=True)
@@ -65,3 +66,5 @@ class GatewayConfig:
     # queue's database; a token revoked elsewhere stops working within token_cache_ttl_s
     accounts: bool = False
     token_cache_ttl_s: float = 5.0
+    # rate limits, prices and the usage ledger, in the queue's database (tandem/usage/)
+    usage: UsageConfig = field(default_factory=UsageConfig)

@@ -162,6 +162,22 @@ def test_requeue_on_preemption_does_not_count_an_attempt(queue_target):
     run(body, queue_target)
 
 
+def test_requeue_with_a_delay_holds_the_job_back_without_counting_an_attempt(queue_target):
+    """A rate-limited job goes back until its limit would fit; other jobs are taken meanwhile."""
+    async def body(q):
+        await q.enqueue(spec(2, max_attempts=1))
+        first, second = await q.take(2, "o", 30)
+        assert await q.requeue(first.lease, {"n": 1}, delay_s=0.5)
+        assert await q.requeue(second.lease)
+        (now,) = await q.take(2, "o", 30)
+        assert now.job.id == second.job.id             # the delayed one is not takeable yet
+        await asyncio.sleep(0.6)
+        (later,) = await q.take(2, "o", 30)
+        assert later.job.id == first.job.id and later.lease.attempt == 1
+        assert later.job.progress == {"n": 1}
+    run(body, queue_target)
+
+
 def test_lease_expiring_on_last_attempt_fails_the_job(queue_target):
     async def body(q):
         batch, _ = await q.enqueue(spec(1, max_attempts=1))

@@ -150,7 +150,8 @@ async def run_openai_job(ctx: ServerContext, job: Job, config: QueueConfig,
                              parser=parsed.parser_options,
                              share_prefix_cache=ctx.config.share_prefix_cache)
     try:
-        outputs = await run_job(ctx, job, parsed.engine_requests(rid, context), progress)
+        outputs = await run_job(ctx, job, parsed.engine_requests(rid, context), progress,
+                              parsed.n)
     except TandemError as exc:
         raise name_grammar_param(exc, parsed.grammar_param)
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)

@@ -34,7 +34,7 @@ async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedReque
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
     context = replace(http_context(request, ctx.config, cache_salt=parsed.cache_salt,
                                    priority=parsed.priority), parser=parsed.parser_options)
-    run = ctx.run(parsed.engine_requests(rid, context))
+    run = ctx.run(parsed.engine_requests(rid, context), choices_per_prompt=parsed.n)
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     try:
         if not parsed.stream:

@@ -35,16 +35,17 @@ from dataclasses import dataclass, field
 
 from tandem.api.backend import Backend
 from tandem.api.context import ServerContext
+from tandem.api.metering import JobMeter
 from tandem.api.queue.job_outputs import JobOutputs
 from tandem.api.queue.metrics import QueueCollector, QueueReading
 from tandem.api.queue.pressure import GaugedBackend, InteractiveLoad, PressurePolicy
 from tandem.api.run import check_delta
 from tandem.asyncq.dispatcher import Checkpoint, Dispatcher, DispatcherConfig, JobFailed, Preempted
-from tandem.asyncq.job import JSON, Batch, BatchSpec, Job
+from tandem.asyncq.job import ANONYMOUS, JSON, Batch, BatchSpec, Job
 from tandem.asyncq.notifier import Notifier, NotifierConfig
 from tandem.asyncq.open_queue import open_queue
 from tandem.asyncq.queue import JobQueue
-from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
+from tandem.errors import CapacityExceeded, NoHealthyWorker, RateLimited, TandemError
 from tandem.types import EngineRequest
 
 JobRunner = Callable[[ServerContext, Job, "QueueConfig", "JobProgress"], Awaitable[JSON]]
@@ -224,6 +225,8 @@ class QueueService:
             return await runner(self.ctx, job, self.config, progress)
         except (CapacityExceeded, NoHealthyWorker) as exc:
             raise Preempted() from exc
+        except RateLimited as exc:   # the account's batch limit: back to the queue until it fits
+            raise Preempted(delay_s=exc.retry_after_s) from exc
         except TandemError as exc:
             error = {"message": exc.message, "type": exc.error_type, "param": exc.param,
                      "code": exc.code, "status": exc.status}
@@ -233,23 +236,38 @@ class QueueService:
 
 
 async def run_job(ctx: ServerContext, job: Job, reqs: list[EngineRequest],
-                  progress: JobProgress) -> JobOutputs:
+                  progress: JobProgress, choices_per_prompt: int = 1) -> JobOutputs:
     """A job's engine requests through the app's backend, continuing what earlier runs of the
     job produced (tandem/api/queue/job_outputs.py) -> every request's output, for the API's formatter.
     Preempted (the task cancelled): closing the run aborts its engine requests at once, and the
-    dispatcher saves the outputs so far with the job."""
+    dispatcher saves the outputs so far with the job. Metered (tandem/api/metering.py JobMeter):
+    the run is admitted under the account's batch limit (RateLimited: nothing ran), and the job
+    is recorded in the usage ledger once it has its whole output, before its result is stored."""
     outputs = JobOutputs(len(reqs), job.progress)
     progress.checkpoint.track(outputs.snapshot)
     todo = outputs.pending()
+    meter = None if ctx.meter is None else JobMeter(
+        ctx.meter, job.id, job.body.get("tenant") or ANONYMOUS, ctx.served_name, choices_per_prompt)
+    whole = not todo
     if todo:
-        run = ctx.run(outputs.requests(reqs))
+        pending = outputs.requests(reqs)
+        if meter is not None:
+            await meter.admit(pending)
+        run = ctx.run(pending, metered=False)
         try:
             await run.start()
             progress.prefilled()   # every request has its first token
             async for j, d in run.deltas():
                 outputs.add(todo[j], check_delta(d))
+                if meter is not None:
+                    meter.observe(d)
+            whole = not outputs.pending()
         finally:
             await run.aclose()
+            if meter is not None:
+                await meter.settle(*((reqs, outputs.deltas()) if whole else ()))
+    elif meter is not None:   # every request had finished in earlier runs
+        await meter.settle(reqs, outputs.deltas())
     return outputs
 
 
