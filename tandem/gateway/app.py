@@ -165,7 +165,9 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                               make_policy(config.decode_policy) if config.decode_policy else None)
     router = Router(registry, index, tracker, policies, config.admission)
     http = worker_http or HTTPClient(ClientConfig(connect_timeout_s=config.connect_timeout_s))
-    monitor = Monitor(registry, index, tracker, http)
+    # a worker given up has its connections aborted (a test's own HTTP layer has none to abort)
+    monitor = Monitor(registry, index, tracker, http,
+                      on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
