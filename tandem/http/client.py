@@ -136,9 +136,11 @@ class Response:
         except TimeoutError as exc:   # before OSError, its base class
             raise ResponseTimeout(f"no data for {self._timeout} s") from exc
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
+            if self._conn.aborted:
+                raise ConnectionBroken("connection aborted mid-body (the server was declared lost)") from exc
             raise ConnectionBroken(f"connection broke mid-body: {exc!r}") from exc
         if not data and self._conn.aborted:   # not the end of a body read until close
-            raise ConnectionBroken("connection aborted (the server was declared lost)")
+            raise ConnectionBroken("connection aborted mid-body (the server was declared lost)")
         if not data or self._left == 0:
             self.complete = True
         return data or None
