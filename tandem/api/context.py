@@ -19,6 +19,7 @@ from tandem.api.backend import (
     provides,
 )
 from tandem.api.config import ServerConfig
+from tandem.api.drain import DrainState
 from tandem.api.metrics import ServerMetrics
 from tandem.api.openai.logprobs_format import TokenTexts
 from tandem.api.openai.openai_format import system_fingerprint
@@ -40,6 +41,7 @@ class ServerContext:
     kv_handoff: KVHandoffSource | None = None  # /internal/kv_release (404 without)
     readiness: Readiness | None = None         # /health asks it too
     ready: bool = False  # set by the app's lifespan once the backend has started
+    drain: DrainState = field(default_factory=DrainState)   # a worker stopping (tandem/api/drain.py)
     # Workers AI's `?queueRequest=true` handler when the app has a queue (tandem/api/queue/service.py)
     queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app

@@ -40,7 +40,9 @@ from tandem.tokenization.chat_template_arg import chat_template_arg
 from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
 from tandem.turn.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
+from tandem.worker.drain import DrainConfig, WorkerDrain
 from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.worker.server import DrainingServer
 
 
 def _positive(text: str) -> int:
@@ -163,6 +165,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Bearer key for registering with a gateway that requires one")
     p.add_argument("--advertise-url", default=None,
                    help="URL the gateway uses to reach this worker; default from --host/--port")
+    p.add_argument("--drain-timeout", type=float, default=DrainConfig.timeout_s, metavar="S",
+                   help="on SIGTERM: refuse new requests, let running ones finish for at most S "
+                        "seconds, deregister, then stop (a second SIGTERM stops at once)")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -212,9 +217,11 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
     return engine, server
 
 
-def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
+def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False,
+              beats: list[Heartbeat] | None = None):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
-    starts once the engine is ready and deregisters before the engine stops. `freeze_heap` (the
+    starts once the engine is ready (into `beats`, for the drain) and deregisters before the
+    engine stops. `freeze_heap` (the
     worker process's own entry point): once the engine is up, everything allocated so far (torch,
     the model, the engine) lives as long as the process, so it leaves the garbage collector's
     full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
@@ -230,7 +237,7 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
     if config.gateway_url is None:
         return start_engine, engine.shutdown
 
-    beats: list[Heartbeat] = []
+    beats = [] if beats is None else beats
 
     async def startup() -> None:
         await start_engine()
@@ -282,15 +289,39 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=server_config.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     engine = AsyncEngine(engine_config, _parallel_engine(args, engine_config))
-    startup, shutdown = lifecycle(engine, server_config, freeze_heap=True)
+    beats: list[Heartbeat] = []
+    startup, shutdown = lifecycle(engine, server_config, freeze_heap=True, beats=beats)
     # standalone, the server is its own gateway: the queue is on unless --no-queue
     queue_config = queue_config_from_args(
         args, server_config.port, default_on=args.gateway is None and args.role == "both")
     queue = None if queue_config is None else QueueSetup(queue_config,
                                                          engine_headroom(engine, queue_config))
     app = build_app(engine, server_config, startup=startup, shutdown=shutdown, queue=queue)
+    drain = worker_drain(app.state.ctx.drain, engine, beats, DrainConfig(timeout_s=args.drain_timeout))
     # loop="auto" takes uvloop and http="auto" httptools when they are installed.
-    uvicorn.run(app, host=server_config.host, port=server_config.port, loop="auto", http="auto",
-                log_level=server_config.log_level, access_log=server_config.access_log,
-                timeout_graceful_shutdown=5)
+    DrainingServer(uvicorn.Config(app, host=server_config.host, port=server_config.port, loop="auto",
+                                  http="auto", log_level=server_config.log_level,
+                                  access_log=server_config.access_log, timeout_graceful_shutdown=5),
+                   drain).run()
     return 0
+
+
+def worker_drain(state, engine, beats: list[Heartbeat], config: DrainConfig) -> WorkerDrain:
+    """SIGTERM's drain (tandem/worker/drain.py) over this worker: `state` is the app's DrainState
+    (tandem/api/drain.py), `beats` its heartbeat once started."""
+
+    async def begin() -> None:
+        state.draining = True
+        for hb in beats:
+            await hb.drain()
+
+    def idle() -> bool:
+        s = engine.stats()
+        return (state.in_flight == 0 and s.num_running == 0 and s.num_waiting == 0
+                and s.num_blocks_free == s.num_blocks_total)
+
+    async def leave() -> None:
+        for hb in beats:
+            await hb.stop()
+
+    return WorkerDrain(config, begin, idle, leave)
