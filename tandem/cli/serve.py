@@ -136,6 +136,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the address other workers reach this worker's KV at (the transfer control "
                         "server, Mooncake's segments for the handoff and the store); default: --host, "
                         "or 127.0.0.1 when --host is a wildcard")
+    p.add_argument("--kv-bind-host", default=None, metavar="ADDR",
+                   help="the address the KV transfer control server binds when it is not the one "
+                        "advertised (a relay or NAT in front of it); default: --kv-advertise-host")
+    p.add_argument("--kv-connect-timeout", type=float, default=TransferConfig.connect_timeout_s,
+                   metavar="S", help="decode side: seconds to connect to a prefill worker's KV source")
+    p.add_argument("--kv-io-timeout", type=float, default=TransferConfig.io_timeout_s, metavar="S",
+                   help="seconds a KV transfer may make no progress before it fails (the decode "
+                        "worker then recomputes the prompt; the prefill side frees its blocks)")
     p.add_argument("--kv-mooncake-protocol", choices=("tcp", "rdma"), default=TransferConfig.mooncake_protocol,
                    help="Mooncake's transport, for --kv-transport mooncake and --kv-store")
     p.add_argument("--kv-mooncake-device", default="", metavar="NAMES",
@@ -279,7 +287,10 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
 def transfer_config(args: argparse.Namespace) -> TransferConfig:
     advertised = args.kv_advertise_host or (
         args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
-    return TransferConfig(host=advertised, port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
+    bind = args.kv_bind_host or advertised
+    return TransferConfig(host=bind, advertise_host=advertised if advertised != bind else None,
+                          port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
+                          connect_timeout_s=args.kv_connect_timeout, io_timeout_s=args.kv_io_timeout,
                           mooncake_protocol=args.kv_mooncake_protocol,
                           mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised)
 
