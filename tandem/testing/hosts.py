@@ -125,7 +125,8 @@ class HostCluster:
         argv += list(extra)
         # Mooncake (transfer engine and store client) listens on every interface of the host
         # (its own choice, tandem cannot narrow it); what it advertises is the host's address
-        mooncake = transport == "mooncake" or "--kv-store" in argv
+        mooncake = transport == "mooncake" or any(a == "--kv-store" or a.startswith("--kv-store=")
+                                                  for a in argv)
         return self.start(name, host, argv, url=host.url(port), kind="worker", role=role,
                           wildcard_ok="Mooncake's listeners bind every interface" if mooncake else None)
 

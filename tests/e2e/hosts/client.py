@@ -91,3 +91,11 @@ def metric(url: str, name: str) -> float:
         if line.startswith(name) and not line.startswith("#"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def tier_metric(url: str, name: str, tier: str) -> float:
+    """A KV tier's metric on a worker, e.g. tier_metric(url, "kv_offload_tiering_available", "store")."""
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith(f"tandem:{name}{{") and f'tier="{tier}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
