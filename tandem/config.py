@@ -164,6 +164,10 @@ class KVStoreConfig:
     store_url: str | None = None         # mooncake://HOST:PORT of a mooncake_master; None: no store
     store_segment_bytes: int = 1 * 2**30  # memory this worker lends to the store's pool
     retry_s: float = 5.0                 # a store that failed (or a full disk) is left alone this long
+    # a store call that gets no answer within this long (plus 1 s per 25 MB it moves) fails: the
+    # store is unavailable for retry_s (a master or peer host that vanished must not stall the
+    # engine's lookups or a load for the RPC layer's own 10-30 s)
+    store_timeout_s: float = 2.0
     batch_blocks: int = 32               # blocks per tier read or write call: transfers are bounded
     # a hit below the device is loaded only while its measured cost is below recomputing it
     cost_check: bool = True

@@ -38,7 +38,7 @@ def make_tiers(config: EngineConfig, layout: KVLayout, keyspace: KeySpace, on_cu
         t = config.transfer
         tiers.append(MooncakeStoreTier(cfg.store_url, cfg.store_segment_bytes, nb, cfg.batch_blocks,
                                        t.mooncake_bind_address, cfg.retry_s, protocol=t.mooncake_protocol,
-                                       device=t.mooncake_device))
+                                       device=t.mooncake_device, call_timeout_s=cfg.store_timeout_s))
     return TierStack(tiers)
 
 

@@ -75,6 +75,12 @@ class Relay:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._relay(c_reader, c_writer)
+        except asyncio.CancelledError:
+            pass    # close(): end quietly (asyncio reports a cancelled connection task as an error)
+
+    async def _relay(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._tasks.add(task)
         self.stats.connections += 1
