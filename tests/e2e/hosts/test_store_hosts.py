@@ -52,3 +52,32 @@ def test_store_serves_a_prefix_computed_on_another_host(net, cluster, reference)
     assert second.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
     cluster.check_addresses()
     wait_no_blocks_held(cluster, [w0, w1])
+
+
+def test_master_unreachable_costs_a_request_at_most_the_store_timeout(net, cluster, reference):
+    """The master's host vanishes (link down): each worker pays one store call's timeout
+    (--kv-store-timeout, 2 s) once, then serves from its own tiers at full speed; once the master
+    is back, the store serves again and still holds what was put before."""
+    w0, w1 = store_workers(net, cluster)
+    wait_store_available(cluster, [w0, w1])
+    before = prompt(70, 41)
+    assert text_of(complete(cluster.url(w0), before, 8)) == reference(before, 8)[0]
+    time.sleep(1.0)
+    net.cut(net.hosts["store"])
+    slowest = 0.0
+    for k in range(6):
+        ids = prompt(71 + k, 41)
+        t0 = time.monotonic()
+        r = complete(cluster.url((w0, w1)[k % 2]), ids, 8, timeout_s=30)
+        slowest = max(slowest, time.monotonic() - t0)
+        assert text_of(r) == reference(ids, 8)[0]
+        if k >= 2:    # after its one timed-out call, a worker does not wait on the store again
+            assert time.monotonic() - t0 < 1.5
+    assert slowest < 2.0 + 2.0, slowest
+    assert all(tier_metric(cluster.url(n), "kv_offload_tiering_available", "store") == 0 for n in (w0, w1))
+    wait_no_blocks_held(cluster, [w0, w1])
+    net.restore(net.hosts["store"])
+    wait_store_available(cluster, [w0, w1], timeout_s=30)
+    r = complete(cluster.url(w1), before, 8)
+    assert text_of(r) == reference(before, 8)[0]
+    assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
