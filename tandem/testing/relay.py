@@ -142,8 +142,10 @@ class Relay:
                 if not data:
                     await queue.put((max(last_due, now + cfg.delay_s), _END))
                     break
-                for i in range(0, len(data), cfg.segment):
-                    seg = data[i:i + cfg.segment]
+                # segments matter only for loss; without it a read goes on as one piece
+                step = cfg.segment if cfg.loss else len(data)
+                for i in range(0, len(data), step):
+                    seg = data[i:i + step]
                     due = now + cfg.delay_s
                     if cfg.loss and self._rng.random() < cfg.loss:
                         due += cfg.rto_s
