@@ -1,6 +1,8 @@
 """Polls every worker: health and load from /internal/stats, cache contents from /internal/kv_events.
 
-One round polls all workers concurrently; rounds repeat every `poll_interval_s`. A worker that
+Every `poll_interval_s` each worker whose previous poll has ended is polled again, each on its
+own (a dead worker's slow polls do not delay the others'); `poll_once` polls all and waits (start-up,
+tests). A worker that
 turns unhealthy, restarts (its stats' `instance_id` changes) or expires loses its prefix-index
 entries and load correction, and its event stream restarts from `since=0` (the worker answers
 with a full resync).
@@ -43,21 +45,42 @@ class Monitor:
 
     async def run(self, stop: asyncio.Event) -> None:
         interval = self.registry.config.poll_interval_s
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except Exception:  # a bug here must not stop health checking
-                log.exception("worker poll round failed")
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
+        polls: dict[str, asyncio.Task] = {}     # worker url -> its poll in flight
+        try:
+            while not stop.is_set():
+                try:
+                    self._expire()
+                    for w in self.registry.all():
+                        if w.url not in polls:
+                            task = asyncio.ensure_future(self._poll_logged(w))
+                            polls[w.url] = task
+                            task.add_done_callback(lambda t, url=w.url: polls.pop(url, None))
+                except Exception:  # a bug here must not stop health checking
+                    log.exception("worker poll round failed")
+                try:
+                    await asyncio.wait_for(stop.wait(), interval)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(polls.values()):
+                task.cancel()
+            await asyncio.gather(*polls.values(), return_exceptions=True)
+
+    async def _poll_logged(self, w: Worker) -> None:
+        try:
+            await self.poll_worker(w)
+        except Exception:  # a bug here must not stop health checking
+            log.exception("poll of worker %s failed", w.url)
 
     async def poll_once(self) -> None:
+        """Expire silent workers, poll every worker, wait for all the polls."""
+        self._expire()
+        await asyncio.gather(*(self.poll_worker(w) for w in self.registry.all()))
+
+    def _expire(self) -> None:
         for w in self.registry.expire(self.clock()):
             log.warning("worker %s stopped sending heartbeats; removed", w.url)
             self.forget(w.url)
-        await asyncio.gather(*(self.poll_worker(w) for w in self.registry.all()))
 
     def forget(self, url: str) -> None:
         """Give a worker up (unhealthy, expired, gone, restarted): its cache and load entries go,

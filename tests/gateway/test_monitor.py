@@ -111,3 +111,33 @@ def test_restart_detected_by_instance_id():
     fake.events[a.url] = []
     asyncio.run(mon.poll_once())
     assert index.match([4]) == {} and fake.since_seen[-1] == (a.url, 0)
+
+
+def test_a_silent_worker_does_not_slow_the_polls_of_the_others():
+    """Each worker is polled on its own: while one worker's polls hang (a vanished host, until
+    the probe timeout), the others are still polled every interval."""
+    polled = {"http://127.0.0.1:9005": 0, "http://127.0.0.1:9006": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        host = f"http://{request.url.host}:{request.url.port}"
+        if request.url.path == "/internal/stats":
+            polled[host] += 1
+            if host.endswith("9005"):
+                await asyncio.sleep(5)
+            return httpx.Response(200, json={"role": "both"})
+        return httpx.Response(404)
+
+    async def main():
+        reg = Registry(RegistryConfig(poll_interval_s=0.05, probe_timeout_s=3.0))
+        for url in polled:
+            reg.add_static(url, "both")
+        http = HttpxWorkerHTTP(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+        mon = Monitor(reg, PrefixIndex(), LoadTracker(), http)
+        stop = asyncio.Event()
+        task = asyncio.create_task(mon.run(stop))
+        await asyncio.sleep(0.6)
+        stop.set()
+        await task
+
+    asyncio.run(main())
+    assert polled["http://127.0.0.1:9005"] == 1 and polled["http://127.0.0.1:9006"] >= 5, polled

@@ -14,6 +14,7 @@ tandem/testing/hosts.py.
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -59,14 +60,16 @@ def reference(model):
     llm = LLM(EngineConfig(model=ModelConfig(path=model, dtype="float32", show_progress=False),
                            cache=CacheConfig(num_blocks=256)))
     memo: dict[tuple, tuple[str, list[int]]] = {}
+    lock = threading.Lock()     # tests call it from their client threads; the engine is not shared
 
     def complete(prompt: list[int], max_tokens: int) -> tuple[str, list[int]]:
         key = (tuple(prompt), max_tokens)
-        if key not in memo:
-            out = llm.generate([prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0,
-                                                        ignore_eos=True))[0]
-            memo[key] = (out.text, out.token_ids)
-        return memo[key]
+        with lock:
+            if key not in memo:
+                out = llm.generate([prompt], SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                                            ignore_eos=True))[0]
+                memo[key] = (out.text, out.token_ids)
+            return memo[key]
 
     yield complete
     llm.shutdown()

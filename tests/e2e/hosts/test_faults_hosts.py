@@ -150,3 +150,57 @@ def test_a_20_mbit_link_between_prefill_and_decode(net, cluster, reference):
     assert time.monotonic() - t0 < 20
     assert "KV load for" not in cluster.procs["d0"].tail(100_000)
     wait_no_blocks_held(cluster, ["p0", *decoders])
+
+
+def test_requests_while_the_only_decode_host_is_down(net, cluster, reference):
+    """The case found by hand (no answer for 40 s): the decode pool's only host vanishes. Requests
+    sent then are answered within seconds, by the prefill pool serving whole requests; with one of
+    the two prefill hosts gone too, by the other."""
+    g, p0, p1, d0 = (net.add_host(n) for n in ("gw0", "p0", "p1", "d0"))
+    for name, host, role in (("p0", p0, "prefill"), ("p1", p1, "prefill"), ("d0", d0, "decode")):
+        cluster.worker(name, host, role)
+    cluster.gateway("gw0", g, prefill=[cluster.url("p0"), cluster.url("p1")], decode=[cluster.url("d0")],
+                    extra=GATEWAY_ARGS)
+    cluster.wait_ready()
+    gw = cluster.url("gw0")
+    for i in range(4):      # keep-alive connections to every worker, as in steady traffic
+        assert text_of(complete(gw, prompt(80 + i, 50), 8)) == reference(prompt(80 + i, 50), 8)[0]
+
+    def burst(seeds: range) -> list[float]:
+        """Requests 0.2 s apart, each in a thread; the seconds each took to its answer."""
+        took: dict[int, float] = {}
+        wrong: dict[int, str] = {}
+
+        def one(i: int) -> None:
+            t0 = time.monotonic()
+            try:
+                r = complete(gw, prompt(i, 50), 8, timeout_s=60)
+            except Exception as exc:   # noqa: BLE001 - reported below
+                wrong[i] = repr(exc)
+                return
+            took[i] = time.monotonic() - t0
+            if r.status_code != 200 or r.json()["choices"][0]["text"] != reference(prompt(i, 50), 8)[0]:
+                wrong[i] = f"{r.status_code} {r.text[:300]}"
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in seeds]
+        for t in threads:
+            t.start()
+            time.sleep(0.2)
+        for t in threads:
+            t.join(60)
+        assert not wrong and sorted(took) == list(seeds), (wrong, took, cluster.procs["gw0"].tail())
+        return list(took.values())
+
+    net.cut(d0)
+    took = burst(range(90, 96))
+    assert max(took) < GIVE_UP_S + 3.0, took
+    net.cut(p0)
+    took = burst(range(100, 104))
+    assert max(took) < GIVE_UP_S + 3.0, took
+    net.restore(d0)
+    net.restore(p0)
+    cluster.wait_until("gw0 sees every worker healthy again",
+                       lambda: all(w["healthy"] for w in cluster.workers_seen("gw0")), 30)
+    r = complete(gw, prompt(110, 50), 8)
+    assert text_of(r) == reference(prompt(110, 50), 8)[0] and r.headers["x-tandem-decode"] == cluster.url("d0")
+    wait_no_blocks_held(cluster, ["p0", "p1", "d0"], timeout_s=40)
