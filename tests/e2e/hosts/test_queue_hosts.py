@@ -19,12 +19,12 @@ from tests.e2e.hosts.client import wait_no_blocks_held
 
 pytestmark = pytest.mark.timeout(150)
 
-N = 10
+N = 24
 RUN = "/client/v4/accounts/acc/ai/run/@cf/test/m"
 
 
 def body(i: int) -> dict:
-    return {"prompt": f"Request {i}: tell me a long story", "max_tokens": 48, "temperature": 0,
+    return {"prompt": f"Request {i}: tell me a long story", "max_tokens": 64, "temperature": 0,
             "external_reference": f"r{i}"}
 
 
@@ -36,6 +36,27 @@ def jobs(url: str, rid: str):
         finally:
             await q.close()
     return asyncio.run(read())
+
+
+def wait_running_on(url: str, rid: str, pid: int, timeout_s: float) -> None:
+    """Until the process `pid` holds a running job of the batch (a lease owner names its
+    process) and some job has finished."""
+    async def watch():
+        q = open_queue(url)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                now = await q.list_batch(rid)
+                if any(j.status is JobStatus.RUNNING and f":{pid}:" in (j.owner or "") for j in now) \
+                        and any(j.status is JobStatus.SUCCEEDED for j in now):
+                    return
+                assert not all(j.status is JobStatus.SUCCEEDED for j in now), \
+                    "the batch finished before gw0 was seen running a job"
+                assert time.monotonic() < deadline, f"the batch never got going: {[j.status for j in now]}"
+                await asyncio.sleep(0.02)
+        finally:
+            await q.close()
+    asyncio.run(watch())
 
 
 def test_gateway_killed_mid_batch_every_request_answered_once(net, cluster):
@@ -52,16 +73,8 @@ def test_gateway_killed_mid_batch_every_request_answered_once(net, cluster):
     assert r.status_code == 200, r.text
     rid = r.json()["result"]["request_id"]
 
-    # kill gw0 once it holds running jobs (a lease owner names its process) and some have finished
-    deadline = time.monotonic() + 60
     gw0_pid = cluster.procs["gw0"].proc.pid
-    while True:
-        now = jobs(queue_url, rid)
-        held = [j for j in now if j.status is JobStatus.RUNNING and f":{gw0_pid}:" in (j.owner or "")]
-        if held and any(j.status is JobStatus.SUCCEEDED for j in now):
-            break
-        assert time.monotonic() < deadline, "the batch never got going"
-        time.sleep(0.05)
+    wait_running_on(queue_url, rid, gw0_pid, 60)
     cluster.send("gw0", signal.SIGKILL)
     cluster.procs["gw0"].proc.wait(10)
     held = [j for j in jobs(queue_url, rid)              # what it was running when it died
