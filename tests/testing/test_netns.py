@@ -3,6 +3,7 @@ tandem/testing/hosts.py: a cut link loses packets (a connect times out, nothing 
 rate limit is a tbf on both ends, everything is removed on close, and a process that listens on
 a loopback or wildcard address is reported."""
 
+import os
 import subprocess
 import sys
 import time
@@ -61,3 +62,20 @@ def test_a_process_on_loopback_or_every_interface_is_reported(tmp_path):
         assert "local listens on loopback 127.0.0.1:9000" in report
         assert "wild listens on every interface (:9001)" in report
         assert "fine" not in report
+
+
+def test_what_a_killed_run_left_is_swept_and_nothing_else():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()                                   # a pid that no longer runs (reused: not swept)
+    stale = f"th{dead.pid:06x}g-left"
+    mine = f"th{os.getpid():06x}z-mine"
+    for name in (stale, mine, "thother"):
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        gone = netns.sweep_stale()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert stale in gone and stale not in listed
+        assert mine in listed and "thother" in listed     # a live run's, and a name not ours
+    finally:
+        for name in (stale, mine, "thother"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
