@@ -46,6 +46,7 @@ def test_a_worker_started_later_serves_within_seconds(net, cluster, reference):
         assert time.monotonic() - up < 10, f"d1 not serving 10 s after it was up: {r.status_code} {r.text}"
         time.sleep(0.1)
     joined_s = time.monotonic() - up
+    print(f"worker started later: served {joined_s:.2f} s after its /health answered")
     assert text_of(r) == want
     assert joined_s < 5, joined_s
     assert registered(cluster, "gw0", "d1")["healthy"]
@@ -108,6 +109,7 @@ def test_sigterm_drains_streams_then_deregisters(net, cluster, reference):
         t.join(60)
     code = cluster.procs[victim_name].proc.wait(30)
     left_s = time.monotonic() - t_sig
+    print(f"SIGTERM drain: exited {left_s:.2f} s after the signal")
     assert code == 0, cluster.procs[victim_name].describe()
     assert registered(cluster, "gw0", victim_name) is None     # deregistered
     for i, s in results.items():                                 # every stream finished in place
