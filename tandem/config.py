@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class TransferConfig:
     """KV handoff between workers (tandem.transfer)."""
-    host: str = "127.0.0.1"            # address the control server binds and advertises
+    host: str = "127.0.0.1"            # address the control server binds (and advertises)
     port: int = 0                      # control server port; 0 = a free port
+    # address put in KV handles instead of `host`: where decode workers reach the control server
+    # when that is not where it binds (a relay or NAT in front of it); None: `host`
+    advertise_host: str | None = None
     pin_timeout_s: float = 30.0        # offered blocks are released if no pull is in progress by then
-    connect_timeout_s: float = 5.0     # sink: connecting to a source's control server
-    io_timeout_s: float = 30.0         # any single socket send/recv; bounds how long a stalled peer holds pins
+    connect_timeout_s: float = 3.0     # sink: connecting to a source's control server (2 SYN tries)
+    # any socket wait without progress (a recv, a send of at most 4 MiB): how long a stalled or
+    # vanished peer holds a pull, and the source's pins, before the pull fails (the decode worker
+    # then recomputes the prompt)
+    io_timeout_s: float = 10.0
     max_concurrent_pulls: int = 4      # sink: threads serving pull_async
     shm_dir: str = "/dev/shm"          # where allocate_kv(kind="shm") puts the KV file
     mooncake_protocol: str = "tcp"     # tcp | rdma
@@ -182,6 +188,10 @@ class KVStoreConfig:
     store_url: str | None = None         # mooncake://HOST:PORT of a mooncake_master; None: no store
     store_segment_bytes: int = 1 * 2**30  # memory this worker lends to the store's pool
     retry_s: float = 5.0                 # a store that failed (or a full disk) is left alone this long
+    # a store call that gets no answer within this long (plus 1 s per 25 MB it moves) fails: the
+    # store is unavailable for retry_s (a master or peer host that vanished must not stall the
+    # engine's lookups or a load for the RPC layer's own 10-30 s)
+    store_timeout_s: float = 2.0
     batch_blocks: int = 32               # blocks per tier read or write call: transfers are bounded
     # a hit below the device is loaded only while its measured cost is below recomputing it
     cost_check: bool = True

@@ -37,6 +37,7 @@ from tandem.api.backend import Backend
 from tandem.api.config import ServerConfig
 from tandem.api.context import ServerContext
 from tandem.api.disconnect import DisconnectGuard
+from tandem.api.drain import DrainGate
 from tandem.api.errors import error_response_for_path
 from tandem.api.internal.internal_api import internal_routes
 from tandem.api.openai.openai_api import openai_routes
@@ -55,6 +56,8 @@ Hook = Callable[[], Awaitable[None]]
 
 def _health_routes(ctx: ServerContext) -> list[Route]:
     async def health(request: Request) -> Response:
+        if ctx.drain.draining:
+            return json_response({"status": "draining"}, status=503)
         # a backend over remote workers (the gateway) is ready only while it can route
         if ctx.ready and (ctx.readiness is None or ctx.readiness.ready()):
             return json_response({"status": "ok"})
@@ -142,6 +145,7 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     if config.allowed_origins:  # outside the authentication: a browser's preflight carries no key
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(DrainGate, state=ctx.drain)   # refuses new generation calls while draining
     app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
     app.state.queue = service

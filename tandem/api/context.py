@@ -19,6 +19,7 @@ from tandem.api.backend import (
     provides,
 )
 from tandem.api.config import ServerConfig
+from tandem.api.drain import DrainState
 from tandem.api.metering import RunMeter
 from tandem.api.metrics import ServerMetrics
 from tandem.api.openai.logprobs_format import TokenTexts
@@ -45,6 +46,7 @@ class ServerContext:
     # rate limits and the usage ledger (tandem/usage/meter.py); None: not metered (no queue
     # database, or a worker under a gateway)
     meter: Meter | None = None
+    drain: DrainState = field(default_factory=DrainState)   # a worker stopping (tandem/api/drain.py)
     # Workers AI's `?queueRequest=true` handler when the app has a queue (tandem/api/queue/service.py)
     queued: Callable[[Request], Awaitable[Response]] | None = None
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app

@@ -71,8 +71,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cluster_secret_arguments(g)
     g.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
-    g.add_argument("--poll-interval", type=float, default=0.5, help="seconds between worker polls")
-    g.add_argument("--unhealthy-after", type=int, default=3, help="failed polls before unhealthy")
+    g.add_argument("--poll-interval", type=float, default=RegistryConfig.poll_interval_s,
+                   help="seconds between worker polls")
+    g.add_argument("--unhealthy-after", type=int, default=RegistryConfig.unhealthy_after,
+                   help="polls that connect but time out or fail before a worker is unhealthy (one "
+                        "that cannot connect makes it unhealthy at once)")
+    g.add_argument("--probe-timeout", type=float, default=RegistryConfig.probe_timeout_s, metavar="S",
+                   help="seconds a worker poll (/internal/stats) waits for its answer")
+    g.add_argument("--connect-timeout", type=float, default=GatewayConfig.connect_timeout_s, metavar="S",
+                   help="seconds to open a connection to a worker (calls and polls); a worker whose "
+                        "poll cannot connect in time is unhealthy and its streams move elsewhere")
+    g.add_argument("--worker-read-timeout", type=float, default=GatewayConfig.worker_read_timeout_s,
+                   metavar="S", help="seconds a call to a worker may wait for its next output line "
+                                     "before it fails and the request is retried or migrated")
+    g.add_argument("--heartbeat-ttl", type=float, default=RegistryConfig.heartbeat_ttl_s, metavar="S",
+                   help="a self-registered worker without a heartbeat this long is removed")
     g.add_argument("--max-in-flight", type=int, default=256,
                    help="requests open on one worker before it counts as saturated (429 when all are)")
     g.add_argument("--max-waiting", type=int, default=128,
@@ -126,8 +139,9 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=api_keys, cluster_secret=secret,
         share_prefix_cache=args.share_prefix_cache, allowed_origins=args.allowed_origins,
-        registry=RegistryConfig(poll_interval_s=args.poll_interval,
-                                unhealthy_after=args.unhealthy_after),
+        registry=RegistryConfig(poll_interval_s=args.poll_interval, probe_timeout_s=args.probe_timeout,
+                                unhealthy_after=args.unhealthy_after, heartbeat_ttl_s=args.heartbeat_ttl),
+        connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
                                   stall_weight=args.placement_stall_weight),

@@ -6,6 +6,8 @@
   --kv-disk-size SIZE         the disk tier's capacity (least recently used blocks go)
   --kv-store mooncake://HOST:PORT   Mooncake Store: this worker is a client of that master
   --kv-store-memory SIZE      memory this worker lends to the store
+  --kv-store-timeout S        a store call without an answer this long fails (the store is then
+                              left alone for a few seconds; requests are served from local tiers)
   --kv-tier-no-cost-check     load every hit below the device, even where recomputing is cheaper
 """
 
@@ -39,6 +41,9 @@ def add_kv_store_arguments(p: argparse.ArgumentParser) -> None:
                    help="Mooncake Store shared by the workers: the mooncake_master's RPC address")
     g.add_argument("--kv-store-memory", type=parse_bytes, default=KVStoreConfig.store_segment_bytes,
                    metavar="SIZE", help="memory this worker lends to the store (default 1GiB)")
+    g.add_argument("--kv-store-timeout", type=float, default=KVStoreConfig.store_timeout_s, metavar="S",
+                   help="seconds a store call may go unanswered (plus 1 s per 25 MB it moves) before "
+                        "the store counts as unreachable and is left alone for a few seconds")
     g.add_argument("--kv-tier-no-cost-check", dest="kv_tier_cost_check", action="store_false",
                    help="load every hit below the device, even where recomputing it is measured faster")
 
@@ -47,4 +52,5 @@ def kv_store_config_from_args(args: argparse.Namespace) -> KVStoreConfig:
     disk_dir = args.kv_disk_dir.replace("{port}", str(args.port)) if args.kv_disk_dir else None
     return KVStoreConfig(host_bytes=args.kv_host_memory, disk_dir=disk_dir,
                          disk_bytes=args.kv_disk_size, store_url=args.kv_store,
-                         store_segment_bytes=args.kv_store_memory, cost_check=args.kv_tier_cost_check)
+                         store_segment_bytes=args.kv_store_memory, store_timeout_s=args.kv_store_timeout,
+                         cost_check=args.kv_tier_cost_check)

@@ -50,6 +50,7 @@ from tandem.spec.registry import methods_help, parse_speculative_config
 from tandem.tokenization.chat_template_arg import chat_template_arg
 from tandem.turn.parser_setup import add_parser_flags, parser_settings
 from tandem.turn.sampling_defaults import GENERATION_CONFIG_MODES, SamplingDefaults, add_override_flag
+from tandem.worker.drain import DrainConfig
 from tandem.worker.process import run_worker
 
 log = logging.getLogger(__name__)
@@ -163,6 +164,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the address other workers reach this worker's KV at (the transfer control "
                         "server, Mooncake's segments for the handoff and the store); default: --host, "
                         "or 127.0.0.1 when --host is a wildcard")
+    p.add_argument("--kv-bind-host", default=None, metavar="ADDR",
+                   help="the address the KV transfer control server binds when it is not the one "
+                        "advertised (a relay or NAT in front of it); default: --kv-advertise-host")
+    p.add_argument("--kv-connect-timeout", type=float, default=TransferConfig.connect_timeout_s,
+                   metavar="S", help="decode side: seconds to connect to a prefill worker's KV source")
+    p.add_argument("--kv-io-timeout", type=float, default=TransferConfig.io_timeout_s, metavar="S",
+                   help="seconds a KV transfer may make no progress before it fails (the decode "
+                        "worker then recomputes the prompt; the prefill side frees its blocks)")
     p.add_argument("--kv-mooncake-protocol", choices=("tcp", "rdma"), default=TransferConfig.mooncake_protocol,
                    help="Mooncake's transport, for --kv-transport mooncake and --kv-store")
     p.add_argument("--kv-mooncake-device", default="", metavar="NAMES",
@@ -196,6 +205,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cluster_secret_arguments(p)
     p.add_argument("--advertise-url", default=None,
                    help="URL the gateway uses to reach this worker; default from --host/--port")
+    p.add_argument("--drain-timeout", type=float, default=DrainConfig.timeout_s, metavar="S",
+                   help="on SIGTERM: refuse new requests, let running ones finish for at most S "
+                        "seconds, deregister, then stop (a second SIGTERM stops at once)")
     p.add_argument("--max-body-bytes", type=parse_bytes, default=ServerConfig.max_body_bytes)
     p.add_argument("--log-level", default="info",
                    choices=("critical", "error", "warning", "info", "debug"))
@@ -286,7 +298,10 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
 def transfer_config(args: argparse.Namespace, cluster_secret: str | None = None) -> TransferConfig:
     advertised = args.kv_advertise_host or (
         args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
-    return TransferConfig(host=advertised, port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
+    bind = args.kv_bind_host or advertised
+    return TransferConfig(host=bind, advertise_host=advertised if advertised != bind else None,
+                          port=args.kv_transfer_port, pin_timeout_s=args.kv_pin_timeout,
+                          connect_timeout_s=args.kv_connect_timeout, io_timeout_s=args.kv_io_timeout,
                           mooncake_protocol=args.kv_mooncake_protocol,
                           mooncake_device=args.kv_mooncake_device, mooncake_bind_address=advertised,
                           cluster_secret=cluster_secret)
@@ -303,5 +318,6 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     queue_config = _queue_config(args)
     server_config = replace(server_config, usage=usage_config_from_args(args, queue_config is not None))
-    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config)
+    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config,
+               DrainConfig(timeout_s=args.drain_timeout))
     return 0

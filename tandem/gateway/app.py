@@ -170,7 +170,9 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     http = worker_http or HTTPClient(ClientConfig(
         connect_timeout_s=config.connect_timeout_s,
         headers=tuple(cluster_secret.headers(config.cluster_secret).items())))
-    monitor = Monitor(registry, index, tracker, http)
+    # a worker given up has its connections aborted (a test's own HTTP layer has none to abort)
+    monitor = Monitor(registry, index, tracker, http,
+                      on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget)
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()

@@ -14,8 +14,15 @@ from tandem.usage.meter import UsageConfig
 
 @dataclass(frozen=True)
 class RegistryConfig:
+    """How soon a worker that stopped answering is given up (tandem/gateway/monitor.py). A probe
+    that cannot connect (refused, or no answer within the gateway's connect_timeout_s: a host
+    that vanished) makes the worker unhealthy at once; probes that connect but time out count
+    toward `unhealthy_after` (a busy worker is slow, not gone). A worker given up loses its
+    connections: its streams fail over or migrate at once. With the defaults a vanished host is
+    given up within poll_interval_s + probe_timeout_s + poll_interval_s + connect_timeout_s
+    (about 4 s)."""
     poll_interval_s: float = 0.5      # /internal/stats and /internal/kv_events per worker
-    request_timeout_s: float = 2.0    # one health or event poll
+    probe_timeout_s: float = 1.0      # one health or event poll waits this long for its answer
     unhealthy_after: int = 3          # consecutive failed polls before a worker is unhealthy
     heartbeat_ttl_s: float = 10.0     # a self-registered worker with no heartbeat this long is dropped
     heartbeat_interval_s: float = 2.0  # what registering workers are told to use
@@ -60,7 +67,12 @@ class GatewayConfig:
     max_prefill_attempts: int = 3     # prefill tried on this many workers before giving up
     max_migrations: int = 3           # a stream moves at most this many times
     retry_after_s: int = 1            # Retry-After on 503 and 429
+    # Calls to workers (tandem/gateway/worker_client.py). connect_timeout_s also bounds a health
+    # probe's connect (2 s: one lost SYN is retransmitted after 1 s and still makes it).
     connect_timeout_s: float = 2.0
+    # the longest a generate call may wait for the worker's next line (its first one included:
+    # a prefill queued behind others): past it the call fails and the request moves elsewhere
+    worker_read_timeout_s: float = 120.0
     queue: QueueConfig | None = None  # --queue-db / --queue-url: the asynchronous batch API
     # --accounts: account tokens authenticate too and /admin/* is served (tandem/accounts), from the
     # queue's database; a token revoked elsewhere stops working within token_cache_ttl_s

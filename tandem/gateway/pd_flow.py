@@ -69,7 +69,8 @@ class GatewayParts:
     tracker: LoadTracker
     http: WorkerHTTP                         # calls to workers' /internal/generate and kv_release
     metrics: GatewayMetrics | None
-    forget_worker: Callable[[str], None]     # drop a dead worker's index entries and load offset
+    forget_worker: Callable[[str], None]     # a dead worker: drop its index entries and load
+                                             # offset, abort its connections (other calls fail now)
     background: set = field(default_factory=set)  # fire-and-forget calls still running
 
 
@@ -348,7 +349,7 @@ class _Flow:
         raise WorkerFailed(url, "prefill ended without a final delta", False, "prefill")
 
     def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
-        return stream_generate(self.p.http, url, wreq, pool)
+        return stream_generate(self.p.http, url, wreq, pool, self.p.config.worker_read_timeout_s)
 
     # --- rewriting --------------------------------------------------------------------------
     def _set_headers(self, prefill_url: str, decode_url: str) -> None:

@@ -13,7 +13,8 @@ role in the worker's stats wins (a worker switched at runtime, POST /internal/ro
 role there while its heartbeats still name the one it started with).
 Draining (`draining`, what routing reads) is any of: a drain asked of the gateway (POST
 /internal/drain; a heartbeat's own `draining` replaces it), a role switch the gateway is carrying
-out (`switching_to`: no heartbeat lifts it), or a switch the worker reports under way in its stats.
+out (`switching_to`: no heartbeat lifts it), a switch the worker reports under way in its stats,
+or the worker's stats saying it drains before it stops (`draining`: SIGTERM, tandem/worker/drain.py).
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class Registry:
 def _settle(w: Worker) -> None:
     """`draining` from its sources (see the module doc)."""
     w.draining = (w.drain_asked or w.switching_to is not None
-                  or w.stats.get("switching_to") in ROLES)
+                  or w.stats.get("switching_to") in ROLES or w.stats.get("draining") is True)
 
 
 def _check_role(role: str | None) -> None:

@@ -20,7 +20,10 @@ Invariants:
   body (a worker's final delta): the rest is then read in the background and the connection
   kept, instead of closed;
 - a request sent on a reused connection that the server had meanwhile closed (no byte of a
-  response came back) is sent once more on a new connection.
+  response came back) is sent once more on a new connection;
+- `abort(base_url)` closes every connection to that server at once, idle or in use (the caller
+  has declared it lost, e.g. its host stopped answering): a read waiting on one fails now with
+  ConnectionBroken instead of at its read timeout, and is not sent again.
 """
 
 from __future__ import annotations
@@ -58,14 +61,22 @@ class ClientConfig:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
-@dataclass
+@dataclass(eq=False)
 class _Conn:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    live: set[_Conn]              # every open connection to its server (HTTPClient.abort)
     reused: bool = False
+    aborted: bool = False
 
     def close(self) -> None:
+        self.live.discard(self)
         self.writer.close()
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.live.discard(self)
+        self.writer.transport.abort()   # a pending read sees the end of the stream now
 
 
 @dataclass
@@ -76,6 +87,7 @@ class _Origin:
     prefix: str                   # path of the base URL, prepended to every request path
     host_header: str
     idle: list[_Conn]             # shared by every base URL on this scheme://host:port
+    live: set[_Conn]              # open connections (idle or in use), shared likewise
 
 
 class Response:
@@ -126,7 +138,11 @@ class Response:
         except TimeoutError as exc:   # before OSError, its base class
             raise ResponseTimeout(f"no data for {self._timeout} s") from exc
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
+            if self._conn.aborted:
+                raise ConnectionBroken("connection aborted mid-body (the server was declared lost)") from exc
             raise ConnectionBroken(f"connection broke mid-body: {exc!r}") from exc
+        if not data and self._conn.aborted:   # not the end of a body read until close
+            raise ConnectionBroken("connection aborted mid-body (the server was declared lost)")
         if not data or self._left == 0:
             self.complete = True
         return data or None
@@ -194,6 +210,7 @@ class HTTPClient:
         self.config = config
         self._origins: dict[str, _Origin] = {}                       # base URL -> origin
         self._idle: dict[tuple[str, str, int], list[_Conn]] = {}     # (scheme, host, port) -> idle
+        self._live: dict[tuple[str, str, int], set[_Conn]] = {}      # ... -> open connections
         self._draining: set[asyncio.Task] = set()
         self._tls: ssl.SSLContext | None = None                      # made at the first https URL
         self._headers = "".join(f"{k}: {v}\r\n" for k, v in config.headers)
@@ -228,6 +245,9 @@ class HTTPClient:
                 raise ResponseTimeout(f"no response for {read_timeout_s} s") from exc
             except (asyncio.IncompleteReadError, OSError) as exc:
                 conn.close()
+                if conn.aborted:
+                    raise ConnectionBroken(f"{origin.host}:{origin.port}: connection aborted "
+                                           "(the server was declared lost)") from exc
                 partial = getattr(exc, "partial", b"")
                 if conn.reused and not partial:
                     continue   # closed by the server while idle: once more on a new connection
@@ -241,6 +261,16 @@ class HTTPClient:
             conn.reused = True
             return self._response(origin, conn, head, read_timeout_s)
         raise ConnectionBroken(f"{origin.host}:{origin.port} closed two connections in a row")
+
+    def abort(self, base_url: str) -> int:
+        """Close every connection to `base_url`'s server now, idle or in use; returns how many.
+        Reads waiting on them raise ConnectionBroken; later requests connect anew."""
+        origin = self._origin(base_url)
+        origin.idle.clear()
+        conns = list(origin.live)
+        for conn in conns:
+            conn.abort()
+        return len(conns)
 
     async def aclose(self) -> None:
         for task in list(self._draining):
@@ -261,8 +291,9 @@ class HTTPClient:
             if u.scheme == "https":
                 tls = self._tls = self._tls or ssl.create_default_context()
             host, port = u.hostname, u.port or (443 if tls else 80)
+            key = (u.scheme, host, port)
             origin = _Origin(host, port, tls, u.path.rstrip("/"), u.netloc,
-                             self._idle.setdefault((u.scheme, host, port), []))
+                             self._idle.setdefault(key, []), self._live.setdefault(key, set()))
             self._origins[base_url] = origin
         return origin
 
@@ -273,7 +304,9 @@ class HTTPClient:
                     origin.host, origin.port, ssl=origin.tls, limit=self.config.stream_limit)
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {origin.host}:{origin.port}: {exc!r}") from exc
-        return _Conn(reader, writer)
+        conn = _Conn(reader, writer, origin.live)
+        origin.live.add(conn)
+        return conn
 
     def _take_idle(self, origin: _Origin) -> _Conn | None:
         while origin.idle:

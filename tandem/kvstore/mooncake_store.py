@@ -10,6 +10,13 @@ no master answers); until then, and for `retry_s` after any call fails with an R
 tier is unavailable: lookups find nothing, loads miss and writes are skipped, so the worker
 serves from its local tiers. One warning per outage, `errors` counts the failed calls, and the
 tier is used again once a call succeeds. A master restarted empty simply misses.
+A master (or peer) host that vanished does not refuse: Mooncake's RPCs then wait 10-30 s, on
+the engine's thread for a lookup. So every native call runs on the tier's own thread and its
+caller waits at most `call_timeout_s` (plus 1 s per 25 MB the call moves): past that the call
+counts as failed, and the tier stays unavailable until the stuck call has returned (it may still
+write into the staging buffers) and a background probe has reached the master again (a TCP
+connection, tried every `retry_s`): an outage costs the engine one timed-out call, not one per
+retry.
 
 Return codes (Mooncake's ErrorCode): >= 0 success (bytes read for a get); -704 object not found,
 -703 replica not ready, -707 lease expired: a miss; -200 no space, -705 exists: a put skipped;
@@ -23,7 +30,9 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from urllib.parse import urlparse
 
 import torch
@@ -37,6 +46,11 @@ log = logging.getLogger(__name__)
 _MISS = (-703, -704, -707)
 _PUT_SKIPPED = (-200, -705)
 _LOCAL_BUFFER_BYTES = 16 * 2**20
+_SLOWEST_BYTES_PER_S = 25e6          # a call moving blocks gets 1 s more per 25 MB
+
+
+class _NoAnswer(Exception):
+    """A store call was skipped (a stuck call is still out) or got no answer in time."""
 
 
 def parse_store_url(url: str) -> tuple[str, int]:
@@ -52,7 +66,7 @@ class MooncakeStoreTier(Tier):
 
     def __init__(self, url: str, segment_bytes: int, block_nbytes: int, batch_blocks: int = 32,
                  local_address: str = "127.0.0.1", retry_s: float = 5.0, clock=time.monotonic,
-                 protocol: str = "tcp", device: str = "") -> None:
+                 protocol: str = "tcp", device: str = "", call_timeout_s: float = 2.0) -> None:
         super().__init__(block_nbytes)
         self.url = url
         self.master = parse_store_url(url)
@@ -73,6 +87,10 @@ class MooncakeStoreTier(Tier):
         self._lock = threading.Lock()   # connect and state changes
         self._closed = False
         self._connector: threading.Thread | None = None
+        self._call_timeout_s = call_timeout_s
+        self._rpc = ThreadPoolExecutor(1, thread_name_prefix="kvstore-rpc")   # every native call
+        self._stuck = 0                 # calls past their deadline that have not returned yet
+        self._probing = False           # a background probe waits for the master to answer again
         self._connect_later(0.0)
 
     # --- connection ----------------------------------------------------------------------------
@@ -118,7 +136,53 @@ class MooncakeStoreTier(Tier):
 
     @property
     def available(self) -> bool:
-        return self._client is not None and self._clock() >= self._down_until
+        return self._client is not None and self._clock() >= self._down_until and not self._stuck
+
+    def _call(self, what: str, fn: Callable, *args, nbytes: int = 0):
+        """fn(*args) on the tier's thread, waited for at most call_timeout_s (+ nbytes' share)."""
+        with self._lock:
+            if self._stuck:
+                raise _NoAnswer(what)
+        fut: Future = self._rpc.submit(fn, *args)
+        timeout = self._call_timeout_s + nbytes / _SLOWEST_BYTES_PER_S
+        try:
+            return fut.result(timeout=timeout)
+        except (FutureTimeout, CancelledError):
+            if not fut.cancel():      # running: it may still use the buffers; no call until it returns
+                with self._lock:
+                    self._stuck += 1
+                fut.add_done_callback(self._returned)
+            self._failed(f"{what} got no answer in {timeout:.1f} s")
+            self._probe_until_reachable()
+            raise _NoAnswer(what) from None
+
+    def _probe_until_reachable(self) -> None:
+        """Unavailable until the master accepts a TCP connection again (checked off the engine's
+        thread every retry_s), so that no request's lookup pays another timeout meanwhile."""
+        with self._lock:
+            self._down_until = float("inf")
+            if self._probing or self._closed:
+                return
+            self._probing = True
+
+        def probe() -> None:
+            while not self._closed:
+                time.sleep(self._retry_s)
+                try:
+                    socket.create_connection(self.master, timeout=2.0).close()
+                except OSError:
+                    continue
+                with self._lock:
+                    self._down_until = self._clock()
+                    break
+            with self._lock:
+                self._probing = False
+
+        threading.Thread(target=probe, daemon=True, name="kvstore-probe").start()
+
+    def _returned(self, fut: Future) -> None:
+        with self._lock:
+            self._stuck -= 1
 
     def _failed(self, what: str) -> None:
         self.count(errors=1)
@@ -161,7 +225,10 @@ class MooncakeStoreTier(Tier):
         client = self._client
         if not keys or client is None or not self.available:
             return [False] * len(keys)
-        codes = list(client.batch_is_exist(list(keys)))
+        try:
+            codes = list(self._call("batch_is_exist", client.batch_is_exist, list(keys)))
+        except _NoAnswer:
+            return [False] * len(keys)
         if not self._check(codes, "batch_is_exist"):
             return [False] * len(keys)
         return [c == 1 for c in codes]
@@ -177,7 +244,11 @@ class MooncakeStoreTier(Tier):
             for at in range(0, len(keys), self._batch):
                 chunk = list(keys[at:at + self._batch])
                 ptrs = [self._rbuf[i].data_ptr() for i in range(len(chunk))]
-                codes = list(client.batch_get_into(chunk, ptrs, [frame] * len(chunk)))
+                try:
+                    codes = list(self._call("batch_get_into", client.batch_get_into, chunk, ptrs,
+                                            [frame] * len(chunk), nbytes=frame * len(chunk)))
+                except _NoAnswer:
+                    break
                 self._check(codes, "batch_get_into")
                 ok = 0
                 for i, (key, code) in enumerate(zip(chunk, codes)):
@@ -215,9 +286,13 @@ class MooncakeStoreTier(Tier):
                 idx = todo[at:at + self._batch]
                 for j, i in enumerate(idx):
                     write_frame(self._wbuf[j], keys[i], src[i])
-                codes = list(client.batch_put_from([keys[i] for i in idx],
-                                                   [self._wbuf[j].data_ptr() for j in range(len(idx))],
-                                                   [frame] * len(idx)))
+                try:
+                    codes = list(self._call("batch_put_from", client.batch_put_from, [keys[i] for i in idx],
+                                            [self._wbuf[j].data_ptr() for j in range(len(idx))],
+                                            [frame] * len(idx), nbytes=frame * len(idx)))
+                except _NoAnswer:
+                    self.count(skipped=len(todo) - at)
+                    break
                 ok = sum(1 for c in codes if c == 0)
                 written += ok
                 self.count(skipped=len(idx) - ok)
@@ -230,13 +305,18 @@ class MooncakeStoreTier(Tier):
     def remove(self, keys: Sequence[str]) -> None:
         client = self._client
         if client is not None and self.available and keys:
-            client.batch_remove(list(keys))
+            try:
+                self._call("batch_remove", client.batch_remove, list(keys))
+            except _NoAnswer:
+                pass
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             client, self._client = self._client, None
-        if client is not None:
+            stuck = self._stuck
+        self._rpc.shutdown(wait=not stuck, cancel_futures=True)
+        if client is not None and not stuck:   # a call still inside the client: leave it to exit
             client.close()
 
 
@@ -248,4 +328,4 @@ def store_tier(config: EngineConfig, ctx: TierContext) -> MooncakeStoreTier | No
         return None
     return MooncakeStoreTier(cfg.store_url, cfg.store_segment_bytes, ctx.block_nbytes, cfg.batch_blocks,
                              t.mooncake_bind_address, cfg.retry_s, protocol=t.mooncake_protocol,
-                             device=t.mooncake_device)
+                             device=t.mooncake_device, call_timeout_s=cfg.store_timeout_s)

@@ -101,7 +101,8 @@ class ControlSource(KVSource):
         if self._listener is None:
             raise RuntimeError("KVSource.address is known only after start()")
         host, port = self._listener.getsockname()[:2]
-        return f"{host}:{port}"
+        host = self._config.advertise_host or host
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def offer(self, request_id: str, block_ids: list[int]) -> None:
         self._pins.offer(request_id, block_ids)

@@ -21,6 +21,14 @@ from tandem.transfer.shards import ShardedKV, copy_blocks, staging
 from tandem.transfer.wire import recv_into_exact
 
 STAGING_BYTES = 4 * 2**20     # whole blocks assembled or received at a time by a split worker
+# A socket timeout bounds a whole sendall (Python >= 3.5): sent in pieces, the transfer's
+# io_timeout_s bounds a stall (no piece goes through), not a long transfer over a slow link.
+SEND_PIECE_BYTES = 4 * 2**20
+
+
+def _send(sock: socket.socket, data: memoryview) -> None:
+    for i in range(0, len(data), SEND_PIECE_BYTES):
+        sock.sendall(data[i:i + SEND_PIECE_BYTES])
 
 
 def _chunks(ids: list[int], n: int) -> list[list[int]]:
@@ -50,13 +58,13 @@ class TcpSourcePlane:
             view = byte_view(buf)
             for chunk in _chunks(block_ids, buf.shape[0]):
                 copy_blocks(self._kv, chunk, whole, range(len(chunk)))
-                sock.sendall(view[:len(chunk) * self._nb])
+                _send(sock, view[:len(chunk) * self._nb])
             return
         for first, count in runs(block_ids):
             if self._bytes is not None:
-                sock.sendall(self._bytes[first * self._nb:(first + count) * self._nb])
+                _send(sock, self._bytes[first * self._nb:(first + count) * self._nb])
             else:
-                sock.sendall(byte_view(t[first:first + count].cpu()))
+                _send(sock, byte_view(t[first:first + count].cpu()))
 
     def close(self) -> None:
         pass

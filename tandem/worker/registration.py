@@ -108,9 +108,13 @@ class Heartbeat:
     async def drain(self) -> None:
         """Ask the gateway to send no new requests here (finishing ones continue)."""
         self.draining = True
-        await self.beat()
+        if self._client is not None and not self._stop.is_set():
+            await self.beat()
 
     async def stop(self) -> None:
+        """Deregister and stop beating; idempotent (the drain leaves first, shutdown again)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)

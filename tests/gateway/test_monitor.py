@@ -12,10 +12,12 @@ from tests.gateway.fake_workers import HttpxWorkerHTTP
 
 
 class FakeWorkers:
-    """httpx MockTransport handler: per host, stats and an event log; `down` hosts refuse."""
+    """httpx MockTransport handler: per host, stats and an event log; `down` hosts refuse,
+    `slow` hosts accept but time out."""
 
     def __init__(self):
         self.down: set[str] = set()
+        self.slow: set[str] = set()
         self.stats: dict[str, dict] = {}
         self.events: dict[str, list[dict]] = {}
         self.since_seen: list[tuple[str, int]] = []
@@ -24,6 +26,8 @@ class FakeWorkers:
         host = f"http://{request.url.host}:{request.url.port}"
         if host in self.down:
             raise httpx.ConnectError("refused", request=request)
+        if host in self.slow:
+            raise httpx.ReadTimeout("no answer", request=request)
         if request.url.path == "/internal/stats":
             return httpx.Response(200, json=self.stats[host])
         if request.url.path == "/internal/kv_events":
@@ -36,12 +40,14 @@ class FakeWorkers:
         return httpx.Response(404)
 
 
-def setup(unhealthy_after=2):
+def setup(unhealthy_after=2, lost=None):
     fake = FakeWorkers()
     reg = Registry(RegistryConfig(unhealthy_after=unhealthy_after))
     index, tracker = PrefixIndex(), LoadTracker()
     http = HttpxWorkerHTTP(httpx.AsyncClient(transport=httpx.MockTransport(fake)))
-    return fake, reg, index, tracker, Monitor(reg, index, tracker, http, clock=lambda: 0.0)
+    on_lost = lost.append if lost is not None else (lambda url: None)
+    return fake, reg, index, tracker, Monitor(reg, index, tracker, http, clock=lambda: 0.0,
+                                              on_lost=on_lost)
 
 
 def test_poll_marks_healthy_feeds_index_and_load():
@@ -61,20 +67,38 @@ def test_poll_marks_healthy_feeds_index_and_load():
 
 
 def test_failures_make_unhealthy_and_forget_index_then_resync():
-    fake, reg, index, tracker, mon = setup(unhealthy_after=2)
+    lost = []
+    fake, reg, index, tracker, mon = setup(unhealthy_after=2, lost=lost)
     a = reg.add_static("http://127.0.0.1:9002", "both")
     fake.stats[a.url] = {"role": "both"}
     fake.events[a.url] = [{"seq": 5, "type": "stored", "block_hashes": ["9"]}]
     asyncio.run(mon.poll_once())
     assert index.match([9]) == {a.url: 1}
-    fake.down.add(a.url)
+    fake.slow.add(a.url)     # connects, does not answer in time: busy, not gone
     asyncio.run(mon.poll_once())
-    assert a.healthy and index.match([9]) == {a.url: 1}
+    assert a.healthy and index.match([9]) == {a.url: 1} and lost == []
     asyncio.run(mon.poll_once())
     assert not a.healthy and index.match([9]) == {} and a.kv_since == 0
-    fake.down.clear()
+    assert lost == [a.url]   # its connections are aborted: calls waiting on it fail now
+    fake.slow.clear()
     asyncio.run(mon.poll_once())
     assert a.healthy and fake.since_seen[-1] == (a.url, 0) and index.match([9]) == {a.url: 1}
+
+
+def test_a_probe_that_cannot_connect_gives_the_worker_up_at_once():
+    """Refused, or no answer to the connection (a host that vanished): unhealthy at the first
+    such probe, whatever unhealthy_after says."""
+    lost = []
+    fake, reg, index, tracker, mon = setup(unhealthy_after=3, lost=lost)
+    a = reg.add_static("http://127.0.0.1:9004", "both")
+    fake.stats[a.url] = {"role": "both"}
+    asyncio.run(mon.poll_once())
+    assert a.healthy
+    fake.down.add(a.url)
+    asyncio.run(mon.poll_once())
+    assert not a.healthy and lost == [a.url]
+    asyncio.run(mon.poll_once())
+    assert lost == [a.url]   # given up once
 
 
 def test_restart_detected_by_instance_id():
@@ -87,3 +111,33 @@ def test_restart_detected_by_instance_id():
     fake.events[a.url] = []
     asyncio.run(mon.poll_once())
     assert index.match([4]) == {} and fake.since_seen[-1] == (a.url, 0)
+
+
+def test_a_silent_worker_does_not_slow_the_polls_of_the_others():
+    """Each worker is polled on its own: while one worker's polls hang (a vanished host, until
+    the probe timeout), the others are still polled every interval."""
+    polled = {"http://127.0.0.1:9005": 0, "http://127.0.0.1:9006": 0}
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        host = f"http://{request.url.host}:{request.url.port}"
+        if request.url.path == "/internal/stats":
+            polled[host] += 1
+            if host.endswith("9005"):
+                await asyncio.sleep(5)
+            return httpx.Response(200, json={"role": "both"})
+        return httpx.Response(404)
+
+    async def main():
+        reg = Registry(RegistryConfig(poll_interval_s=0.05, probe_timeout_s=3.0))
+        for url in polled:
+            reg.add_static(url, "both")
+        http = HttpxWorkerHTTP(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
+        mon = Monitor(reg, PrefixIndex(), LoadTracker(), http)
+        stop = asyncio.Event()
+        task = asyncio.create_task(mon.run(stop))
+        await asyncio.sleep(0.6)
+        stop.set()
+        await task
+
+    asyncio.run(main())
+    assert polled["http://127.0.0.1:9005"] == 1 and polled["http://127.0.0.1:9006"] >= 5, polled

@@ -64,3 +64,13 @@ def test_bad_role_rejected():
 def test_normalize_url():
     assert normalize_url(" localhost:80/ ") == "http://localhost:80"
     assert normalize_url("https://h") == "https://h"
+
+
+def test_a_worker_whose_stats_say_it_drains_takes_nothing_new():
+    """A static worker (no heartbeat) draining on SIGTERM says so in /internal/stats."""
+    r = reg()
+    w = r.add_static("http://a:1", "decode")
+    r.poll_ok(w.url, {"role": "decode", "draining": False}, 0.0)
+    assert r.has_live("decode")
+    r.poll_ok(w.url, {"role": "decode", "draining": True}, 1.0)
+    assert w.healthy and w.draining and not r.has_live("decode")

@@ -261,3 +261,46 @@ def test_configured_headers_go_with_every_request():
     assert all("\r\nx-tandem-cluster-secret: cs\r\n" in h + "\r\n" for h in heads) and len(heads) == 2
     assert "\r\nx-other: 1\r\n" in heads[1] + "\r\n"
     assert "cs" not in repr(ClientConfig(headers=(("x-tandem-cluster-secret", "cs"),)))
+
+
+def test_abort_fails_waiting_calls_at_once_and_they_are_not_resent():
+    """A server declared lost (its host vanished): abort() ends the reads waiting on it, the
+    one waiting for a head on a reused connection and the one mid-body, with ConnectionBroken,
+    long before their read timeout; a later request connects anew."""
+    async def answer(path, body, reader, writer):
+        if path == "/quick":
+            writer.write(json_answer(200, b"{}"))
+        elif path == "/stall-body":
+            writer.write(CHUNKED_HEAD + chunk(b"part\n"))
+            await writer.drain()
+            await reader.read()     # silent until the client goes
+        else:
+            await reader.read()
+
+    async def main():
+        async with RawServer(answer) as srv:
+            client = HTTPClient()
+            async with client.stream("POST", srv.url, "/quick") as r:
+                await r.read()          # one idle keep-alive connection
+
+            async def call(path):
+                async with client.stream("POST", srv.url, path, read_timeout_s=20) as r:
+                    async for _ in r.lines():
+                        pass
+
+            head = asyncio.ensure_future(call("/stall-head"))     # on the reused connection
+            body = asyncio.ensure_future(call("/stall-body"))
+            await asyncio.sleep(0.3)
+            t0 = asyncio.get_running_loop().time()
+            assert client.abort(srv.url) == 2
+            for task in (head, body):
+                with pytest.raises(ConnectionBroken, match="aborted"):
+                    await task
+            waited = asyncio.get_running_loop().time() - t0
+            async with client.stream("POST", srv.url, "/quick") as r:
+                assert r.status == 200
+            await client.aclose()
+            return waited, srv.connections
+    waited, connections = run(main())
+    assert waited < 1.0
+    assert connections == 3   # the first, the body call's, and the one after the abort

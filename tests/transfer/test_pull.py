@@ -238,3 +238,18 @@ def test_pull_async_from_this_process(peers, kind):
             bad.result(timeout=60)
     finally:
         t.close()
+
+
+def test_a_source_behind_a_relay_advertises_the_relay_and_binds_its_own_address():
+    """advertise_host: KV handles name where decode workers reach the source (a relay, a NAT),
+    while its control server binds `host`."""
+    lay = layout()
+    t = make_transport("tcp", lay.allocate(4), lay,
+                       TransferConfig(host="127.0.0.1", advertise_host="10.0.0.9", port=0))
+    t.source.start()
+    try:
+        host, port = t.source.address.rsplit(":", 1)
+        assert host == "10.0.0.9" and int(port) > 0
+        assert t.source._listener.getsockname()[0] == "127.0.0.1"
+    finally:
+        t.close()

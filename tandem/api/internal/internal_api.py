@@ -6,7 +6,8 @@ OpenAI-style error JSON with its status; a failure after it is a final delta wit
 finish_reason "error". Closing the HTTP request aborts the engine request.
 GET /internal/stats: EngineStats as JSON plus kv_layout and role, and what the gateway needs to
 route: instance_id (new at every start: a restarted worker has a new cache), hash_seed and
-block size (to hash prompts like the worker), model name, max_model_len, transport address.
+block size (to hash prompts like the worker), model name, max_model_len, transport address,
+`draining` (the worker is stopping, tandem/api/drain.py: send it nothing new).
 POST /internal/kv_release {"request_id"}: a prefill worker's handed-over blocks will not be pulled
 (the gateway could not start the decode call); they are freed without waiting for the pin timeout.
 GET /internal/kv_events?since=SEQ: the backend's KV event batch (tandem.kv.events); 404 for a
@@ -134,7 +135,8 @@ def _worker_facts(ctx: ServerContext, roles: WorkerRole | None) -> dict:
     worker drains: send it nothing new)."""
     facts = {"kv_layout": None, "role": None, "switching_to": None, "instance_id": ctx.instance_id,
              "model": ctx.served_name, "max_model_len": ctx.backend.max_model_len,
-             "hash_seed": None, "enable_prefix_caching": None, "transport_address": None}
+             "hash_seed": None, "enable_prefix_caching": None, "transport_address": None,
+             "draining": ctx.drain.draining}
     w = ctx.worker
     if w is not None:
         cache = w.config.cache
