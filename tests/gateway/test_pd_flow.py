@@ -12,6 +12,7 @@ from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies.placement import PlacementConfig
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
 from tandem.router.router import Router, pools_policies
@@ -190,8 +191,10 @@ def test_decode_killed_mid_stream_migrates_token_for_token():
 def test_decode_refusing_before_its_first_token_moves_prefill_too():
     """A decode call that fails softly before any token most likely could not pull the KV:
     the retry avoids its prefill worker as well as the decode worker."""
+    # keep_prefix off: the session's second request would otherwise stay whole on its decode home
     cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode", D1: "decode"},
-                                               policy="affinity")
+                                               policy="affinity",
+                                               placement=PlacementConfig(keep_prefix=False))
     session = RequestContext(session_id="s1")
     run(backend, monitor, context=session)
     p_home, d_home = (c[0] for c in cluster.calls)
