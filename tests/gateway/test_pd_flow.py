@@ -22,7 +22,7 @@ from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 
 
-def build(roles, policy="round_robin", **cfg):
+def build(roles, policy="round_robin", marker=None, **cfg):
     cluster = FakeCluster(roles)
     config = GatewayConfig(**cfg)
     reg = Registry(config.registry)
@@ -34,7 +34,7 @@ def build(roles, policy="round_robin", **cfg):
                     on_decision=metrics.on_decision)
     http = HttpxWorkerHTTP(httpx.AsyncClient(transport=cluster.transport()))
     monitor = Monitor(reg, index, tracker, http)
-    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget)
+    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget, marker=marker)
     return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
 
 
@@ -102,6 +102,30 @@ def test_the_context_reaches_the_router_and_every_worker():
     run(backend, monitor)   # no session: the fallback policy decides
     assert decisions.labels("decode", "affinity", "affinity")._value.get() == 1
     assert cluster.requests[-1].context == RequestContext()
+
+
+def test_conversations_without_the_header_stay_on_their_worker_across_turns():
+    """The default policy over two colocated workers: conversations recognised by their prompt up
+    to the first assistant header (marker 500, 501) spread over both and keep their worker."""
+    marker = (500, 501)
+    cluster, backend, monitor, tracker = build({B0: "both", B1: "both"}, policy="default",
+                                               marker=marker)
+    system = list(range(20, 60))
+    firsts = {}
+    for c in range(4):   # four conversations, one after another: two on each worker
+        deltas, info = run(backend, monitor, max_tokens=2, prompt=system + [100 + c] + list(marker))
+        firsts[c] = info.headers["x-tandem-decode"]
+    assert sorted(firsts.values()) == [B0, B0, B1, B1]
+    for c in range(4):   # their later turns: each on its own worker, reason affinity
+        later = system + [100 + c] + list(marker) + [7, 8, 9] + [300 + c] * 9 + list(marker)
+        _, info = run(backend, monitor, max_tokens=2, prompt=later)
+        assert info.headers["x-tandem-decode"] == firsts[c]
+    decisions = backend.parts.metrics.decisions
+    assert decisions.labels("both", "default", "affinity")._value.get() == 4
+    # with x-session-affinity the header is the key: a new session, not conversation 0's
+    _, info = run(backend, monitor, max_tokens=2, prompt=system + [100] + list(marker),
+                  context=RequestContext(session_id="h1"))
+    assert decisions.labels("both", "default", "affinity")._value.get() == 4
 
 
 def test_local_prefill_short_prompt_is_served_whole_by_the_decode_worker():
