@@ -19,6 +19,7 @@ from tandem.router.policies import make_policy
 from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
 from tandem.router.router import Router, pools_policies
 from tandem.router.sessions import SessionTable
+from tandem.sim.agentic import agentic_trace
 from tandem.sim.config import SimConfig
 from tandem.sim.cost_model import CostModel
 from tandem.sim.events import EventLoop
@@ -136,7 +137,8 @@ class Fleet:
 
 
 def simulate(cfg: SimConfig) -> dict:
-    trace = load_trace(cfg.trace, cfg.trace_options)
+    """`cfg.trace`: a Mooncake-format file, or "agentic" (tandem/sim/agentic.py's defaults)."""
+    trace = agentic_trace() if cfg.trace == "agentic" else load_trace(cfg.trace, cfg.trace_options)
     if cfg.request_rate:
         trace = with_poisson_arrivals(trace, cfg.request_rate, cfg.seed)
     return Fleet(cfg, trace).run()
