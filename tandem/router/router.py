@@ -7,8 +7,8 @@ load tracker and the prefix index, hashes the prompt like the workers do, and co
 Direction of imports: the gateway imports the router, never the reverse. The router reads the
 workers through two small protocols (`WorkerPools`, `WorkerState`) that the gateway's registry
 satisfies as it is, so tandem/router/ needs nothing from tandem/gateway/ and the fleet simulator
-can drive the same router over its own worker table. Policies, snapshot, admission, prefix index
-and load tracker import nothing above tandem.kv / tandem.types.
+can drive the same router over its own worker table. Policies, snapshot, admission, prefix index,
+session table and load tracker import nothing above tandem.kv / tandem.types.
 """
 
 from __future__ import annotations

@@ -121,3 +121,10 @@ def test_a_store_hit_is_scored_below_an_equal_device_hit():
     # and over an equal host hit
     ws = (w("h", host_blocks=10), w("d", cached_blocks=10))
     assert PrefixAware().choose(snap(*ws, session=None)).worker_id == "d"
+
+
+def test_in_a_prefill_pool_new_sessions_follow_the_prefix_not_the_session_counts():
+    ws = (WorkerLoad("a", "a", "prefill", cached_blocks=25, sessions=3),
+          WorkerLoad("b", "b", "prefill"))
+    d = Combined().choose(snap(*ws, prompt=440, session="s9"))
+    assert (d.worker_id, d.reason) == ("a", "new_prefix")
