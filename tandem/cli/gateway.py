@@ -98,6 +98,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--placement-stall-weight", type=float, default=1.0, metavar="W",
                    help="auto placement: weight of the decode streams' stall against the request's "
                         "wait (higher protects inter-token latency, lower time to first token)")
+    g.add_argument("--placement-keep-prefix", action=argparse.BooleanOptionalAction, default=False,
+                   help="auto placement: a request whose decode worker holds more of its prompt "
+                        "than the prefill worker (a session's history) is prefilled on the decode "
+                        "worker, so the session's prefix stays in one cache (default off: it costs "
+                        "the decode workers' inter-token latency while they prefill later turns)")
     g.add_argument("--local-prefill-tokens", type=int, default=0, metavar="N",
                    help="with prefill and decode workers: a request with at most N prompt tokens "
                         "uncached on its decode worker is always prefilled there (default 0: "
@@ -144,7 +149,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
-                                  stall_weight=args.placement_stall_weight),
+                                  stall_weight=args.placement_stall_weight,
+                                  keep_prefix=args.placement_keep_prefix),
         local_prefill_tokens=args.local_prefill_tokens,
         planner=PlannerConfig(slo_ttft_ms=args.slo_ttft_ms, slo_itl_ms=args.slo_itl_ms,
                               interval_s=args.planner_interval, cooldown_s=args.planner_cooldown,

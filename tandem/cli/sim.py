@@ -25,7 +25,8 @@ from tandem.sim.trace import TraceOptions
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("sim", help="fleet simulator: replay a trace through simulated workers",
                               description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("--trace", help="Mooncake-format JSONL (../shared/traces/)")
+    p.add_argument("--trace", help="Mooncake-format JSONL (../shared/traces/), or 'agentic': the bench's "
+                   "agentic sessions, closed loop (tandem/sim/agentic.py)")
     p.add_argument("--model", default="kimi-k2.5", help="preset (kimi-k2.5, llama-3.1-8b, qwen3-30b-a3b, "
                    "llama512, tandem-demo-target) or a model directory")
     p.add_argument("--accelerator", default="h100", choices=("h100", "h200", "b200", "cpu"))
@@ -39,6 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--host-gb", type=float, default=0.0, help="host-memory KV tier per worker")
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV memory per worker (default: what weights leave)")
     p.add_argument("--prefill-placement", choices=("auto", "remote"), default="auto")
+    p.add_argument("--placement-keep-prefix", action=argparse.BooleanOptionalAction, default=False,
+                   help="as tandem gateway's (placement rule 5)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None)
     p.add_argument("--long-prefill-token-threshold", type=int, default=None)
     p.add_argument("--slo-ttft-ms", type=float, default=None, help="planner target (enables the planner)")
@@ -66,7 +69,8 @@ def config_from_args(a: argparse.Namespace):
         trace=a.trace, trace_options=TraceOptions(speed=a.speed, length_scale=a.length_scale,
                                                   max_requests=a.max_requests, duration_s=a.duration),
         model=a.model, accelerator=a.accelerator, devices=devices, topology=parse_topology(a.topology),
-        policy=a.policy, gateway=GatewayConfig(PlacementConfig(enabled=a.prefill_placement == "auto"),
+        policy=a.policy, gateway=GatewayConfig(PlacementConfig(enabled=a.prefill_placement == "auto",
+                                                               keep_prefix=a.placement_keep_prefix),
                                                affinity=a.affinity == "session"),
         store=a.store == "on", store_gb=a.store_gb, host_gb=a.host_gb, kv_cache_gb=a.kv_cache_gb,
         planner=PlannerConfig(slo_ttft_ms=a.slo_ttft_ms, slo_itl_ms=a.slo_itl_ms, interval_s=a.planner_interval_s),

@@ -36,6 +36,7 @@ from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response
 from tandem.errors import InvalidRequest
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.conversation import assistant_marker
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
@@ -173,7 +174,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     # a worker given up has its connections aborted (a test's own HTTP layer has none to abort)
     monitor = Monitor(registry, index, tracker, http,
                       on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
-    parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget)
+    parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
+                         marker=assistant_marker(tokenizer))
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from tandem.api.backend import ResponseInfo
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.conversation import session_key
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
@@ -72,6 +73,9 @@ class GatewayParts:
     forget_worker: Callable[[str], None]     # a dead worker: drop its index entries and load
                                              # offset, abort its connections (other calls fail now)
     background: set = field(default_factory=set)  # fire-and-forget calls still running
+    # the chat template's assistant header: conversations without x-session-affinity are
+    # recognised by the prompt up to its first occurrence (tandem/gateway/conversation.py)
+    marker: tuple[int, ...] | None = None
 
 
 class GatewayBackend:
@@ -137,7 +141,8 @@ class _Flow:
         self.p = parts
         self.req = req
         self.info = info
-        self.session = req.context.session_id  # x-session-affinity, for the routing policy
+        # the session key for the routing policy: x-session-affinity, else the fingerprint
+        self.session = session_key(req.prompt_token_ids, parts.marker, req.context)
         # every output token the client has, a queued job's saved progress first (the engine
         # counts those toward max_tokens and does not emit them again); `resumed` of them came in
         self.sent: list[int] = list(req.resume_output_ids)

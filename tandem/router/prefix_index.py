@@ -26,6 +26,10 @@ store evicts without telling anyone: a worker whose lookup finds a block gone re
 (`store_removed`, which cuts the store's chain there), and the index keeps at most `store_limit`
 of its hashes, forgetting the oldest reported first.
 
+A worker's lower tiers (host memory, disk) are holders of their own, `tier_holder(worker, tier)`;
+workers do not report them yet, the simulator does (tandem/sim/fleet.py), and the router reads
+them as `WorkerLoad.host_blocks` / `disk_blocks`.
+
 Invariant: `_by_hash[h]` contains worker w exactly when `h in _by_worker[w]`.
 """
 
@@ -36,6 +40,12 @@ from collections.abc import Iterable, Sequence
 
 STORE = "store"   # the pseudo-worker holding what the shared KV store holds
 STORE_EVENTS = {"store_stored": "stored", "store_removed": "removed"}
+LOWER_TIERS = ("host", "disk")   # a worker's own tiers below the device
+
+
+def tier_holder(worker: str, tier: str) -> str:
+    """The holder id of a worker's lower tier ("host" or "disk")."""
+    return f"{worker}#{tier}"
 
 
 class PrefixIndex:

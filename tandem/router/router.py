@@ -7,8 +7,8 @@ load tracker and the prefix index, hashes the prompt like the workers do, and co
 Direction of imports: the gateway imports the router, never the reverse. The router reads the
 workers through two small protocols (`WorkerPools`, `WorkerState`) that the gateway's registry
 satisfies as it is, so tandem/router/ needs nothing from tandem/gateway/ and the fleet simulator
-can drive the same router over its own worker table. Policies, snapshot, admission, prefix index
-and load tracker import nothing above tandem.kv / tandem.types.
+can drive the same router over its own worker table. Policies, snapshot, admission, prefix index,
+session table and load tracker import nothing above tandem.kv / tandem.types.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from tandem.kv.block_hash import hash_request_blocks
 from tandem.router.admission import AdmissionLimits, admit
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.base import Policy
-from tandem.router.prefix_index import STORE, PrefixIndex
+from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
+from tandem.router.sessions import SessionTable
 from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
 
 
@@ -83,13 +84,15 @@ class HashMemo:
 class Router:
     def __init__(self, registry: WorkerPools, index: PrefixIndex, tracker: LoadTracker,
                  policies: dict[str, Policy], limits: AdmissionLimits,
-                 on_decision: Callable[[str, Decision], None] | None = None) -> None:
+                 on_decision: Callable[[str, Decision], None] | None = None,
+                 sessions: SessionTable | None = None) -> None:
         self.registry = registry
         self.index = index
         self.tracker = tracker
         self.policies = policies          # pool (role) -> policy
         self.limits = limits
         self.on_decision = on_decision    # callback(pool, Decision), for metrics
+        self.sessions = sessions if sessions is not None else SessionTable()
         self._seq: dict[str, int] = {}
 
     def mode(self) -> str:
@@ -130,17 +133,20 @@ class Router:
         hashes = tokens.get(block_size, ref.hash_seed if ref else 0)
         matches = self.index.match(hashes)
         seq = self._seq.get(pool, 0)
+        home = self.sessions.home(pool, session_id) if session_id is not None else None
+        counts = self.sessions.counts(pool)
         snap = Snapshot(
-            workers=tuple(self._load(w, matches.get(w.url, 0)) for w in workers),
+            workers=tuple(self._load(w, matches, counts[w.url]) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
                                 block_size=block_size, shared_blocks=matches.get(STORE, 0),
-                                session_id=session_id, seq=seq))
+                                session_id=session_id, session_home=home, seq=seq))
         snap = admit(snap, self.limits, pool)
         decision = self.policies[pool].choose(snap)
         chosen = snap.by_id(decision.worker_id)
         worker = next(w for w in workers if w.url == decision.worker_id)
-        # what the worker computes: blocks it holds or can load from the shared store are not
-        held = max(chosen.cached_blocks, snap.request.shared_blocks)
+        # what the worker computes: blocks it holds or can load from its tiers or the store are not
+        held = max(chosen.cached_blocks, chosen.host_blocks, chosen.disk_blocks,
+                   snap.request.shared_blocks)
         uncached = max(0, len(tokens.token_ids) - held * block_size)
         route = Route(worker, decision, chosen.cached_blocks, uncached, chosen, snap.request)
         if commit:
@@ -148,19 +154,25 @@ class Router:
         return route
 
     def commit(self, pool: str, route: Route) -> None:
-        """Count a decision taken: the pool's request counter moves on, the metric sees it."""
+        """Count a decision taken: the pool's request counter moves on, the metric sees it, and
+        the request's session (if any) is bound to the chosen worker in this pool."""
         self._seq[pool] = self._seq.get(pool, 0) + 1
+        if route.request is not None and route.request.session_id is not None:
+            self.sessions.bind(pool, route.request.session_id, route.worker.url)
         if self.on_decision is not None:
             self.on_decision(pool, route.decision)
 
-    def _load(self, w: WorkerState, cached_blocks: int) -> WorkerLoad:
+    def _load(self, w: WorkerState, matches: dict[str, int], sessions: int) -> WorkerLoad:
         load = self.tracker.load(w.url)
         s = w.stats
         return WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
                           draining=w.draining, prefill_tokens=load.prefill_tokens,
                           decode_tokens=load.decode_tokens, running=int(s.get("num_running", 0)),
                           waiting=int(s.get("num_waiting", 0)), in_flight=load.in_flight,
-                          kv_usage=float(s.get("kv_cache_usage", 0.0)), cached_blocks=cached_blocks)
+                          kv_usage=float(s.get("kv_cache_usage", 0.0)),
+                          cached_blocks=matches.get(w.url, 0),
+                          host_blocks=matches.get(tier_holder(w.url, "host"), 0),
+                          disk_blocks=matches.get(tier_holder(w.url, "disk"), 0), sessions=sessions)
 
 
 def pools_policies(default: Policy, prefill: Policy | None = None, decode: Policy | None = None

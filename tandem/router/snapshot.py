@@ -33,6 +33,9 @@ class WorkerLoad:
     in_flight: int = 0            # requests the gateway has open on it
     kv_usage: float = 0.0         # reported fraction of KV blocks held by live requests, in [0, 1]
     cached_blocks: int = 0        # leading blocks of *this request's* prompt it holds (prefix index)
+    host_blocks: int = 0          # ... in its host-memory tier (reported by the simulator only)
+    disk_blocks: int = 0          # ... in its disk tier (likewise)
+    sessions: int = 0             # live sessions bound to it in this pool (tandem/router/sessions.py)
 
     @property
     def available(self) -> bool:
@@ -50,7 +53,10 @@ class RequestInfo:
     # leading blocks of the prompt in the shared KV store (tandem/kvstore): any worker can load
     # them instead of computing them (the prefix index's pseudo-worker "store")
     shared_blocks: int = 0
-    session_id: str | None = None       # x-session-affinity
+    # the session key: x-session-affinity, else the conversation's fingerprint (tandem/gateway/
+    # conversation.py); None for a request of no recognised conversation
+    session_id: str | None = None
+    session_home: str | None = None     # the worker this session's last request in this pool went to
     seq: int = 0                        # gateway's request counter (round robin)
 
 

@@ -4,7 +4,8 @@
          -> planner (real plan()) every round, when a latency target is set
 
 Deterministic: events run in (time, insertion order), nothing reads the wall clock, and the
-only randomness (Poisson arrivals with `request_rate`) comes from `seed`.
+only randomness (Poisson arrivals with `request_rate`) comes from `seed`. A request that
+`follows` another (an agent's next turn) arrives its think time after that one ended.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from dataclasses import replace
 
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
-from tandem.router.prefix_index import STORE, PrefixIndex
+from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
 from tandem.router.router import Router, pools_policies
+from tandem.router.sessions import SessionTable
+from tandem.sim.agentic import agentic_trace
 from tandem.sim.config import SimConfig
 from tandem.sim.cost_model import CostModel
 from tandem.sim.events import EventLoop
@@ -68,18 +71,29 @@ class Fleet:
         sched = cfg.scheduler_config()
         self.workers = [
             SimWorker(f"{role}-{i}", role, self.loop, self.cost, sched, cfg.prefill_order, bs, capacity,
-                      BlockTier("host", host_blocks) if host_blocks else None, self.store,
+                      self._host_tier(f"{role}-{i}", host_blocks), self.store,
                       self.index.stored, self.index.removed)
             for i, role in enumerate(cfg.topology.roles)]
         self.registry = SimRegistry(self.workers)
         policy = make_policy(cfg.policy)
         self.router = Router(self.registry, self.index, self.tracker, pools_policies(policy), cfg.limits,
-                             on_decision=lambda pool, d: self.metrics.decisions.update([f"{pool}:{d.reason}"]))
+                             on_decision=lambda pool, d: self.metrics.decisions.update([f"{pool}:{d.reason}"]),
+                             sessions=SessionTable(clock=lambda: self.loop.now))
         self.gateway = SimGateway(self.loop, self.router, self.tracker, self.registry, self.metrics,
                                   cfg.gateway, bs)
         self._arrived = 0
+        self._followers: dict[str, list[SimRequest]] = {}   # request id -> the turns that wait for it
         self.planner = SimPlanner(self.loop, cfg.planner, self.registry, self.tracker, self.metrics,
                                   cfg.restart_s, self._active)
+
+    def _host_tier(self, url: str, blocks: int) -> BlockTier | None:
+        """A worker's host-memory tier, its contents reported to the prefix index as the worker's
+        "host" holder (the router's `WorkerLoad.host_blocks`)."""
+        if not blocks:
+            return None
+        holder = tier_holder(url, "host")
+        return BlockTier("host", blocks, lambda hs: self.index.stored(holder, hs),
+                         lambda hs: self.index.removed(holder, hs))
 
     def _active(self) -> bool:
         return self._arrived < len(self.trace.requests) or self.metrics.outstanding > 0
@@ -88,10 +102,20 @@ class Fleet:
         self._arrived += 1
         self.gateway.arrive(req)
 
+    def _next_turns(self, req: SimRequest, t: float) -> None:
+        """Closed loop: the requests that follow `req` arrive their think time after it ended."""
+        for nxt in self._followers.pop(req.request_id, ()):
+            nxt.arrival = t + nxt.think_s
+            self.loop.at(nxt.arrival, lambda r=nxt: self._arrive(r))
+
     def run(self) -> dict:
         wall = time.perf_counter()
         for req in self.trace.requests:
-            self.loop.at(req.arrival, lambda r=req: self._arrive(r))
+            if req.follows is not None:
+                self._followers.setdefault(req.follows, []).append(req)
+            else:
+                self.loop.at(req.arrival, lambda r=req: self._arrive(r))
+        self.metrics.on_done = self._next_turns
         self.planner.start()
         self.loop.run()
         out = self.metrics.summary(self.trace.requests, self.trace.ideal_hit_tokens)
@@ -113,7 +137,8 @@ class Fleet:
 
 
 def simulate(cfg: SimConfig) -> dict:
-    trace = load_trace(cfg.trace, cfg.trace_options)
+    """`cfg.trace`: a Mooncake-format file, or "agentic" (tandem/sim/agentic.py's defaults)."""
+    trace = agentic_trace() if cfg.trace == "agentic" else load_trace(cfg.trace, cfg.trace_options)
     if cfg.request_rate:
         trace = with_poisson_arrivals(trace, cfg.request_rate, cfg.seed)
     return Fleet(cfg, trace).run()

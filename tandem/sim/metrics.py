@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +33,7 @@ class Metrics:
     decisions: Counter = field(default_factory=Counter)
     outstanding: int = 0
     retries: int = 0
+    on_done: Callable[[SimRequest, float], None] | None = None   # the fleet's closed-loop turns
 
     def first(self, req: SimRequest, t: float) -> None:
         req.first_token = req.last_token = t
@@ -50,6 +52,8 @@ class Metrics:
         req.finished = t
         self.finished.append(req)
         self.outstanding -= 1
+        if self.on_done is not None:
+            self.on_done(req, t)
 
     def summary(self, requests: tuple[SimRequest, ...], ideal_hit_tokens: int) -> dict:
         ms = lambda v: None if v is None else round(v * 1000.0, 2)  # noqa: E731

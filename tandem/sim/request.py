@@ -13,6 +13,14 @@ class SimRequest:
     output_tokens: int             # >= 1
     block_hashes: tuple[int, ...]  # hashes of the prompt's blocks (the trace's hash ids), last may be partial
     session_id: str | None = None
+    # hashes of the full blocks past the prompt's, over the prompt and its output but the last
+    # token: what the worker that decodes it caches at finish (a later turn resends them). A
+    # Mooncake trace has none: only computed prompts are cached then.
+    output_hashes: tuple[int, ...] = ()
+    # closed loop (an agent's next turn waits for this answer): the request id this one follows;
+    # it arrives `think_s` after that one finished, and its `arrival` is set then
+    follows: str | None = None
+    think_s: float = 0.0
     # filled by the simulation
     first_token: float | None = None
     last_token: float | None = None

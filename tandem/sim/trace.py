@@ -51,7 +51,8 @@ class Trace:
 
 
 def make_trace(requests: list[SimRequest], block_size: int) -> Trace:
-    """A trace from requests already built (the calibration's measured workload): ideal hits in order."""
+    """A trace from requests already built (the calibration's measured workload, tandem/sim/
+    agentic.py): ideal hits in order; a request's `output_hashes` count as seen after it."""
     seen: set[int] = set()
     ideal = total = 0
     for r in requests:
@@ -60,6 +61,7 @@ def make_trace(requests: list[SimRequest], block_size: int) -> Trace:
             total += tokens
             ideal += tokens if h in seen else 0
             seen.add(h)
+        seen.update(r.output_hashes)   # cached where it was decoded, for the next turn
     return Trace(tuple(requests), block_size, ideal, total, len({r.session_id for r in requests}))
 
 

@@ -12,7 +12,8 @@ Each step follows tandem's scheduler (tandem/engine/scheduler.py) in its main ru
 - a step takes the cost model's time for its sequences; its tokens appear when it ends.
 Jobs: "whole" (prompt and every output token here), "prefill" (prompt and the first token; its
 blocks stay pinned until the decode worker has pulled them), "decode" (pull the prompt's KV
-from the prefill worker, then decode from the second token on).
+from the prefill worker, then decode from the second token on). A whole or decode job that
+finishes caches its output's full blocks when the trace names them (`SimRequest.output_hashes`).
 
 The worker satisfies the router's `WorkerState` protocol (url, role, healthy, draining, stats,
 block_size, hash_seed), so the real Router reads it as it reads the gateway's registry.
@@ -250,6 +251,13 @@ class SimWorker:
     def _finish(self, job: Job) -> None:
         if job in self.running:
             self.running.remove(job)
+        if job.kind != "prefill" and job.req.output_hashes and job.req.rejected is None:
+            # the answer's KV, computed here while decoding, is cached and written through
+            hashes = list(job.req.full_blocks(self._block_size)) + list(job.req.output_hashes)
+            self.cache.publish(job.job_id, hashes)
+            for tier in (self.host, self.store):
+                if tier is not None:
+                    tier.write(hashes)
         self._kick()
         if job.kind == "prefill" and job.job_id not in self._released_early:
             self.pinned[job.job_id] = job   # blocks stay until the decode side pulls them

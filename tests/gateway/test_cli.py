@@ -20,6 +20,9 @@ def test_gateway_flags_build_config():
                               "--local-prefill-tokens", "256", "--allowed-origins", "http://ui:3000"])
     assert gateway_config_from_args(args).local_prefill_tokens == 256
     assert gateway_config_from_args(args).allowed_origins == ("http://ui:3000",)
+    assert gateway_config_from_args(args).placement.keep_prefix is False
+    args = parser.parse_args(["gateway", "--placement-keep-prefix"])
+    assert gateway_config_from_args(args).placement.keep_prefix is True
 
 
 def test_gateway_parser_flags_reach_its_config():

@@ -12,6 +12,7 @@ from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.registry import Registry
 from tandem.router.load_tracker import LoadTracker
+from tandem.router.policies.placement import PlacementConfig
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
 from tandem.router.router import Router, pools_policies
@@ -21,7 +22,7 @@ from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
 
 
-def build(roles, policy="round_robin", **cfg):
+def build(roles, policy="round_robin", marker=None, **cfg):
     cluster = FakeCluster(roles)
     config = GatewayConfig(**cfg)
     reg = Registry(config.registry)
@@ -33,7 +34,7 @@ def build(roles, policy="round_robin", **cfg):
                     on_decision=metrics.on_decision)
     http = HttpxWorkerHTTP(httpx.AsyncClient(transport=cluster.transport()))
     monitor = Monitor(reg, index, tracker, http)
-    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget)
+    parts = GatewayParts(config, reg, router, tracker, http, metrics, monitor.forget, marker=marker)
     return cluster, GatewayBackend(parts, None, "m", 4096), monitor, tracker
 
 
@@ -101,6 +102,30 @@ def test_the_context_reaches_the_router_and_every_worker():
     run(backend, monitor)   # no session: the fallback policy decides
     assert decisions.labels("decode", "affinity", "affinity")._value.get() == 1
     assert cluster.requests[-1].context == RequestContext()
+
+
+def test_conversations_without_the_header_stay_on_their_worker_across_turns():
+    """The default policy over two colocated workers: conversations recognised by their prompt up
+    to the first assistant header (marker 500, 501) spread over both and keep their worker."""
+    marker = (500, 501)
+    cluster, backend, monitor, tracker = build({B0: "both", B1: "both"}, policy="default",
+                                               marker=marker)
+    system = list(range(20, 60))
+    firsts = {}
+    for c in range(4):   # four conversations, one after another: two on each worker
+        deltas, info = run(backend, monitor, max_tokens=2, prompt=system + [100 + c] + list(marker))
+        firsts[c] = info.headers["x-tandem-decode"]
+    assert sorted(firsts.values()) == [B0, B0, B1, B1]
+    for c in range(4):   # their later turns: each on its own worker, reason affinity
+        later = system + [100 + c] + list(marker) + [7, 8, 9] + [300 + c] * 9 + list(marker)
+        _, info = run(backend, monitor, max_tokens=2, prompt=later)
+        assert info.headers["x-tandem-decode"] == firsts[c]
+    decisions = backend.parts.metrics.decisions
+    assert decisions.labels("both", "default", "affinity")._value.get() == 4
+    # with x-session-affinity the header is the key: a new session, not conversation 0's
+    _, info = run(backend, monitor, max_tokens=2, prompt=system + [100] + list(marker),
+                  context=RequestContext(session_id="h1"))
+    assert decisions.labels("both", "default", "affinity")._value.get() == 4
 
 
 def test_local_prefill_short_prompt_is_served_whole_by_the_decode_worker():
@@ -190,8 +215,10 @@ def test_decode_killed_mid_stream_migrates_token_for_token():
 def test_decode_refusing_before_its_first_token_moves_prefill_too():
     """A decode call that fails softly before any token most likely could not pull the KV:
     the retry avoids its prefill worker as well as the decode worker."""
+    # keep_prefix off: the session's second request would otherwise stay whole on its decode home
     cluster, backend, monitor, tracker = build({P0: "prefill", P1: "prefill", D0: "decode", D1: "decode"},
-                                               policy="affinity")
+                                               policy="affinity",
+                                               placement=PlacementConfig(keep_prefix=False))
     session = RequestContext(session_id="s1")
     run(backend, monitor, context=session)
     p_home, d_home = (c[0] for c in cluster.calls)

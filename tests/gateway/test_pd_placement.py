@@ -120,3 +120,19 @@ def test_dead_decode_pool_prefill_workers_serve_whole_requests():
 
 def run_polls(monitor):
     asyncio.run(monitor.poll_once())
+
+
+def test_a_sessions_later_turn_is_prefilled_where_its_history_is():
+    """Turn 1 prefills remotely and decodes on D0; turn 2 of the same session (before any KV
+    event says what D0 holds) stays whole on D0, so the session's prefix is not split over the
+    two workers' caches; keep_prefix=False goes back to alternating."""
+    from tandem.types import RequestContext
+
+    for keep, want in ((True, [P0, D0, D0]), (False, [P0, D0, P0, D0])):
+        cluster, backend, monitor, tracker = build({P0: "prefill", D0: "decode"}, policy="default",
+                                                   placement=PlacementConfig(keep_prefix=keep))
+        session = RequestContext(session_id="s1")
+        run(backend, monitor, context=session)
+        run(backend, monitor, context=session)
+        assert [c[0] for c in cluster.calls] == want
+        assert placements(backend, "local", "prefix") == (1 if keep else 0)

@@ -38,7 +38,7 @@ def test_the_router_passes_the_store_prefix_to_the_policy():
     reg, index, tracker, router, decisions = cluster(["both", "both"])
     toks = list(range(40))
     index.stored("http://127.0.0.1:9000", hash_request_blocks(toks[:24], 4, (), 0))
-    tracker.dispatch("x", "http://127.0.0.1:9000", pending=20)   # the holder is a little busy
+    tracker.dispatch("x", "http://127.0.0.1:9000", pending=10)   # the holder is a little busy
     assert router.choose("both", HashMemo(toks, ()), None).worker.url == "http://127.0.0.1:9000"
     index.stored(STORE, hash_request_blocks(toks[:32], 4, (), 0))
     r = router.choose("both", HashMemo(toks, ()), None)

@@ -128,3 +128,20 @@ def test_also_adds_the_workers_of_other_roles_under_the_pools_policy_and_counter
     assert picked == ["http://127.0.0.1:9000", "http://127.0.0.1:9001"] * 2
     assert {router.choose("decode", memo, None).worker.url for _ in range(3)} == {"http://127.0.0.1:9000"}
     assert {pool for pool, _ in decisions} == {"decode"}
+
+
+def test_a_session_is_bound_when_committed_and_its_turns_follow():
+    reg, index, tracker, router, decisions = cluster(["both", "both"])
+    first = list(range(20))
+    look = router.choose("both", HashMemo(first, ()), "conv-1", commit=False)
+    assert look.request.session_home is None and router.sessions.home("both", "conv-1") is None
+    router.commit("both", look)
+    home = look.worker.url
+    assert router.sessions.home("both", "conv-1") == home
+    # the next turn, before any KV event reached the index: its home, counted as one session
+    r = router.choose("both", HashMemo(first + [7] * 12, ()), "conv-1")
+    assert (r.worker.url, r.decision.reason, r.load.sessions) == (home, "affinity", 1)
+    # a second conversation: the other worker, which holds fewer sessions
+    r = router.choose("both", HashMemo(list(range(100, 120)), ()), "conv-2")
+    assert r.worker.url != home and r.decision.reason == "new_load"
+    assert decisions == [("both", "new_load"), ("both", "affinity"), ("both", "new_load")]

@@ -12,7 +12,7 @@ nothing, should not wait behind a long prefill queue. But every token d prefills
 stream decoding on d. So the policy trades the request's wait against the other streams' stall,
 all in prefill-token units (the time to compute one uncached prompt token):
 
-    u(w)    = num_prompt_tokens - block_size * cached_blocks(w)   # what w must compute of it
+    u(w)    = num_prompt_tokens - value(w)   # what w must compute (and load) of it, prefix_value.py
     remote  = prefill_tokens(p) + u(p)         # p's queue, then this prompt (TTFT at p)
     local   = prefill_tokens(d) + u(d)         # d's own local prefills, then this prompt
     streams = max(in_flight(d), running(d))    # streams d is decoding (gateway's view, report)
@@ -32,7 +32,16 @@ with these rules first, in order:
    avoid, and under a saturated prefill queue the comparison below would always pick local, so
    the decode worker would turn into a colocated one. The second bounds the local backlog an
    idle decode worker takes on, i.e. what streams arriving meanwhile wait behind;
-5. the comparison above: local ("idle_decode" when d decodes nothing, else "queue"), or remote
+5. local ("prefix") when d holds more of the prompt than p: value(d) >= value(p) + block_size,
+   or d is the session's home in the decode pool (`RequestInfo.session_home`: its last turn was
+   decoded there, so d holds that turn's prompt and answer even before the KV events say so)
+   and p holds no more than d. Computing it on p would recompute what d has, and leave the
+   session's prefix split over two caches: the next turn finds its history whole on neither
+   (without this rule a session's turns alternated between p and d, and pd 1:1 reached 0.96 of
+   the agentic workload's ideal cached tokens). The price: later turns of a session are
+   computed on its decode worker (a turn's new part, at most chunk_tokens while d decodes), so
+   a lone decode worker carries more of the prefill work. On with keep_prefix=True (off by default);
+6. the comparison above: local ("idle_decode" when d decodes nothing, else "queue"), or remote
    ("remote").
 
 The handoff's own cost (a KV pull, one more hop) is not credited to local: with both workers
@@ -42,13 +51,15 @@ prompt there overtakes part of the queue; the error sends some short prompts loc
 cost little stall.
 
 Settings (PlacementConfig): enabled, stall_weight (raise it to protect inter-token latency,
-lower it to favour time to first token), chunk_tokens, max_local_tokens, always_local_tokens.
+lower it to favour time to first token), chunk_tokens, max_local_tokens, always_local_tokens,
+keep_prefix (rule 5), tiers (the hit's value per tier, prefix_value.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from tandem.router.policies.prefix_value import TierWeights, prefix_value
 from tandem.router.snapshot import RequestInfo, WorkerLoad
 
 
@@ -59,20 +70,26 @@ class PlacementConfig:
     chunk_tokens: int = 256         # while d decodes streams, the longest remainder it prefills itself
     max_local_tokens: int = 2048    # local prefill a decode worker may hold (queued + this prompt)
     always_local_tokens: int = 0    # a remainder this short is always local (--local-prefill-tokens)
+    # rule 5: local when d holds more of the prompt (or the session). Off by default: it keeps a
+    # session's prefix whole (cached tokens 0.96 -> 0.98-1.00 of the ideal, simulated) but makes a
+    # lone decode worker prefill later turns (p90 ITL +45-80% simulated), against design goal 2
+    keep_prefix: bool = False
+    tiers: TierWeights = field(default_factory=TierWeights)
 
 
 @dataclass(frozen=True)
 class Placement:
     local: bool
-    reason: str                     # metric label: no_prefill, short, off, decode_busy, idle_decode, queue, remote;
+    reason: str                     # metric label: no_prefill, short, off, decode_busy, prefix, idle_decode,
+                                    # queue, remote;
                                     # "both": the gateway chose a role=both worker (tandem/gateway/pd_flow.py)
     remote_tokens: float = 0.0      # the estimates above, for logs and tests
     local_tokens: float = 0.0
     stall_tokens: float = 0.0
 
 
-def uncached(w: WorkerLoad, req: RequestInfo) -> int:
-    return max(0, req.num_prompt_tokens - req.block_size * w.cached_blocks)
+def uncached(w: WorkerLoad, req: RequestInfo, tiers: TierWeights = TierWeights()) -> float:
+    return req.num_prompt_tokens - prefix_value(w, req, tiers)
 
 
 def streams(w: WorkerLoad) -> int:
@@ -83,18 +100,22 @@ def streams(w: WorkerLoad) -> int:
 def place(prefill: WorkerLoad | None, decode: WorkerLoad, req: RequestInfo,
           cfg: PlacementConfig) -> Placement:
     """Where the prompt is computed; `prefill` is None when no prefill worker is available."""
-    u_d = uncached(decode, req)
+    u_d = uncached(decode, req, cfg.tiers)
     local = decode.prefill_tokens + u_d
     stall = cfg.stall_weight * u_d * streams(decode)
     if prefill is None or not prefill.available:
         return Placement(True, "no_prefill", 0.0, local, stall)
-    remote = prefill.prefill_tokens + uncached(prefill, req)
+    u_p = uncached(prefill, req, cfg.tiers)
+    remote = prefill.prefill_tokens + u_p
     if u_d <= cfg.always_local_tokens:
         return Placement(True, "short", remote, local, stall)
     if not cfg.enabled:
         return Placement(False, "off", remote, local, stall)
     if local > cfg.max_local_tokens or (streams(decode) > 0 and u_d > cfg.chunk_tokens):
         return Placement(False, "decode_busy", remote, local, stall)
+    home = req.session_home is not None and req.session_home == decode.worker_id
+    if cfg.keep_prefix and (u_p - u_d >= req.block_size or (home and u_p >= u_d)):
+        return Placement(True, "prefix", remote, local, stall)
     if remote - local > stall:
         return Placement(True, "idle_decode" if streams(decode) == 0 else "queue", remote, local, stall)
     return Placement(False, "remote", remote, local, stall)

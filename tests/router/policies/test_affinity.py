@@ -1,6 +1,6 @@
 from dataclasses import replace
 
-from tandem.router.policies import Affinity, AffinityConfig, Combined
+from tandem.router.policies import Affinity, AffinityConfig
 from tandem.router.policies.affinity import rendezvous_order, rendezvous_score
 from tandem.router.snapshot import RequestInfo, Snapshot, WorkerLoad
 
@@ -68,19 +68,3 @@ def test_no_session_uses_fallback_policy():
     ws = (w("a", prefill_tokens=50), w("b"))
     d = Affinity().choose(snap(*ws, session=None))
     assert (d.worker_id, d.policy) == ("b", "token_aware")
-
-
-def test_combined_affinity_then_prefix():
-    order = [x.worker_id for x in rendezvous_order("s1", WS)]
-    # the session's home is healthy: affinity wins over a longer prefix elsewhere
-    ws = tuple(w(x.worker_id, cached_blocks=5 if x.worker_id == order[2] else 0) for x in WS)
-    d = Combined().choose(snap(*ws))
-    assert (d.worker_id, d.policy, d.reason) == (order[0], "default", "affinity")
-    # without a session the prefix holder wins
-    d = Combined().choose(snap(*ws, session=None))
-    assert (d.worker_id, d.reason) == (order[2], "prefix")
-    # home dead: prefix-aware picks the holder, not the rendezvous runner-up
-    ws = tuple(w(x.worker_id, healthy=x.worker_id != order[0],
-                 cached_blocks=5 if x.worker_id == order[2] else 0) for x in WS)
-    d = Combined().choose(snap(*ws))
-    assert (d.worker_id, d.reason) == (order[2], "session_prefix")

@@ -35,9 +35,12 @@ def test_idle_decode_worker_never_waits_behind_a_prefill_queue():
 def test_short_remainder_beats_a_queue_unless_the_stall_is_worse():
     # the prompt is cached on d but for 64 tokens (60 blocks of 1024); p has none of it
     view = dict(cached_blocks=60, in_flight=4)
-    # remote = 500 + 1024, local = 64, stall = 64 * 4 streams = 256: 1460 > 256, local
+    # remote = 500 + 1024, local = 64, stall = 64 * 4 streams = 256: 1460 > 256, local; but
+    # first d holds 960 tokens p lacks: local to keep the prefix whole (rule 5)
+    assert place(p(prefill_tokens=500), d(**view), req(1024), PlacementConfig(keep_prefix=True)) == \
+        Placement(True, "prefix", 1524, 64, 256)
     assert place(p(prefill_tokens=500), d(**view), req(1024), CFG) == \
-        Placement(True, "queue", 1524, 64, 256)
+        Placement(True, "queue", 1524, 64, 256)   # rule 5 is off by default
     # p holds the prefix too: remote = 500 + 64; gain 500 > 256 still local
     assert place(p(prefill_tokens=500, cached_blocks=60), d(**view), req(1024), CFG).local
     # with a queue of 250 the gain (250) no longer pays for the stall (256): remote

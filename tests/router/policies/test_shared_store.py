@@ -2,14 +2,16 @@
 least-loaded worker takes it instead of the holder (exact scores)."""
 
 from tandem.router.policies import Combined, PrefixAware, PrefixAwareConfig
+from tandem.router.policies.prefix_value import TierWeights
 from tandem.router.snapshot import RequestInfo, Snapshot, WorkerLoad
 
 BS = 16
 
 
-def snap(*workers, prompt=200, shared=0, session=None):
+def snap(*workers, prompt=200, shared=0, session=None, home=None):
     return Snapshot(tuple(workers), RequestInfo(num_prompt_tokens=prompt, block_size=BS,
-                                                shared_blocks=shared, session_id=session))
+                                                shared_blocks=shared, session_id=session,
+                                                session_home=home))
 
 
 def w(wid, **kw):
@@ -31,7 +33,7 @@ def test_the_load_weight_decides_when_queues_are_close():
     holder, other = w("a", cached_blocks=10, prefill_tokens=10), w("b")
     d = PrefixAware().choose(snap(holder, other, shared=10))
     assert (d.worker_id, d.reason, d.scores) == ("a", "prefix", {"a": 50.0, "b": 56.0})
-    free = PrefixAware(PrefixAwareConfig(store_load_weight=0.0)).choose(snap(holder, other, shared=10))
+    free = PrefixAware(PrefixAwareConfig(tiers=TierWeights(store=0.0))).choose(snap(holder, other, shared=10))
     assert (free.worker_id, free.scores) == ("b", {"a": 50.0, "b": 40.0})
 
 
@@ -43,15 +45,9 @@ def test_a_store_prefix_shorter_than_the_holders_still_counts():
 
 
 def test_sessions_leave_their_home_when_the_store_holds_their_history():
-    from tandem.router.policies.affinity import rendezvous_order
-
-    ws = (w("a"), w("b"))
-    home = rendezvous_order("s1", ws)[0].worker_id
-    other = "b" if home == "a" else "a"
-    busy = tuple(w(x.worker_id, cached_blocks=10 if x.worker_id == home else 0,
-                   prefill_tokens=300 if x.worker_id == home else 0) for x in ws)
-    assert Combined().choose(snap(*busy, session="s1")).reason == "affinity"
-    d = Combined().choose(snap(*busy, session="s1", shared=10))
-    assert (d.worker_id, d.reason) == (other, "session_store")
+    busy = (w("a", cached_blocks=10, prefill_tokens=300), w("b"))
+    assert Combined().choose(snap(*busy, session="s1", home="a")).reason == "affinity"
+    d = Combined().choose(snap(*busy, session="s1", home="a", shared=10))
+    assert (d.worker_id, d.reason) == ("b", "session_store")
     # the home holds more than the store yet (the store's events lag): affinity stays
-    assert Combined().choose(snap(*busy, session="s1", shared=6)).reason == "affinity"
+    assert Combined().choose(snap(*busy, session="s1", home="a", shared=6)).reason == "affinity"

@@ -1,0 +1,130 @@
+"""The default policy: sessions kept home, new sessions spread by their future, near-best prefix
+(exact choices)."""
+
+from dataclasses import replace
+
+from tandem.router.policies import Combined, PrefixAware, PrefixAwareConfig
+from tandem.router.policies.affinity import rendezvous_order
+from tandem.router.policies.combined import SessionConfig
+from tandem.router.policies.prefix_value import TierWeights, prefix_value
+from tandem.router.snapshot import RequestInfo, Snapshot, WorkerLoad
+
+BS = 16
+
+
+def snap(*workers, prompt=480, session="s1", home=None, shared=0, seq=0):
+    return Snapshot(tuple(workers), RequestInfo(num_prompt_tokens=prompt, block_size=BS,
+                                                shared_blocks=shared, session_id=session,
+                                                session_home=home, seq=seq))
+
+
+def w(wid, **kw):
+    return WorkerLoad(worker_id=wid, url=wid, role="both", **kw)
+
+
+def place_sessions(n, workers, system_blocks, prompt):
+    """n new sessions one after another on idle workers that keep what they computed: the
+    first to serve the shared system prompt holds it from then on. Returns worker per session."""
+    ws = {x.worker_id: x for x in workers}
+    out = []
+    for i in range(n):
+        d = Combined().choose(snap(*ws.values(), prompt=prompt, session=f"session-{i}", seq=i))
+        out.append((d.worker_id, d.reason))
+        chosen = ws[d.worker_id]
+        ws[d.worker_id] = replace(chosen, sessions=chosen.sessions + 1, cached_blocks=system_blocks)
+    return out
+
+
+def test_eight_new_sessions_with_a_shared_system_prompt_spread_four_four():
+    # 300 words of system prompt (~400 tokens, 25 blocks) and a short first message: the first
+    # session's worker holds the prompt, yet the next session goes to the worker with fewer
+    for system in (25, 1):   # a long shared system prompt, or only the chat template's opening
+        got = place_sessions(8, (w("a"), w("b")), system, prompt=system * BS + 40)
+        homes = [x for x, _ in got]
+        assert homes.count("a") == 4 and homes.count("b") == 4
+        assert all(r.startswith("new_") for _, r in got)
+        assert homes[0] == rendezvous_order("session-0", (w("a"), w("b")))[0].worker_id
+
+
+def test_a_large_slack_lets_the_prefix_bind_every_new_session():
+    lax = Combined(sessions=SessionConfig(new_session_slack=1000))
+    ws = (w("a", cached_blocks=25, sessions=3), w("b"))
+    d = lax.choose(snap(*ws, prompt=440, session="s9"))
+    assert (d.worker_id, d.reason) == ("a", "new_prefix")
+    # the default slack of one: b holds fewer sessions, so b
+    d = Combined().choose(snap(*ws, prompt=440, session="s9"))
+    assert (d.worker_id, d.reason) == ("b", "new_load")
+
+
+def test_a_session_stays_home_across_turns_over_a_longer_prefix_elsewhere():
+    ws = (w("a", cached_blocks=5, sessions=1), w("b", cached_blocks=20, sessions=1))
+    d = Combined().choose(snap(*ws, home="a"))
+    assert (d.worker_id, d.policy, d.reason) == ("a", "default", "affinity")
+
+
+def test_a_session_leaves_a_dead_or_overloaded_home():
+    ws = (w("a", healthy=False, cached_blocks=20), w("b"), w("c", cached_blocks=10))
+    d = Combined().choose(snap(*ws, home="a"))
+    assert (d.worker_id, d.reason) == ("c", "session_prefix")
+    # over the bound: max(4096, 1.5 * (30000 + 480) / 2) = 22860 < 30480
+    ws = (w("a", prefill_tokens=30000, cached_blocks=20), w("b"))
+    d = Combined().choose(snap(*ws, home="a"))
+    assert (d.worker_id, d.reason) == ("b", "session_load")
+
+
+def test_no_session_takes_the_least_loaded_of_the_near_best():
+    # prompt 480: margin = max(16, 48) = 48 tokens. a holds 2 blocks more than b (32 tokens):
+    # both near-best, b is less loaded
+    ws = (w("a", cached_blocks=10, prefill_tokens=8), w("b", cached_blocks=8))
+    d = Combined().choose(snap(*ws, session=None))
+    assert (d.worker_id, d.reason, d.scores) == ("b", "load", {"a": 328.0, "b": 352.0})
+    # 4 blocks more (64 tokens) is past the margin: the longer prefix wins
+    ws = (w("a", cached_blocks=12, prefill_tokens=8), w("b", cached_blocks=8))
+    assert Combined().choose(snap(*ws, session=None)).worker_id == "a"
+
+
+def test_the_margin_setting_is_respected():
+    ws = (w("a", cached_blocks=10, prefill_tokens=8), w("b", cached_blocks=8))
+    # no margin: the lowest cost (a: 8 + 320 = 328 against b: 352)
+    exact = PrefixAware()
+    assert exact.choose(snap(*ws, session=None)).worker_id == "a"
+    # one block only (16 < 352 - 328 = 24): still a
+    one = PrefixAware(PrefixAwareConfig(margin_blocks=1))
+    assert one.choose(snap(*ws, session=None)).worker_id == "a"
+    # two blocks (32 >= 24): near-best, least loaded
+    two = PrefixAware(PrefixAwareConfig(margin_blocks=2))
+    assert two.choose(snap(*ws, session=None)).worker_id == "b"
+    # a fraction of the prompt: 5% of 480 = 24 >= 24
+    frac = PrefixAware(PrefixAwareConfig(margin_frac=0.05))
+    assert frac.choose(snap(*ws, session=None)).worker_id == "b"
+    assert PrefixAware(PrefixAwareConfig(margin_frac=0.04)).choose(snap(*ws, session=None)).worker_id == "a"
+
+
+def test_tiers_are_valued_below_the_device():
+    req = RequestInfo(num_prompt_tokens=480, block_size=BS, shared_blocks=10)
+    t = TierWeights()
+    assert prefix_value(w("d", cached_blocks=10), req, t) == 160.0
+    assert prefix_value(w("h", host_blocks=10), req, t) == 160 * 0.99
+    assert prefix_value(w("k", disk_blocks=10), req, t) == 160 * 0.96
+    assert prefix_value(w("s"), req, t) == 160 * 0.9
+    # each block at the cheapest tier holding the run up to it: 4 on device, 2 more on host,
+    # 4 more in the store
+    mixed = w("m", cached_blocks=4, host_blocks=6)
+    assert prefix_value(mixed, req, t) == 64 + 32 * 0.99 + 64 * 0.9
+
+
+def test_a_store_hit_is_scored_below_an_equal_device_hit():
+    # equal loads, equal runs: the device holder wins over the one that would load from the store
+    ws = (w("s"), w("d", cached_blocks=10))
+    d = PrefixAware().choose(snap(*ws, session=None, shared=10))
+    assert (d.worker_id, d.scores) == ("d", {"s": 480 - 144.0, "d": 480 - 160.0})
+    # and over an equal host hit
+    ws = (w("h", host_blocks=10), w("d", cached_blocks=10))
+    assert PrefixAware().choose(snap(*ws, session=None)).worker_id == "d"
+
+
+def test_in_a_prefill_pool_new_sessions_follow_the_prefix_not_the_session_counts():
+    ws = (WorkerLoad("a", "a", "prefill", cached_blocks=25, sessions=3),
+          WorkerLoad("b", "b", "prefill"))
+    d = Combined().choose(snap(*ws, prompt=440, session="s9"))
+    assert (d.worker_id, d.reason) == ("a", "new_prefix")
