@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from tandem.asyncq.job import JobStatus
+from tandem.asyncq.job import ANONYMOUS, JobStatus
 from tandem.asyncq.open_queue import open_queue
 from tandem.testing.hosts import REDIS_PORT
 from tests.e2e.hosts.client import wait_no_blocks_held
@@ -32,7 +32,7 @@ def jobs(url: str, rid: str):
     async def read():
         q = open_queue(url)
         try:
-            return await q.list_batch(rid)
+            return await q.list_batch(rid, ANONYMOUS)
         finally:
             await q.close()
     return asyncio.run(read())
@@ -46,7 +46,7 @@ def wait_running_on(url: str, rid: str, pid: int, timeout_s: float) -> None:
         try:
             deadline = time.monotonic() + timeout_s
             while True:
-                now = await q.list_batch(rid)
+                now = await q.list_batch(rid, ANONYMOUS)
                 if any(j.status is JobStatus.RUNNING and f":{pid}:" in (j.owner or "") for j in now) \
                         and any(j.status is JobStatus.SUCCEEDED for j in now):
                     return
