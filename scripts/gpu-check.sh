@@ -37,6 +37,6 @@ stages=${GPU_CHECK_STAGES:-engine servers}
   tests/gpu tests/engine tests/models tests/parallel tests/spec tests/transfer tests/kvstore tests/runner \
   tests/kernels/triton tests/bench/test_gpu_bench.py
 [[ " $stages " == *" servers "* ]] && run servers-on-cuda 1 "${GPU_CHECK_SERVER_S:-1200}" \
-  tests/server tests/e2e/test_parallel_pd_e2e.py tests/e2e/test_spec_serve.py tests/e2e/test_tools_e2e.py \
+  tests/api tests/turn tests/e2e/test_parallel_pd_e2e.py tests/e2e/test_spec_serve.py tests/e2e/test_tools_e2e.py \
   tests/e2e/test_agent_apis_e2e.py tests/e2e/test_gateway_e2e.py
 exit $status

@@ -12,7 +12,7 @@ Every call's arguments are the tool's JSON schema (an object, `{"type": "object"
 no parameters). With a reasoning parser, a think block may come first (it must when the prompt
 already opened it) and is free.
 
-The formats are written exactly as the parsers read them (tests/server/test_tool_grammar.py parses
+The formats are written exactly as the parsers read them (tests/turn/test_tool_grammar.py parses
 what the grammar lets a random model write), including their variants chosen by the chat template:
 mistral's JSON list or `NAME[ARGS]{...}` (v11 and later), deepseek_v3's fenced or V3.1 calls.
 """

@@ -18,7 +18,7 @@ from tandem.cli import gateway as gateway_cli
 from tandem.cli import main
 from tandem.cli import serve as serve_cli
 from tandem.cli.accounts import duration
-from tests.server.fakes import FakeBackend
+from tests.api.fakes import FakeBackend
 
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 

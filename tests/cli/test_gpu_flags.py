@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.cli.serve import configs_from_args
-from tests.server.test_cli import parse
+from tests.cli.test_serve import parse
 
 BASE = ["serve", "--model", "/m", "--max-num-seqs", "16"]
 

@@ -2,7 +2,7 @@
 127.0.0.1): the prefix cache is partitioned by tenant (tenant B's first send of tenant A's prompt
 computes it all, A's second is a hit, the gateway routes A's by its prefix and B's by load, greedy
 output identical), unless the gateway shares prefixes (--share-prefix-cache); and nothing one
-tenant creates is visible to the other through any route (tests/server/tenancy_checks.py).
+tenant creates is visible to the other through any route (tests/api/tenancy_checks.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tandem import cluster_secret
 from tests.asyncq.receiver import Receiver
 from tests.asyncq.servers import free_port
 from tests.e2e.test_gateway_e2e import assert_no_blocks_held, build, metric, running, url
-from tests.server.tenancy_checks import auth, check_every_route_is_owned, posted_events
+from tests.api.tenancy_checks import auth, check_every_route_is_owned, posted_events
 
 pytestmark = pytest.mark.timeout(400)
 

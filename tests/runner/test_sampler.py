@@ -318,7 +318,7 @@ def test_two_level_inverse_cdf_draws_what_the_flat_cdf_draws():
 
 
 def test_top_p_below_float32_range_keeps_the_best_token():
-    # found by tests/server/test_fuzz_api.py: top_p 1e-308 is > 0 but reads as 0.0 in float32
+    # found by tests/api/test_fuzz_api.py: top_p 1e-308 is > 0 but reads as 0.0 in float32
     logits = torch.tensor([[0.5, 2.0, 1.0, -1.0]])
     r = seeded(3, top_p=1e-308)
     assert Sampler().sample(logits, [r]).token_ids == [1]

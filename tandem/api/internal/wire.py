@@ -90,7 +90,7 @@ def _grammar(v: Any, param: str) -> GrammarSpec:
 
 
 # One decoder per SamplingParams field, keyed by its annotation (a string under
-# `from __future__ import annotations`). tests/server/internal/test_wire.py checks every field is covered.
+# `from __future__ import annotations`). tests/api/internal/test_wire.py checks every field is covered.
 _BY_ANNOTATION: dict[str, Callable[[Any, str], Any]] = {
     "int": _int, "float": _float, "bool": _bool,
     "int | None": _opt(_int),
