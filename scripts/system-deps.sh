@@ -3,9 +3,9 @@
 # bible-kjv (the public-domain text `python -m tandem_demo build-corpus` trains the demo models on),
 # gcc and libc6-dev (tandem.kernels compiles its native CPU attention kernel on first use),
 # redis-server and postgresql (the asynchronous queue's shared stores; tests start their own
-# servers on 127.0.0.1 and stop them).
+# servers on 127.0.0.1 and stop them), iproute2 (ip netns, veth, tc: the multi-host tests).
 set -euo pipefail
-want=(libibverbs1 bible-kjv gcc libc6-dev redis-server postgresql)
+want=(libibverbs1 bible-kjv gcc libc6-dev redis-server postgresql iproute2)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
