@@ -20,6 +20,7 @@ import torch
 from tandem.api.config import ServerConfig
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
+from tandem.cli.grammar_flags import add_grammar_arguments, grammar_config_from_args
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
@@ -158,6 +159,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "vllm: the API's own defaults")
     add_override_flag(p)
     add_parser_flags(p)
+    add_grammar_arguments(p)
     add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
@@ -210,7 +212,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   background_chunk_tokens=args.background_chunk_tokens),
         role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
         transfer=transfer_config(args, secret),
-        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
+        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed,
+        grammar=grammar_config_from_args(args))
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
                          f"{engine.model.device} use tcp or mooncake, or pass --device cpu")

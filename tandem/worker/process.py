@@ -18,17 +18,20 @@ from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
 
 
-def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
+def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False, warm_grammars: bool = False):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
-    starts once the engine is ready and deregisters before the engine stops. `freeze_heap` (the
-    worker process's own entry point): once the engine is up, everything allocated so far (torch,
-    the model, the engine) lives as long as the process, so it leaves the garbage collector's
-    full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
-    two decode steps."""
+    starts once the engine is ready and deregisters before the engine stops. `warm_grammars`: the
+    grammar compile process starts with the engine (it takes seconds, which the first request
+    with a grammar would otherwise wait). `freeze_heap` (the worker process's own entry point):
+    once the engine is up, everything allocated so far (torch, the model, the engine) lives as
+    long as the process, so it leaves the garbage collector's full passes, which would otherwise
+    walk ~10^5 objects (~80 ms, measured at start-up) between two decode steps."""
 
     async def start_engine() -> None:
         await engine.start()
         warm_chat_template(engine.tokenizer)
+        if warm_grammars:
+            engine.warm_grammars()
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -58,7 +61,7 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False):
 def run_worker(engine: AsyncEngine, config: ServerConfig, queue: QueueConfig | None) -> None:
     """Serve `engine` on config.host:config.port until the process is told to stop; with `queue`,
     the app also serves the asynchronous batch API, taking work while the engine has headroom."""
-    startup, shutdown = lifecycle(engine, config, freeze_heap=True)
+    startup, shutdown = lifecycle(engine, config, freeze_heap=True, warm_grammars=True)
     setup = None if queue is None else QueueSetup(queue, engine_headroom(engine, queue))
     app = build_app(engine, config, startup=startup, shutdown=shutdown, queue=setup)
     # loop="auto" takes uvloop and http="auto" httptools when they are installed.

@@ -4,6 +4,7 @@ import pytest
 
 from tandem.cli.arg_types import parse_bytes
 from tandem.cli.serve import configs_from_args, register
+from tandem.config import GrammarConfig
 
 
 def parse(argv):
@@ -29,7 +30,9 @@ def test_flags_build_configs():
                   "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
                   "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024",
                   "--no-fused-layers", "--kv-cache-dtype", "fp8_e5m2",
-                  "--allowed-origins", "https://a.example, https://b.example"])
+                  "--allowed-origins", "https://a.example, https://b.example",
+                  "--max-grammar-chars", "5000", "--max-grammar-choices", "20",
+                  "--grammar-compile-timeout", "2.5"])
     engine, server = configs_from_args(args)
     assert args.func.__name__ == "serve"
     assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
@@ -42,6 +45,7 @@ def test_flags_build_configs():
     assert server.api_keys == ("a", "b", "c") and server.gateway_url == "http://gw:8000"
     assert server.port == 9001 and server.host == "127.0.0.1" and server.served_model_name == "demo"
     assert server.allowed_origins == ("https://a.example", "https://b.example")
+    assert engine.grammar == GrammarConfig(max_chars=5000, max_choices=20, compile_timeout_s=2.5)
     _, closed = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--allowed-origins", ""]))
     assert closed.allowed_origins == ()
 
@@ -52,6 +56,10 @@ def test_defaults():
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
     assert server.allowed_origins == ("*",)
+    assert engine.grammar == GrammarConfig()
+    no_timeout, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu",
+                                             "--grammar-compile-timeout", "0"]))
+    assert no_timeout.grammar.compile_timeout_s is None   # compiles in the worker's process
     assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls,
             server.tool_call_guard) == ("auto", None, True, True)
 
