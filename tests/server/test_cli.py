@@ -111,6 +111,31 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
     assert stop == e.shutdown
 
 
+def test_the_worker_process_warms_the_grammar_compiler_once_the_engine_is_up():
+    import asyncio
+
+    from tandem.worker.process import lifecycle
+
+    calls = []
+
+    class Engine:
+        tokenizer = _Tokenizer()
+
+        async def start(self):
+            calls.append("start")
+
+        def warm_grammars(self):
+            calls.append("warm")
+
+        async def shutdown(self): ...
+
+    _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    asyncio.run(lifecycle(Engine(), server)[0]())
+    assert calls == ["start"]                    # library use starts no helper process
+    asyncio.run(lifecycle(Engine(), server, warm_grammars=True)[0]())
+    assert calls == ["start", "start", "warm"]
+
+
 def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():
     import asyncio
     import gc
