@@ -129,10 +129,10 @@ class AsyncEngine:
                 self.abort(req.request_id)
 
     async def _compile(self, spec):
-        """The compiled grammar of `spec`: from the cache, else compiled off the engine thread
+        """The compiled grammar of `spec`: from the cache, else compiled on the compiler's thread
         (grammar/compiler.py), one at a time. The request going (its task cancelled) kills the
-        compile, which nobody else waits for: a request after it with the same spec compiles it
-        again."""
+        trial compile, which nobody else waits for: a request after it with the same spec
+        compiles it again."""
         grammars = self._engine.grammars
         compiled = grammars.cached(spec)
         if compiled is not None:
@@ -143,9 +143,10 @@ class AsyncEngine:
                 return compiled
             cancel = threading.Event()
             try:
-                return await asyncio.to_thread(grammars.compile, spec, cancel)
+                return await asyncio.get_running_loop().run_in_executor(
+                    grammars.executor, grammars.compile, spec, cancel)
             except asyncio.CancelledError:
-                cancel.set()   # the compile process is killed; the thread then ends
+                cancel.set()   # a trial is killed; a compile that passed its trial ends, cached
                 raise
 
     def abort(self, request_id: str) -> None:

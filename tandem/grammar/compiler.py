@@ -5,11 +5,13 @@ Agents resend the same tools and schemas turn after turn, so a compiled grammar 
 kind and text) and compiling it again costs a dictionary lookup; a spec that failed is kept too,
 and refused again without compiling. Compiling may take milliseconds to minutes (a choice of
 20,000 options), so it is bounded (GrammarConfig, each limit a 400 naming its flag): the text's
-size and the number of choices are checked first, then the compile runs in a child process
-(compile_process.py) that is killed past the time limit, or once its request went.
-The async front compiles before the request is queued, one compile at a time, and hands the
-grammar to the engine, whose thread never compiles nor waits for a compile: the cache's lock is
-held for lookups only.
+size and the number of choices are checked first; then a trial compile runs in a child process
+(compile_process.py), killed past the time limit or once its request went; a spec that passed is
+compiled here, on the compile thread (`executor`, at nice 10 like the trial: the engine's steps
+keep the cores). That second compile cannot be stopped, but is known to end: it is the trial's
+work again, which ended within the limit. The async front compiles before the request is queued,
+one spec at a time, and hands the grammar to the engine, whose thread never compiles nor waits for
+a compile: the cache's lock is held for lookups only.
 
 xgrammar stays at this edge: the rest of tandem sees `GrammarSpec` (tandem/types.py),
 `RequestGrammar` and the bitmask helpers of tandem/grammar/masks.py.
@@ -17,9 +19,12 @@ xgrammar stays at this edge: the rest of tandem sees `GrammarSpec` (tandem/types
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from tandem.config import GrammarConfig
 from tandem.errors import InvalidRequest
@@ -27,6 +32,9 @@ from tandem.grammar.compile_process import CompileProcess
 from tandem.grammar.request_grammar import RequestGrammar
 from tandem.grammar.spec_kinds import PARAM, choice_options, compile_spec
 from tandem.types import GrammarSpec
+
+log = logging.getLogger(__name__)
+_NICE = 10   # the compile thread's CPU priority, as the trial's (compile_process.py)
 
 
 def check_size(spec: GrammarSpec, config: GrammarConfig) -> None:
@@ -54,10 +62,11 @@ class GrammarCompiler:
         self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()        # the cache: never held while compiling
-        self._setup = threading.Lock()       # building the tokenizer info; in-process compiles
+        self._setup = threading.Lock()       # the tokenizer info, the compilers; compiles here
         self._info = None                    # xgrammar's TokenizerInfo: reading the vocabulary takes a while
-        self._local = None                   # in-process compiler (compile_timeout_s None)
-        self._process: CompileProcess | None = None
+        self._local = None                   # xgrammar's compiler in this process
+        self._process: CompileProcess | None = None   # trials (None with compile_timeout_s None)
+        self._executor: ThreadPoolExecutor | None = None
 
     def cached(self, spec: GrammarSpec):
         """The compiled grammar of `spec` if it is cached, else None; raises InvalidRequest if
@@ -86,20 +95,30 @@ class GrammarCompiler:
         self._put(spec, compiled)
         return compiled
 
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The compile thread, at nice 10 (Linux: a thread's own priority), for the async front."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="grammar-compile",
+                                                initializer=_lower_priority)
+        return self._executor
+
     def warm(self) -> None:
         """Read the vocabulary and start the compile process, on a thread of their own: the first
         request with a grammar then finds them ready."""
         def run() -> None:
             with self._setup:
-                process = self._compile_process()
-            if process is not None:
-                process.start()
+                self._compilers()
+            if self._process is not None:
+                self._process.start()
 
         threading.Thread(target=run, name="grammar-warm", daemon=True).start()
 
     def close(self) -> None:
         if self._process is not None:
             self._process.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
     @property
     def process(self) -> CompileProcess | None:
@@ -126,23 +145,24 @@ class GrammarCompiler:
                 self._cache.popitem(last=False)
 
     def _compile(self, spec: GrammarSpec, cancel: threading.Event | None):
+        with self._setup:
+            local, process = self._compilers()
+        if process is not None:
+            process.check(spec, cancel)   # compiles within the limit, or raises
+        with self._setup:
+            return compile_spec(local, spec)
+
+    def _compilers(self):
+        """Under _setup: xgrammar's compiler here and the trials' process (None: no trials), the
+        tokenizer info built on the way."""
         import xgrammar as xgr
 
-        with self._setup:
-            process = self._compile_process()
-            if process is None:
-                if self._local is None:
-                    self._local = xgr.GrammarCompiler(self._info, max_threads=1, cache_enabled=False)
-                return compile_spec(self._local, spec)
-        return xgr.CompiledGrammar.deserialize_json(process.compile(spec, cancel), self._info)
-
-    def _compile_process(self) -> CompileProcess | None:
-        """Under _setup: the compile process (None: compiles run in this process); the tokenizer
-        info built on the way."""
         info = self._tokenizer_info()
+        if self._local is None:
+            self._local = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         if self._process is None and self.config.compile_timeout_s is not None:
             self._process = CompileProcess(info.serialize_json(), self.config.compile_timeout_s)
-        return self._process
+        return self._local, self._process
 
     def _tokenizer_info(self):
         """Under _setup."""
@@ -154,3 +174,10 @@ class GrammarCompiler:
             self._info = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=self.vocab_size,
                                                             stop_token_ids=self._stop_token_ids or None)
         return self._info
+
+
+def _lower_priority() -> None:
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)   # this thread only, on Linux
+    except (AttributeError, OSError) as exc:
+        log.warning("the grammar compile thread keeps its priority: %r", exc)

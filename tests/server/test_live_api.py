@@ -242,7 +242,7 @@ def test_structured_output_bounds(client, served):
         greedy_chat(client, ask(8), max_tokens=2, extra_body={"guided_grammar": "root ::= root"})
     assert e.value.body["param"] == "guided_grammar" and "admits no output" in e.value.message
     helpers = _descendants(proc.pid)   # the compile helper (it compiled the grammars above)
-    slow = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1000)}}
+    slow = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}}
     body = {"model": NAME, "messages": ask(8), "max_tokens": 4, "guided_json": slow}
     left = []
 
