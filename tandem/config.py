@@ -177,9 +177,9 @@ class GrammarConfig:
     # guided_choice options: xgrammar's compile time grows faster than their square (2,000 short
     # options take 0.1 s for a 4k vocabulary, 20,000 take minutes) (--max-grammar-choices)
     max_choices: int = 1000
-    # compiles run one at a time in a child process at low CPU priority, killed after this long or
-    # when their request goes (--grammar-compile-timeout); None: in this process, unbounded
-    # (offline use)
+    # a new spec's trial compile, in a child process at low CPU priority, is killed after this long
+    # or when its request goes; one that passed is compiled again in this process
+    # (--grammar-compile-timeout); None: no trial, compiled in this process, unbounded (offline use)
     compile_timeout_s: float | None = 10.0
 
 

@@ -34,7 +34,7 @@ from tandem.grammar.spec_kinds import PARAM, choice_options, compile_spec
 from tandem.types import GrammarSpec
 
 log = logging.getLogger(__name__)
-_NICE = 10   # the compile thread's CPU priority, as the trial's (compile_process.py)
+_NICE = 10   # the compile thread's CPU priority below the engine's, as the trial's (compile_process.py)
 
 
 def check_size(spec: GrammarSpec, config: GrammarConfig) -> None:
@@ -81,8 +81,8 @@ class GrammarCompiler:
 
     def compile(self, spec: GrammarSpec, cancel: threading.Event | None = None):
         """The compiled grammar of `spec` (cached); raises InvalidRequest if it is over a limit or
-        does not compile, CompileStopped once `cancel` is set (in the compile process; a compile
-        in this process runs to its end)."""
+        does not compile, CompileStopped once `cancel` is set during the trial (the compile here,
+        after the trial, runs to its end)."""
         compiled = self.cached(spec)
         if compiled is not None:
             return compiled
@@ -177,7 +177,9 @@ class GrammarCompiler:
 
 
 def _lower_priority() -> None:
+    """This thread's nice value raised by _NICE (Linux: a thread's own; the process keeps its)."""
+    tid = threading.get_native_id()
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)   # this thread only, on Linux
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + _NICE))
     except (AttributeError, OSError) as exc:
         log.warning("the grammar compile thread keeps its priority: %r", exc)

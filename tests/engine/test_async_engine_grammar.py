@@ -6,6 +6,7 @@ the engine's shutdown ends the helper."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_a_long_compile_holds_up_no_other_request_and_goes_with_its_request(llam
             await asyncio.sleep(0.05)
         assert gone(child) and front.engine.grammars.cached(SLOW) is None
         assert front.engine.grammars.process.starts == 1
+        nice = await asyncio.get_running_loop().run_in_executor(   # the compile thread yields
+            front.engine.grammars.executor, os.getpriority, os.PRIO_PROCESS, 0)
+        assert nice > os.getpriority(os.PRIO_PROCESS, 0) or nice == 19
     _run(llama_dir, 600.0, body)
 
 
