@@ -205,6 +205,23 @@ class KVStoreConfig:
 
 
 @dataclass(frozen=True)
+class GrammarConfig:
+    """Bounds on compiling a request's structured-output constraint (tandem/grammar/compiler.py).
+    Each one exceeded is a 400 naming its flag; a spec that failed is refused again from the
+    compiler's cache, without compiling."""
+    # characters of a constraint's text: the schema's JSON, the regex, the EBNF, the structural tag
+    # (tools included) or the choices as a JSON list (--max-grammar-chars)
+    max_chars: int = 256 * 1024
+    # guided_choice options: xgrammar's compile time grows faster than their square (2,000 short
+    # options take 0.1 s for a 4k vocabulary, 20,000 take minutes) (--max-grammar-choices)
+    max_choices: int = 1000
+    # a new spec's trial compile, in a child process at low CPU priority, is killed after this long
+    # or when its request goes; one that passed is compiled again in this process
+    # (--grammar-compile-timeout); None: no trial, compiled in this process, unbounded (offline use)
+    compile_timeout_s: float | None = 10.0
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig
     cache: CacheConfig = field(default_factory=CacheConfig)
@@ -217,6 +234,7 @@ class EngineConfig:
     transfer: TransferConfig = field(default_factory=TransferConfig)
     speculative: SpeculativeConfig | None = None   # speculative decoding; None: off
     kv_store: KVStoreConfig = field(default_factory=KVStoreConfig)   # tiers below the device
+    grammar: GrammarConfig = field(default_factory=GrammarConfig)    # structured outputs' bounds
     # torch's global random generator at start-up (--seed): requests without a seed sample from it
     seed: int | None = None
 

@@ -13,7 +13,7 @@ import tempfile
 import pytest
 import torch
 
-from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig
+from tandem.config import CacheConfig, EngineConfig, GrammarConfig, ModelConfig, SchedulerConfig
 from tandem.testing.tiny_model import write_test_model
 
 torch.set_num_threads(1)
@@ -47,16 +47,23 @@ def llama_or_qwen3_dir(request):
     return request.getfixturevalue(request.param)
 
 
+# Engines of the tests compile grammars in the test's process: the compile helper process costs
+# seconds to start, per engine. tests/grammar/test_compile_process.py and
+# tests/engine/test_async_engine_grammar.py run it, as `tandem serve` does by default (tests/e2e).
+IN_PROCESS_GRAMMARS = GrammarConfig(compile_timeout_s=None)
+
+
 def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,
                   max_num_seqs=32, prefix_caching=True, role="both", dtype="float32",
-                  kv_cache_dtype="auto", device=TEST_DEVICE) -> EngineConfig:
+                  kv_cache_dtype="auto", device=TEST_DEVICE,
+                  grammar: GrammarConfig = IN_PROCESS_GRAMMARS) -> EngineConfig:
     return EngineConfig(
         model=ModelConfig(path=str(model_dir), dtype=dtype, show_progress=False, device=device),
         cache=CacheConfig(block_size=block_size, num_blocks=num_blocks,
                           enable_prefix_caching=prefix_caching, kv_cache_dtype=kv_cache_dtype),
         scheduler=SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
                                   max_num_seqs=max_num_seqs),
-        role=role)
+        role=role, grammar=grammar)
 
 
 def assert_all_blocks_free(engine) -> None:

@@ -8,6 +8,7 @@ and the one place they become a QueueConfig.
   --no-queue            no queue: queueRequest answers 400, /v1/files and /v1/batches 404
   --queue-concurrency N, --queue-lease S, --queue-headroom-tokens N,
   --queue-interactive-limit N, --queue-prefill-concurrency N, --event-url-allow PREFIX (repeatable)
+  --max-file-bytes SIZE the largest /v1/files upload (default 100MiB; 413 beyond)
 The queue is on by default for `tandem gateway` and a standalone `tandem serve` (its own
 gateway); a worker under a gateway (`tandem serve --gateway URL`, or role prefill/decode) has
 none unless --queue-db or --queue-url names one. `tandem up` gives its gateway the queue
@@ -21,6 +22,7 @@ import os
 from pathlib import Path
 
 from tandem.api.queue.service import QueueConfig
+from tandem.cli.arg_types import parse_bytes
 
 DEFAULT = "default"
 
@@ -47,6 +49,10 @@ def add_queue_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="N", help="queued work runs only while at most N interactive requests "
                                      "are in flight here; beyond N it is preempted back to the "
                                      "queue (default 0: only while none is)")
+    p.add_argument("--max-file-bytes", type=parse_bytes, default=QueueConfig.max_file_bytes,
+                   metavar="SIZE", help="the largest file /v1/files accepts (default 100MiB: a batch "
+                        "input file is held whole in memory while its batch is created); larger "
+                        "uploads get 413 as soon as they pass it")
     p.add_argument("--event-url-allow", action="append", default=[], metavar="PREFIX",
                    help="event subscriptions may only name URLs starting with PREFIX, e.g. "
                         "https://hooks.example.com/ (repeatable; default: any http(s) URL)")
@@ -85,6 +91,7 @@ def queue_config_from_args(args: argparse.Namespace, port: int,
                        lease_s=args.queue_lease, headroom_prefill_tokens=args.queue_headroom_tokens,
                        interactive_limit=args.queue_interactive_limit,
                        prefill_concurrency=args.queue_prefill_concurrency,
+                       max_file_bytes=args.max_file_bytes,
                        event_url_allow=tuple(url_prefix(u) for u in args.event_url_allow))
 
 
@@ -103,7 +110,8 @@ def forwarded_queue_args(args: argparse.Namespace) -> tuple[str, ...]:
             ("--queue-headroom-tokens", args.queue_headroom_tokens, QueueConfig.headroom_prefill_tokens),
             ("--queue-interactive-limit", args.queue_interactive_limit, QueueConfig.interactive_limit),
             ("--queue-prefill-concurrency", args.queue_prefill_concurrency,
-             QueueConfig.prefill_concurrency)):
+             QueueConfig.prefill_concurrency),
+            ("--max-file-bytes", args.max_file_bytes, QueueConfig.max_file_bytes)):
         if value != default:
             out += [flag, str(value)]
     for prefix in args.event_url_allow:

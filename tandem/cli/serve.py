@@ -25,6 +25,7 @@ from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.arg_types import origins, parse_bytes
 from tandem.cli.cpu_threads import threads_arg, usable_cores
 from tandem.cli.gpu_flags import add_gpu_flags, gpu_settings
+from tandem.cli.grammar_flags import add_grammar_arguments, grammar_config_from_args
 from tandem.cli.kvstore_flags import add_kv_store_arguments, kv_store_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
@@ -190,6 +191,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "vllm: the API's own defaults")
     add_override_flag(p)
     add_parser_flags(p)
+    add_grammar_arguments(p)
     add_vllm_flags(p)
     p.add_argument("--api-key", action="append", default=[],
                    help="accepted Bearer key (repeatable); none: no authentication")
@@ -250,7 +252,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   priority_aging_s=args.priority_aging_s),
         role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
         transfer=transfer_config(args, secret),
-        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed)
+        kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed,
+        grammar=grammar_config_from_args(args))
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
                          f"{engine.model.device} use tcp or mooncake, or pass --device cpu")

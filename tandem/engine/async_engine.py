@@ -40,6 +40,8 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stats: EngineStats | None = None
+        # one grammar compile at a time: a waiting request waits here, not on a worker thread
+        self._compile_slot = asyncio.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -49,6 +51,10 @@ class AsyncEngine:
         self._stats = self._engine.stats()
         self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
         self._thread.start()
+
+    def warm_grammars(self) -> None:
+        """Start the grammar compile process now, in the background (a worker at start-up)."""
+        self._engine.grammars.warm()
 
     async def shutdown(self) -> None:
         self._stopping.set()
@@ -93,14 +99,13 @@ class AsyncEngine:
     # --- requests ----------------------------------------------------------------------------
     async def generate(self, req: EngineRequest, info=None) -> AsyncIterator[RequestDelta]:
         """Stream the request's deltas; raises TandemError before the first one for bad input."""
-        if req.sampling.grammar is not None:
-            # compiling a large schema may take a while: off the engine thread, before queueing
-            # (the engine finds it in the compiler's cache); a spec that does not compile is a 400
-            await asyncio.to_thread(self._engine.grammars.compile, req.sampling.grammar)
+        compiled = None
+        if req.sampling.grammar is not None:   # a spec over a limit or that does not compile: a 400
+            compiled = await self._compile(req.sampling.grammar)
         stream: asyncio.Queue = asyncio.Queue()
         accepted: Future = Future()
         self._streams[req.request_id] = stream
-        self._commands.put(("add", req, accepted))
+        self._commands.put(("add", (req, compiled), accepted))
         try:
             await asyncio.wrap_future(accepted)
         except BaseException:
@@ -122,6 +127,27 @@ class AsyncEngine:
             self._streams.pop(req.request_id, None)
             if not finished:
                 self.abort(req.request_id)
+
+    async def _compile(self, spec):
+        """The compiled grammar of `spec`: from the cache, else compiled on the compiler's thread
+        (grammar/compiler.py), one at a time. The request going (its task cancelled) kills the
+        trial compile, which nobody else waits for: a request after it with the same spec
+        compiles it again."""
+        grammars = self._engine.grammars
+        compiled = grammars.cached(spec)
+        if compiled is not None:
+            return compiled
+        async with self._compile_slot:
+            compiled = grammars.cached(spec)   # compiled while this request waited
+            if compiled is not None:
+                return compiled
+            cancel = threading.Event()
+            try:
+                return await asyncio.get_running_loop().run_in_executor(
+                    grammars.executor, grammars.compile, spec, cancel)
+            except asyncio.CancelledError:
+                cancel.set()   # a trial is killed; a compile that passed its trial ends, cached
+                raise
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id, None))
@@ -182,7 +208,7 @@ class AsyncEngine:
                 if not accepted.set_running_or_notify_cancel():
                     continue
                 try:
-                    self._engine.add_request(arg)
+                    self._engine.add_request(*arg)   # (request, its compiled grammar or None)
                 except BaseException as exc:  # noqa: BLE001 - handed to the submitting coroutine
                     accepted.set_exception(exc)
                 else:

@@ -96,7 +96,8 @@ class Engine:
         self.proposer = proposer
         self.transport_address = transport_address
         self.requests: dict[str, Request] = {}
-        self.grammars = GrammarCompiler(tokenizer.backend, loaded.arch.vocab_size, loaded.eos_token_ids)
+        self.grammars = GrammarCompiler(tokenizer.backend, loaded.arch.vocab_size, loaded.eos_token_ids,
+                                        config.grammar)
         self._mask_thread: ThreadPoolExecutor | None = None   # fills grammar masks during the forward
         self.num_prompt_tokens = 0      # cumulative, counted when a request's first token is sampled
         self.num_generation_tokens = 0  # cumulative
@@ -113,8 +114,10 @@ class Engine:
                    p.transport_address, p.events)
 
     # --- requests -----------------------------------------------------------------------
-    def add_request(self, er: EngineRequest) -> None:
-        """Admit a request to the queue, or raise a TandemError saying what to fix."""
+    def add_request(self, er: EngineRequest, compiled_grammar=None) -> None:
+        """Admit a request to the queue, or raise a TandemError saying what to fix.
+        `compiled_grammar`: er.sampling.grammar compiled already (the async front does, off this
+        thread); None: compiled here if the request has a grammar."""
         self.validate(er)
         req = Request.from_engine_request(er)
         req.detokenizer = IncrementalDetokenizer(
@@ -122,9 +125,9 @@ class Engine:
             include_stop_str_in_output=er.sampling.include_stop_str_in_output,
             skip_special_tokens=er.sampling.skip_special_tokens,
             prefix_output_ids=list(er.resume_output_ids))
-        if er.sampling.grammar is not None:
-            # compiled already by the async front (a cache hit); the state replays resumed tokens
-            req.grammar = self.grammars.matcher(er.sampling.grammar, er.resume_output_ids)
+        if er.sampling.grammar is not None:   # the state replays resumed tokens
+            req.grammar = self.grammars.matcher(er.sampling.grammar, er.resume_output_ids,
+                                                compiled_grammar)
         self.requests[req.request_id] = req
         self.scheduler.add(req)
 
@@ -422,6 +425,7 @@ class Engine:
 
     def shutdown(self) -> None:
         self.runner.close()   # a parallel runner stops its other ranks
+        self.grammars.close()
         if self._mask_thread is not None:
             self._mask_thread.shutdown(wait=True)
         if self.connector is not None:

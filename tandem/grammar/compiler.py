@@ -1,10 +1,17 @@
-"""Grammars for structured outputs, compiled with xgrammar for one tokenizer and cached by spec.
+"""Grammars for structured outputs, compiled with xgrammar for one tokenizer, bounded, and cached
+by spec.
 
 Agents resend the same tools and schemas turn after turn, so a compiled grammar is kept (LRU, by
-kind and text) and compiling it again costs a dictionary lookup. Compiling may take milliseconds to
-seconds for a large schema: the async front compiles off the engine thread before the request is
-queued, and the engine then finds it in the cache. A spec that does not compile is the caller's
-error: `InvalidRequest` naming the parameter, never a stalled batch.
+kind and text) and compiling it again costs a dictionary lookup; a spec that failed is kept too,
+and refused again without compiling. Compiling may take milliseconds to minutes (a choice of
+20,000 options), so it is bounded (GrammarConfig, each limit a 400 naming its flag): the text's
+size and the number of choices are checked first; then a trial compile runs in a child process
+(compile_process.py), killed past the time limit or once its request went; a spec that passed is
+compiled here, on the compile thread (`executor`, at nice 10 like the trial: the engine's steps
+keep the cores). That second compile cannot be stopped, but is known to end: it is the trial's
+work again, which ended within the limit. The async front compiles before the request is queued,
+one spec at a time, and hands the grammar to the engine, whose thread never compiles nor waits for
+a compile: the cache's lock is held for lookups only.
 
 xgrammar stays at this edge: the rest of tandem sees `GrammarSpec` (tandem/types.py),
 `RequestGrammar` and the bitmask helpers of tandem/grammar/masks.py.
@@ -12,95 +19,167 @@ xgrammar stays at this edge: the rest of tandem sees `GrammarSpec` (tandem/types
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
+from tandem.config import GrammarConfig
 from tandem.errors import InvalidRequest
+from tandem.grammar.compile_process import CompileProcess
 from tandem.grammar.request_grammar import RequestGrammar
-from tandem.grammar.schema_workarounds import json_safe_strings
+from tandem.grammar.spec_kinds import PARAM, choice_options, compile_spec
 from tandem.types import GrammarSpec
 
+log = logging.getLogger(__name__)
+_NICE = 10   # the compile thread's CPU priority below the engine's, as the trial's (compile_process.py)
 
-def _choice_ebnf(text: str) -> str:
-    try:
-        options = json.loads(text)
-    except ValueError as exc:
-        raise InvalidRequest(f"choice must be a JSON list of strings: {exc}", param="structured_outputs") from exc
-    if not (isinstance(options, list) and options and all(isinstance(o, str) for o in options)):
-        raise InvalidRequest("choice must be a non-empty list of strings", param="structured_outputs")
-    return "root ::= " + " | ".join(json.dumps(o, ensure_ascii=False) for o in options)
+
+def check_size(spec: GrammarSpec, config: GrammarConfig) -> None:
+    """InvalidRequest if `spec` is larger than the config allows (checked before compiling)."""
+    if len(spec.text) > config.max_chars:
+        raise InvalidRequest(f"the {spec.kind} constraint is {len(spec.text)} characters long, over "
+                             f"the limit of {config.max_chars} (--max-grammar-chars)", param=PARAM)
+    if spec.kind == "choice" and len(options := choice_options(spec.text)) > config.max_choices:
+        raise InvalidRequest(f"choice has {len(options)} options, over the limit of "
+                             f"{config.max_choices} (--max-grammar-choices)", param=PARAM)
 
 
 class GrammarCompiler:
     """Compiles specs for one tokenizer. Thread-safe: the async front and the engine share it."""
 
     def __init__(self, backend_tokenizer, vocab_size: int, stop_token_ids: Sequence[int],
-                 cache_size: int = 256) -> None:
+                 config: GrammarConfig = GrammarConfig(), cache_size: int = 256) -> None:
         """`backend_tokenizer`: a `tokenizers.Tokenizer`; `vocab_size`: the model's logits width
         (may exceed the tokenizer's: padded rows are never allowed)."""
         self._backend = backend_tokenizer
         self.vocab_size = vocab_size
         self._stop_token_ids = list(stop_token_ids)
+        self.config = config
+        # spec -> its compiled grammar, or the message of the InvalidRequest it failed with
         self._cache: OrderedDict[GrammarSpec, object] = OrderedDict()
         self._cache_size = cache_size
-        self._lock = threading.Lock()
-        self._xgr_compiler = None   # built on first use: reading the vocabulary takes a while
+        self._lock = threading.Lock()        # the cache: never held while compiling
+        self._setup = threading.Lock()       # the tokenizer info, the compilers; compiles here
+        self._info = None                    # xgrammar's TokenizerInfo: reading the vocabulary takes a while
+        self._local = None                   # xgrammar's compiler in this process
+        self._process: CompileProcess | None = None   # trials (None with compile_timeout_s None)
+        self._executor: ThreadPoolExecutor | None = None
 
-    def _compiler(self):
-        if self._xgr_compiler is None:
-            import xgrammar as xgr
-            from transformers import PreTrainedTokenizerFast
-
-            hf = PreTrainedTokenizerFast(tokenizer_object=self._backend)
-            info = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=self.vocab_size,
-                                                      stop_token_ids=self._stop_token_ids or None)
-            self._xgr_compiler = xgr.GrammarCompiler(info, max_threads=1)
-        return self._xgr_compiler
-
-    def compile(self, spec: GrammarSpec):
-        """The compiled grammar of `spec` (cached); raises InvalidRequest if it does not compile."""
+    def cached(self, spec: GrammarSpec):
+        """The compiled grammar of `spec` if it is cached, else None; raises InvalidRequest if
+        `spec` failed before."""
         with self._lock:
-            compiled = self._cache.get(spec)
-            if compiled is not None:
+            hit = self._cache.get(spec)
+            if hit is not None:
                 self._cache.move_to_end(spec)
-                return compiled
-            compiled = self._compile(spec)
-            self._cache[spec] = compiled
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+        if isinstance(hit, str):
+            raise InvalidRequest(hit, param=PARAM)
+        return hit
+
+    def compile(self, spec: GrammarSpec, cancel: threading.Event | None = None):
+        """The compiled grammar of `spec` (cached); raises InvalidRequest if it is over a limit or
+        does not compile, CompileStopped once `cancel` is set during the trial (the compile here,
+        after the trial, runs to its end)."""
+        compiled = self.cached(spec)
+        if compiled is not None:
             return compiled
-
-    def _compile(self, spec: GrammarSpec):
-        compiler = self._compiler()
+        check_size(spec, self.config)
         try:
-            if spec.kind == "json_schema":
-                schema = json_safe_strings(json.loads(spec.text))
-                return compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, strict_mode=True)
-            if spec.kind == "json_object":   # OpenAI's JSON mode: an object, not any JSON value
-                return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False)
-            if spec.kind == "regex":
-                return compiler.compile_regex(spec.text)
-            if spec.kind == "choice":
-                return compiler.compile_grammar(_choice_ebnf(spec.text))
-            if spec.kind == "ebnf":
-                return compiler.compile_grammar(spec.text)
-            if spec.kind == "structural_tag":
-                return compiler.compile_structural_tag(spec.text)
-        except InvalidRequest:
+            compiled = self._compile(spec, cancel)
+        except InvalidRequest as exc:
+            self._put(spec, exc.message)
             raise
-        except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses with a message
-            raise InvalidRequest(f"the {spec.kind} constraint does not compile: {exc}",
-                                 param="structured_outputs") from exc
-        raise InvalidRequest(f"unknown constraint kind {spec.kind!r}", param="structured_outputs")
+        self._put(spec, compiled)
+        return compiled
 
-    def matcher(self, spec: GrammarSpec, output_so_far: Sequence[int] = ()) -> RequestGrammar:
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        """The compile thread, at nice 10 (Linux: a thread's own priority), for the async front."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="grammar-compile",
+                                                initializer=_lower_priority)
+        return self._executor
+
+    def warm(self) -> None:
+        """Read the vocabulary and start the compile process, on a thread of their own: the first
+        request with a grammar then finds them ready."""
+        def run() -> None:
+            with self._setup:
+                self._compilers()
+            if self._process is not None:
+                self._process.start()
+
+        threading.Thread(target=run, name="grammar-warm", daemon=True).start()
+
+    def close(self) -> None:
+        if self._process is not None:
+            self._process.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def process(self) -> CompileProcess | None:
+        """The compile process (None until the first compile, or when compiles run in-process)."""
+        return self._process
+
+    def matcher(self, spec: GrammarSpec, output_so_far: Sequence[int] = (),
+                compiled=None) -> RequestGrammar:
         """A request's grammar state after `output_so_far` (tokens generated before a handoff or a
-        migration: the state is rebuilt from them). Raises InvalidRequest if they break it."""
-        grammar = RequestGrammar(self.compile(spec), self.vocab_size)
+        migration: the state is rebuilt from them), from `compiled` if given (compiled by the
+        async front) else compiled now. Raises InvalidRequest if the tokens break it."""
+        grammar = RequestGrammar(compiled if compiled is not None else self.compile(spec), self.vocab_size)
         for i, token in enumerate(output_so_far):
             if not grammar.accept(token):
                 raise InvalidRequest(f"resumed output token {i} ({token}) does not match the request's "
                                      "constraint", param="resume_output_ids")
         return grammar
+
+    def _put(self, spec: GrammarSpec, value) -> None:
+        with self._lock:
+            self._cache[spec] = value
+            self._cache.move_to_end(spec)
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _compile(self, spec: GrammarSpec, cancel: threading.Event | None):
+        with self._setup:
+            local, process = self._compilers()
+        if process is not None:
+            process.check(spec, cancel)   # compiles within the limit, or raises
+        with self._setup:
+            return compile_spec(local, spec)
+
+    def _compilers(self):
+        """Under _setup: xgrammar's compiler here and the trials' process (None: no trials), the
+        tokenizer info built on the way."""
+        import xgrammar as xgr
+
+        info = self._tokenizer_info()
+        if self._local is None:
+            self._local = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        if self._process is None and self.config.compile_timeout_s is not None:
+            self._process = CompileProcess(info.serialize_json(), self.config.compile_timeout_s)
+        return self._local, self._process
+
+    def _tokenizer_info(self):
+        """Under _setup."""
+        if self._info is None:
+            import xgrammar as xgr
+            from transformers import PreTrainedTokenizerFast
+
+            hf = PreTrainedTokenizerFast(tokenizer_object=self._backend)
+            self._info = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=self.vocab_size,
+                                                            stop_token_ids=self._stop_token_ids or None)
+        return self._info
+
+
+def _lower_priority() -> None:
+    """This thread's nice value raised by _NICE (Linux: a thread's own; the process keeps its)."""
+    tid = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + _NICE))
+    except (AttributeError, OSError) as exc:
+        log.warning("the grammar compile thread keeps its priority: %r", exc)

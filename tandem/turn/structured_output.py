@@ -9,8 +9,10 @@ Accepted (at most one of them per request; 400 naming the parameter otherwise):
 - `structured_outputs` (vLLM): exactly one of `json` (a schema, object or JSON text), `regex`,
   `choice` (strings), `grammar` (xgrammar EBNF), `json_object` (true), `structural_tag`.
 - vLLM's older `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`.
-Here only shapes are checked; whether a schema, regex or grammar compiles is decided by the
-worker's compiler, whose 400 names `structured_outputs` (the route renames it to the field used).
+Only null leaves a field out: an empty choice list, regex or grammar is a 400 naming it (an empty
+schema, {}, is a constraint: any JSON value). Here only shapes are checked; whether a schema, regex
+or grammar compiles, within the limits of GrammarConfig, is decided by the worker's compiler, whose
+400 names `structured_outputs` (the route renames it to the field used).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def read_structured_output(f: Fields, lenient_schema: bool = False) -> tuple[Gra
         found.append((_structured_outputs(f.raw("structured_outputs"), f.name("structured_outputs")),
                       f.name("structured_outputs")))
     for field, key in _GUIDED.items():
-        if f.raw(field) not in (None, [], {}, ""):
+        if f.raw(field) is not None:   # only null is absent: [] or "" is a constraint refused below
             found.append((_one(key, f.raw(field), f.name(field)), f.name(field)))
     if len(found) > 1:
         raise bad(found[1][1], f"cannot be combined with '{found[0][1]}': give one constraint")
@@ -120,7 +122,7 @@ def _structured_outputs(raw: Any, param: str) -> GrammarSpec:
     unknown = sorted(k for k in raw if k not in _STRUCTURED_KEYS and k not in _STRUCTURED_OPTIONS)
     if unknown:
         raise bad(param, f"has unknown keys {unknown}; one of {', '.join(_STRUCTURED_KEYS)} is expected")
-    given = [k for k in _STRUCTURED_KEYS if raw.get(k) not in (None, False, "", [])]
+    given = [k for k in _STRUCTURED_KEYS if raw.get(k) not in (None, False)]
     if len(given) != 1:
         raise bad(param, f"must set exactly one of {', '.join(_STRUCTURED_KEYS)}"
                   + (f"; got {given}" if given else ""))

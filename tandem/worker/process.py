@@ -22,17 +22,21 @@ from tandem.worker.server import DrainingServer
 
 
 def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False,
-              beats: list[Heartbeat] | None = None):
+              beats: list[Heartbeat] | None = None, warm_grammars: bool = False):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
     starts once the engine is ready (into `beats`, for the drain) and deregisters before the
-    engine stops. `freeze_heap` (the worker process's own entry point): once the engine is up,
-    everything allocated so far (torch, the model, the engine) lives as long as the process, so it
-    leaves the garbage collector's full passes, which would otherwise walk ~10^5 objects (~80 ms,
-    measured at start-up) between two decode steps."""
+    engine stops. `warm_grammars`: the grammar compile process starts with the engine (it takes
+    seconds, which the first request with a grammar would otherwise wait). `freeze_heap` (the
+    worker process's own entry point): once the engine is up, everything allocated so far (torch,
+    the model, the engine) lives as long as the process, so it leaves the garbage collector's
+    full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
+    two decode steps."""
 
     async def start_engine() -> None:
         await engine.start()
         warm_chat_template(engine.tokenizer)
+        if warm_grammars:
+            engine.warm_grammars()
         if freeze_heap:
             gc.collect()
             gc.freeze()
@@ -66,7 +70,7 @@ def run_worker(engine: AsyncEngine, config: ServerConfig, queue: QueueConfig | N
     The first SIGTERM drains (tandem/worker/drain.py): no new requests, the running ones finish,
     the worker leaves its gateway, then the process exits; a second one stops it at once."""
     beats: list[Heartbeat] = []
-    startup, shutdown = lifecycle(engine, config, freeze_heap=True, beats=beats)
+    startup, shutdown = lifecycle(engine, config, freeze_heap=True, beats=beats, warm_grammars=True)
     setup = None if queue is None else QueueSetup(queue, engine_headroom(engine, queue))
     app = build_app(engine, config, startup=startup, shutdown=shutdown, queue=setup)
     draining = worker_drain(app.state.ctx.drain, engine, beats, drain)

@@ -75,6 +75,12 @@ FIELDS = {name: mostly(valid) for name, valid in {
     "tools": st.none() | st.lists(tool, max_size=2),
     "tool_choice": st.sampled_from(["auto", "none", "required"]),
     "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}, {"type": "xml"}]),
+    # structured outputs, empty and degenerate ones included (issue #30: guided_choice [] ran unconstrained)
+    "guided_choice": st.lists(st.text(max_size=3), max_size=3),
+    "guided_regex": st.sampled_from(["", "[a-c]{1,3}", "(", "[^\\s\\S]"]),
+    "guided_json": st.sampled_from([{}, [], "", {"type": "nonsense"}, {"type": "string", "maxLength": 3}]),
+    "structured_outputs": st.sampled_from([{}, {"choice": []}, {"regex": ""}, {"grammar": "root ::= root"},
+                                           {"json_object": True}, {"choice": ["a"], "regex": "b"}]),
     "cache_salt": st.text(max_size=4),
     "user": st.text(max_size=4),
     "chat_template_kwargs": st.dictionaries(st.sampled_from(["enable_thinking", "x"]), st.booleans(),

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,21 +32,28 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def served(tmp_path_factory):
+    """The `tandem serve` process and its URL."""
     model = write_test_model(tmp_path_factory.mktemp("model") / "tiny-llama")
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "tandem.cli", "serve", "--model", str(model), "--port", str(port),
          "--threads", "1", "--device", "cpu", "--num-kv-blocks", "64", "--block-size", str(BLOCK),
-         "--max-model-len", str(MAX_LEN), "--served-model-name", NAME, "--log-level", "warning"],
+         "--max-model-len", str(MAX_LEN), "--served-model-name", NAME, "--log-level", "warning",
+         "--grammar-compile-timeout", "300"],   # a compile stopped early was stopped by its client
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, 120, describe=lambda: proc.stdout.read().decode() if proc.poll() is not None else "")
-        yield url
+        yield url, proc
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(served) -> str:
+    return served[0]
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +211,61 @@ def test_errors(client):
                                        response_format={"type": "json_object"})
     if r.choices[0].finish_reason == "stop":   # a random model may not close the object in 64 tokens
         assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below `pid` (Linux: read from /proc)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue   # gone meanwhile
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_structured_output_bounds(client, served):
+    """Issue #30: an empty choice and one of more options than the limit are 400s naming the
+    field; a compile whose client left is killed (the server's timeout is 300 s here), and
+    requests go on being served."""
+    url, proc = served
+    for choices, says in (([], "non-empty"), ([str(i) for i in range(1001)], "--max-grammar-choices")):
+        with pytest.raises(openai.BadRequestError) as e:
+            greedy_chat(client, ask(8), max_tokens=2, extra_body={"guided_choice": choices})
+        assert e.value.body["param"] == "guided_choice" and says in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        greedy_chat(client, ask(8), max_tokens=2, extra_body={"guided_grammar": "root ::= root"})
+    assert e.value.body["param"] == "guided_grammar" and "admits no output" in e.value.message
+    helpers = _descendants(proc.pid)   # the compile helper (it compiled the grammars above)
+    slow = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(3000)}}
+    body = {"model": NAME, "messages": ask(8), "max_tokens": 4, "guided_json": slow}
+    left = []
+
+    def leave_while_compiling():
+        try:
+            httpx.post(url + "/v1/chat/completions", json=body, timeout=httpx.Timeout(60, read=10))
+        except httpx.ReadTimeout:
+            left.append(True)
+
+    client_thread = threading.Thread(target=leave_while_compiling)
+    client_thread.start()
+    deadline = time.monotonic() + 10
+    while not _descendants(proc.pid) - helpers:   # the compile's child
+        assert time.monotonic() < deadline, "no compile started"
+        time.sleep(0.05)
+    client_thread.join()
+    assert left, "the compile ended before its client left"
+    deadline = time.monotonic() + 60
+    while _descendants(proc.pid) - helpers:   # killed with its request
+        assert time.monotonic() < deadline, "the compile went on after its client left"
+        time.sleep(0.1)
+    r = greedy_chat(client, ask(9), max_tokens=8, extra_body={"guided_choice": ["yes", "no"]})
+    assert r.choices[0].message.content in ("yes", "no")
 
 
 def test_workers_ai(server):

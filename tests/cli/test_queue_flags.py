@@ -30,9 +30,10 @@ def test_queue_db_default_path_is_under_the_state_directory(monkeypatch, tmp_pat
     assert cfg.target == str(tmp_path / "tandem" / "queue-8123.db")
     cfg = queue_config_from_args(parse("--queue-db", "/x/q.db", "--queue-lease", "5",
                                        "--queue-concurrency", "2",
-                                       "--queue-interactive-limit", "3"), 1)
-    assert (cfg.target, cfg.lease_s, cfg.max_concurrency, cfg.interactive_limit) == \
-        ("/x/q.db", 5.0, 2, 3)
+                                       "--queue-interactive-limit", "3",
+                                       "--max-file-bytes", "1KiB"), 1)
+    assert (cfg.target, cfg.lease_s, cfg.max_concurrency, cfg.interactive_limit, cfg.max_file_bytes) == \
+        ("/x/q.db", 5.0, 2, 3, 1024)
 
 
 def test_queue_url_and_not_both():
@@ -57,8 +58,9 @@ def test_tandem_up_forwards_only_the_flags_given():
     assert forwarded_queue_args(parse("--no-queue")) == ("--no-queue",)
     assert forwarded_queue_args(parse("--queue-db")) == ("--queue-db",)
     args = parse("--queue-url", "redis://h:1/0", "--queue-interactive-limit", "2",
-                 "--queue-lease", "7", "--event-url-allow", "https://h/")
+                 "--queue-lease", "7", "--event-url-allow", "https://h/", "--max-file-bytes", "5")
     fwd = forwarded_queue_args(args)
     assert fwd == ("--queue-url", "redis://h:1/0", "--queue-lease", "7.0",
-                   "--queue-interactive-limit", "2", "--event-url-allow", "https://h/")
+                   "--queue-interactive-limit", "2", "--max-file-bytes", "5",
+                   "--event-url-allow", "https://h/")
     assert queue_config_from_args(parse(*fwd), 1) == queue_config_from_args(args, 1)

@@ -4,6 +4,7 @@ import pytest
 
 from tandem.cli.arg_types import parse_bytes
 from tandem.cli.serve import configs_from_args, register
+from tandem.config import GrammarConfig
 
 
 def parse(argv):
@@ -29,7 +30,9 @@ def test_flags_build_configs():
                   "--threads", "2", "--served-model-name", "demo", "--api-key", "a,b",
                   "--api-key", "c", "--gateway", "http://gw:8000", "--max-model-len", "1024",
                   "--no-fused-layers", "--kv-cache-dtype", "fp8_e5m2",
-                  "--allowed-origins", "https://a.example, https://b.example"])
+                  "--allowed-origins", "https://a.example, https://b.example",
+                  "--max-grammar-chars", "5000", "--max-grammar-choices", "20",
+                  "--grammar-compile-timeout", "2.5"])
     engine, server = configs_from_args(args)
     assert args.func.__name__ == "serve"
     assert engine.model.path == "/m" and engine.model.dtype == "bfloat16" and engine.model.device == "cpu"
@@ -42,6 +45,7 @@ def test_flags_build_configs():
     assert server.api_keys == ("a", "b", "c") and server.gateway_url == "http://gw:8000"
     assert server.port == 9001 and server.host == "127.0.0.1" and server.served_model_name == "demo"
     assert server.allowed_origins == ("https://a.example", "https://b.example")
+    assert engine.grammar == GrammarConfig(max_chars=5000, max_choices=20, compile_timeout_s=2.5)
     _, closed = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--allowed-origins", ""]))
     assert closed.allowed_origins == ()
 
@@ -52,6 +56,10 @@ def test_defaults():
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
     assert server.api_keys == () and server.port == 8000 and server.gateway_url is None
     assert server.allowed_origins == ("*",)
+    assert engine.grammar == GrammarConfig()
+    no_timeout, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu",
+                                             "--grammar-compile-timeout", "0"]))
+    assert no_timeout.grammar.compile_timeout_s is None   # compiles in the worker's process
     assert (server.tool_call_parser, server.reasoning_parser, server.constrain_auto_tool_calls,
             server.tool_call_guard) == ("auto", None, True, True)
 
@@ -101,6 +109,31 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
     asyncio.run(start())
     assert calls == [("start", 0)] and e.tokenizer.compiled == 1
     assert stop == e.shutdown
+
+
+def test_the_worker_process_warms_the_grammar_compiler_once_the_engine_is_up():
+    import asyncio
+
+    from tandem.worker.process import lifecycle
+
+    calls = []
+
+    class Engine:
+        tokenizer = _Tokenizer()
+
+        async def start(self):
+            calls.append("start")
+
+        def warm_grammars(self):
+            calls.append("warm")
+
+        async def shutdown(self): ...
+
+    _, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    asyncio.run(lifecycle(Engine(), server)[0]())
+    assert calls == ["start"]                    # library use starts no helper process
+    asyncio.run(lifecycle(Engine(), server, warm_grammars=True)[0]())
+    assert calls == ["start", "start", "warm"]
 
 
 def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():

@@ -1,5 +1,6 @@
-"""Grammar compilation for a real (test) tokenizer: every kind compiles, is cached, and a spec
-that does not compile is a 400 naming the parameter."""
+"""Grammar compilation for a real (test) tokenizer, in the helper process: every kind compiles,
+is cached, and a spec that does not compile, admits no output or is over a limit is a 400 naming
+the parameter (and the limit)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import pytest
 
+from tandem.config import GrammarConfig
 from tandem.errors import InvalidRequest
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.tokenization.tokenizer import Tokenizer
@@ -55,6 +57,8 @@ def test_compiled_grammars_are_cached_by_spec(compiler):
     GrammarSpec("ebnf", "root ::= missing_rule"),
     GrammarSpec("choice", "[]"),
     GrammarSpec("choice", json.dumps([1, 2])),
+    GrammarSpec("ebnf", "root ::= root"),          # admits nothing, not even the end
+    GrammarSpec("regex", r"[^\s\S]"),
 ])
 def test_a_spec_that_does_not_compile_is_a_400(compiler, spec):
     with pytest.raises(InvalidRequest) as exc:
@@ -78,3 +82,33 @@ def test_valid_prefix_cuts_a_draft_and_leaves_the_state(compiler):
     assert grammar.valid_prefix([a, b, x, c]) == 2
     assert grammar.valid_prefix([a, b, c]) == 3
     assert grammar.accept(a) and not grammar.accept(x)
+
+
+@pytest.mark.parametrize("spec, limit", [
+    (GrammarSpec("regex", "a" * 101), "--max-grammar-chars"),
+    (GrammarSpec("choice", json.dumps([str(i) for i in range(6)])), "--max-grammar-choices"),
+])
+def test_a_spec_over_a_limit_is_refused_before_compiling(llama_dir, spec, limit):
+    tok = Tokenizer.from_dir(llama_dir)
+    comp = GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids,
+                           GrammarConfig(max_chars=100, max_choices=5))
+    with pytest.raises(InvalidRequest, match=limit) as exc:
+        comp.compile(spec)
+    assert exc.value.param == "structured_outputs"
+    assert comp.process is None   # nothing was compiled: no helper started
+
+
+def test_a_failed_spec_is_refused_again_from_the_cache(compiler, monkeypatch):
+    comp, _ = compiler
+    spec = GrammarSpec("regex", "(also unclosed")
+    with pytest.raises(InvalidRequest) as first:
+        comp.compile(spec)
+    first.value.param = "guided_regex"   # what a route does to the error it reports
+
+    def no_compile(*args):
+        raise AssertionError("compiled again")
+
+    monkeypatch.setattr(comp, "_compile", no_compile)
+    with pytest.raises(InvalidRequest) as again:
+        comp.compile(spec)
+    assert again.value.message == first.value.message and again.value.param == "structured_outputs"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from tandem.config import GrammarConfig
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.grammar.masks import allocate
 from tandem.tokenization.tokenizer import Tokenizer
@@ -14,7 +15,8 @@ from tandem.types import GrammarSpec
 def test_after_an_ignored_stop_token_everything_is_free(llama_dir):
     tok = Tokenizer.from_dir(llama_dir)
     vocab = tok.backend.get_vocab_size()
-    grammar = GrammarCompiler(tok.backend, vocab, tok.eos_token_ids).matcher(GrammarSpec("choice", '["ab"]'))
+    compiler = GrammarCompiler(tok.backend, vocab, tok.eos_token_ids, GrammarConfig(compile_timeout_s=None))
+    grammar = compiler.matcher(GrammarSpec("choice", '["ab"]'))
     for t in tok.encode("ab", add_special_tokens=False) + [tok.eos_token_ids[0]]:
         assert grammar.accept(t)
     assert grammar.terminated

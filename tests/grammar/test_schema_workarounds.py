@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tandem.config import GrammarConfig
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.grammar.schema_workarounds import json_safe_strings
 from tandem.tokenization.tokenizer import Tokenizer
@@ -34,7 +35,8 @@ def test_bounded_strings_become_patterns_and_the_rest_is_untouched():
                                      ('{"a": "wxyz"}', False), ('{"a": "x\x15"}', False)])
 def test_the_pattern_keeps_the_bounds_and_refuses_control_characters(llama_dir, text, ok):
     tok = Tokenizer.from_dir(llama_dir)
-    compiler = GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids)
+    compiler = GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids,
+                               GrammarConfig(compile_timeout_s=None))   # in this process: no helper to start
     schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3}}, "required": ["a"]}
     grammar = compiler.matcher(GrammarSpec("json_schema", json.dumps(json_safe_strings(schema))))
     accepted = all(grammar.accept(t) for t in tok.encode(text, add_special_tokens=False))

@@ -41,6 +41,9 @@ def read(lenient: bool = False, **body):
     ({"guided_choice": ["a"]}, GrammarSpec("choice", '["a"]'), "guided_choice"),
     ({"guided_grammar": 'root ::= "y"'}, GrammarSpec("ebnf", 'root ::= "y"'), "guided_grammar"),
     ({"guided_json": None, "structured_outputs": {}}, None, None),
+    ({"guided_json": {}}, GrammarSpec("json_schema", "{}"), "guided_json"),   # any JSON value
+    ({"structured_outputs": {"json_object": False, "regex": "a"}}, GrammarSpec("regex", "a"),
+     "structured_outputs"),
 ])
 def test_each_field_becomes_its_grammar(body, spec, param):
     assert read(**body) == (spec, param)
@@ -85,6 +88,15 @@ def test_workers_ai_gives_the_schema_itself():
     ({"structured_outputs": {"choice": [1, 2]}}, "structured_outputs.choice"),
     ({"guided_regex": 5}, "guided_regex"),
     ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
+    # empty constraints are refused, not dropped (issue #30: guided_choice [] was accepted)
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_regex": ""}, "guided_regex"),
+    ({"guided_grammar": ""}, "guided_grammar"),
+    ({"guided_json": []}, "guided_json"),
+    ({"guided_json": ""}, "guided_json"),
+    ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+    ({"structured_outputs": {"regex": ""}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"regex": "a", "choice": []}}, "structured_outputs"),
 ])
 def test_malformed_values_name_the_parameter(body, param):
     with pytest.raises(InvalidRequest) as info:

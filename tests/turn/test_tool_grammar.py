@@ -15,6 +15,7 @@ from tandem.turn.tool_grammar import arguments_schema, call_format, tool_call_gr
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import EngineRequest, FinishReason, SamplingParams
 from tandem_demo.schema_check import validate
+from tests.conftest import IN_PROCESS_GRAMMARS
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 6},
@@ -40,7 +41,7 @@ def tok(llama_dir):
 
 @pytest.fixture(scope="module")
 def compiler(tok):
-    return GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids)
+    return GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids, IN_PROCESS_GRAMMARS)
 
 
 def sample(engine, grammar, seeds, max_tokens=300, cut_ok=False, call_start="") -> list[str]:

@@ -17,7 +17,7 @@ from tandem.grammar.compiler import GrammarCompiler
 from tandem.testing.tiny_model import write_test_model
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.turn.tool_guard import call_openings, no_calls_grammar
-from tests.conftest import engine_config
+from tests.conftest import IN_PROCESS_GRAMMARS, engine_config
 from tests.api.fakes import FakeBackend
 
 
@@ -35,7 +35,7 @@ def test_openings_are_what_each_parser_reads_as_a_call(parser, template, opening
 
 def test_the_opening_is_refused_as_a_string_and_its_pieces_stay_free(llama_dir):
     tok = Tokenizer.from_dir(llama_dir)   # `<tool_call>` is one added token here
-    compiler = GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids)
+    compiler = GrammarCompiler(tok.backend, tok.backend.get_vocab_size(), tok.eos_token_ids, IN_PROCESS_GRAMMARS)
     guard = no_calls_grammar(("<tool_call>", "[TOOL_CALLS]"))
 
     def accepts(*texts: str, end: bool = False) -> bool:

@@ -14,6 +14,7 @@ and cancel alike, answers 404 like an unknown one; the list holds the caller's o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
 import orjson
@@ -43,6 +44,7 @@ from tandem.types import RequestContext
 
 ENDPOINTS = {"/v1/chat/completions": parse_chat, "/v1/completions": parse_completion}
 OUTPUT, ERRORS = "-output", "-errors"
+MAX_BATCH_REQUESTS = 50_000   # lines of one input file (OpenAI's limit)
 
 
 def account_of(request: Request) -> str:
@@ -116,9 +118,30 @@ def _read_input(content: str, endpoint: str) -> list[JSON]:
                                  "file", param="input_file_id")
         seen.add(custom_id)
         requests.append(line)
+        if len(requests) > MAX_BATCH_REQUESTS:
+            raise InvalidRequest(f"the input file holds more than {MAX_BATCH_REQUESTS} requests, "
+                                 "the limit of one batch", param="input_file_id")
     if not requests:
         raise InvalidRequest("the input file holds no request", param="input_file_id")
     return requests
+
+
+def _check_create(body: JSON) -> None:
+    """POST /v1/batches's fields, checked as OpenAI does (metadata: at most 16 string pairs,
+    keys up to 64 characters, values up to 512)."""
+    endpoint = body.get("endpoint")
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
+        raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
+    if body.get("completion_window", "24h") != "24h":
+        raise InvalidRequest("completion_window must be 24h", param="completion_window")
+    if not isinstance(body.get("input_file_id"), str):
+        raise InvalidRequest("input_file_id must be a file id (a string)", param="input_file_id")
+    metadata = body.get("metadata")
+    if metadata is not None and not (
+            isinstance(metadata, dict) and len(metadata) <= 16
+            and all(isinstance(v, str) and len(k) <= 64 and len(v) <= 512 for k, v in metadata.items())):
+        raise InvalidRequest("metadata must be an object of at most 16 string values (keys up to 64 "
+                             "characters, values up to 512)", param="metadata")
 
 
 def _list_limit(raw: str | None) -> int:
@@ -178,17 +201,15 @@ def batch_routes(service: QueueService) -> list[Route]:
     async def create(request: Request) -> Response:
         try:
             body = await read_json_object(request, 65536)
-            endpoint = body.get("endpoint")
-            if endpoint not in ENDPOINTS:
-                raise InvalidRequest(f"endpoint must be one of {', '.join(ENDPOINTS)}", param="endpoint")
-            if body.get("completion_window", "24h") != "24h":
-                raise InvalidRequest("completion_window must be 24h", param="completion_window")
+            _check_create(body)
+            endpoint = body["endpoint"]
             account, owner = account_of(request), owner_of(request.scope)
-            f = await service.queue.get_file(str(body.get("input_file_id")), owner, with_content=True)
+            f = await service.queue.get_file(body["input_file_id"], owner, with_content=True)
             if f is None or f.account != account:
                 raise NotFound(f"No file found with id '{body.get('input_file_id')}'",
                                param="input_file_id")
-            lines = _read_input(f.content, endpoint)
+            # a file of up to QueueConfig.max_file_bytes: parsed off the event loop
+            lines = await asyncio.to_thread(_read_input, f.content, endpoint)
             tenant = tenant_of(request.scope)
             jobs = tuple(JobSpec({"api": "openai", "url": endpoint, "tenant": tenant,
                                   "request": line["body"]}, external_reference=line["custom_id"])

@@ -1,8 +1,9 @@
 """OpenAI's Files API, as far as batches need it: /v1/files (upload, list), /v1/files/{id}
 (retrieve, delete) and /v1/files/{id}/content (download).
 
-Uploads are multipart (`file`, `purpose`), UTF-8 text (JSONL), kept in the queue's store so
-that every gateway sharing it can read them. A batch's output and error files are not stored:
+Uploads are multipart (`file`, `purpose`), UTF-8 text (JSONL), at most
+QueueConfig.max_file_bytes (`--max-file-bytes`, 100 MiB; 413 beyond, read as it streams in:
+upload.py), kept in the queue's store so that every gateway sharing it can read them. A batch's output and error files are not stored:
 they are rendered from its jobs when read (batch_api.output_lines), and exist once the batch
 has ended. Files belong to the tenant that uploaded them (a batch's output files to the batch's):
 another tenant's file id answers 404 like an unknown one, and listings hold the caller's own.
@@ -15,8 +16,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.api.auth import owner_of
-from tandem.api.errors import BodyTooLarge, openai_error_response
+from tandem.api.errors import openai_error_response
 from tandem.api.openai.batch_api import ERRORS, OUTPUT, account_of, batch_file_id, output_lines
+from tandem.api.openai.upload import read_upload
 from tandem.api.queue.service import NotFound, QueueService
 from tandem.api.responses import json_response
 from tandem.asyncq.job import JSON, StoredFile
@@ -65,25 +67,14 @@ def file_routes(service: QueueService) -> list[Route]:
 
     async def upload(request: Request) -> Response:
         try:
-            declared = request.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > max_bytes + 65536:
-                raise BodyTooLarge(f"file exceeds the limit of {max_bytes} bytes")
-            async with request.form(max_files=1, max_fields=8) as form:
-                purpose, upload = form.get("purpose"), form.get("file")
-                if purpose not in PURPOSES:
-                    raise InvalidRequest(f"purpose must be one of {', '.join(PURPOSES)}",
-                                         param="purpose")
-                if upload is None or isinstance(upload, str):
-                    raise InvalidRequest("send the file as the multipart field 'file'", param="file")
-                raw = await upload.read(max_bytes + 1)
-                name = upload.filename or "upload.jsonl"
-            if len(raw) > max_bytes:
-                raise BodyTooLarge(f"file exceeds the limit of {max_bytes} bytes")
+            up = await read_upload(request, max_bytes)
+            if up.purpose not in PURPOSES:
+                raise InvalidRequest(f"purpose must be one of {', '.join(PURPOSES)}", param="purpose")
             try:
-                text = raw.decode("utf-8")
+                text = up.content.decode("utf-8")
             except UnicodeDecodeError:
                 raise InvalidRequest("the file must be UTF-8 text (JSONL)", param="file") from None
-            f = await service.queue.put_file(account_of(request), purpose, name, text,
+            f = await service.queue.put_file(account_of(request), up.purpose, up.filename, text,
                                              owner_of(request.scope))
             return json_response(file_object(f))
         except Exception as exc:

@@ -81,7 +81,7 @@ class QueueConfig:
     max_attempts: int = 3                # runs of one job before it fails (preemptions do not count)
     retry_delay_s: float = 1.0
     max_payload_bytes: int = 10 * 2**20  # a queued request body above this: 413 (Workers AI's limit)
-    max_file_bytes: int = 100 * 2**20    # an uploaded batch input file above this: 413
+    max_file_bytes: int = 100 * 2**20    # a /v1/files upload above this: 413 (--max-file-bytes)
     poll_s: float = 0.5                  # dispatcher's look at the queue when idle
     # headroom: queued work is taken only while some worker has at most this many prompt tokens
     # waiting to be computed (and, on a worker, its KV cache below headroom_kv_usage)

@@ -255,6 +255,37 @@ def test_openai_batch_cancel_and_validation(app_client, tmp_path, room):
     assert backend.seen == []
 
 
+@pytest.mark.parametrize("fields, param", [
+    ({"endpoint": ["/v1/completions"]}, "endpoint"),       # unhashable: was a 500
+    ({"endpoint": {"url": "/v1/completions"}}, "endpoint"),
+    ({"endpoint": None}, "endpoint"),
+    ({"completion_window": ["24h"]}, "completion_window"),
+    ({"input_file_id": ["file-x"]}, "input_file_id"),
+    ({"input_file_id": None}, "input_file_id"),
+    ({"metadata": ["a"]}, "metadata"),
+    ({"metadata": {"k": 1}}, "metadata"),
+    ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
+])
+def test_openai_batch_create_refuses_bad_fields(app_client, fields, param):
+    client, _ = app_client
+    body = {"endpoint": "/v1/completions", "input_file_id": "file-x", "completion_window": "24h",
+            **fields}
+    r = client.post("/v1/batches", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_openai_batch_input_file_is_bounded(app_client, monkeypatch):
+    client, _ = app_client
+    monkeypatch.setattr("tandem.api.openai.batch_api.MAX_BATCH_REQUESTS", 2)
+    lines = "".join(json.dumps({"custom_id": str(i), "url": "/v1/completions",
+                                "body": {"prompt": "x"}}) + "\n" for i in range(3))
+    f = client.post("/v1/files", files={"file": ("in.jsonl", lines.encode())}, data={"purpose": "batch"})
+    r = client.post("/v1/batches", json={"endpoint": "/v1/completions", "input_file_id": f.json()["id"],
+                                         "completion_window": "24h"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input_file_id"
+    assert "more than 2 requests" in r.json()["error"]["message"]
+
+
 def test_batch_events_stream(app_client):
     client, _ = app_client
     rid = client.post(QUEUED, json={"requests": [{"prompt": "a"}, {"prompt": "b"}]}
