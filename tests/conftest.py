@@ -51,6 +51,9 @@ def llama_or_qwen3_dir(request):
 # seconds to start, per engine. tests/grammar/test_compile_process.py and
 # tests/engine/test_async_engine_grammar.py run it, as `tandem serve` does by default (tests/e2e).
 IN_PROCESS_GRAMMARS = GrammarConfig(compile_timeout_s=None)
+# every server a test starts compiles grammars in its own process too (no helper process, whose
+# start costs ~4 s of CPU per worker); the helper's own tests pass --grammar-compile-timeout
+os.environ.setdefault("TANDEM_GRAMMAR_COMPILE_TIMEOUT", "0")
 
 
 def engine_config(model_dir, *, num_blocks=256, block_size=4, max_num_batched_tokens=64,

@@ -50,7 +50,8 @@ def test_flags_build_configs():
     assert closed.allowed_origins == ()
 
 
-def test_defaults():
+def test_defaults(monkeypatch):
+    monkeypatch.delenv("TANDEM_GRAMMAR_COMPILE_TIMEOUT")   # tests/conftest.py sets it for the servers tests start
     engine, server = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
     assert engine.role == "both" and engine.model.dtype == "auto" and engine.cache.enable_prefix_caching
     assert engine.model.fused_layers and engine.cache.kv_cache_dtype == "auto"
@@ -263,3 +264,11 @@ def test_vllm_command_lines_start_unchanged():
     assert not off.cache.enable_prefix_caching and off.seed is None
     with pytest.raises(SystemExit):
         parse(["serve", "--model", "/m", "--seed", "x"])
+
+
+def test_the_environment_sets_the_compile_timeout_default(monkeypatch):
+    monkeypatch.setenv("TANDEM_GRAMMAR_COMPILE_TIMEOUT", "3")
+    engine, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu"]))
+    assert engine.grammar.compile_timeout_s == 3.0
+    engine, _ = configs_from_args(parse(["serve", "--model", "/m", "--device", "cpu", "--grammar-compile-timeout", "7"]))
+    assert engine.grammar.compile_timeout_s == 7.0   # the flag wins
