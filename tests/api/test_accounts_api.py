@@ -337,3 +337,24 @@ def test_two_accounts_never_see_each_others_objects(backend, tmp_path):
     finally:
         hook_a.stop()
         hook_b.stop()
+
+
+# --- the usage routes under accounts ---------------------------------------------------------
+
+def test_usage_routes_take_an_operator_token_or_the_account_itself(client):
+    new_account(client, "ops")
+    new_account(client, "team-a")
+    new_account(client, "team-b")
+    operator = new_token(client, "ops", scopes=("admin",))
+    tenant = new_token(client, "team-a")
+    assert client.get("/admin/usage", headers=bearer(operator)).status_code == 200
+    assert client.get("/admin/usage", headers=CLUSTER).status_code == 200
+    assert client.get("/admin/usage", headers=bearer(tenant)).status_code == 403
+    assert client.get("/admin/usage").status_code == 401
+    own = client.get("/client/v4/accounts/team-a/ai/usage", headers=bearer(tenant))
+    assert own.status_code == 200, own.text
+    other = client.get("/client/v4/accounts/team-b/ai/usage", headers=bearer(tenant))
+    unknown = client.get("/client/v4/accounts/no-such/ai/usage", headers=bearer(tenant))
+    # another account's ledger: refused the same way whether that account exists or not
+    assert other.status_code == unknown.status_code == 403
+    assert other.text.replace("team-b", "X") == unknown.text.replace("no-such", "X")   # it echoes the id only
