@@ -3,11 +3,7 @@ forms): a file path or `sqlite:///PATH`, `redis://...`, or `postgresql://...`.""
 
 from __future__ import annotations
 
-import os
-import sqlite3
-
-from tandem.asyncq.sql_db import SqlDb
-from tandem.asyncq.sqlite_queue import SQLITE
+from tandem.asyncq.sqlite_queue import open_sqlite_db
 from tandem.usage.sql_store import SqlUsageStore
 from tandem.usage.store import UsageStore
 
@@ -18,10 +14,8 @@ def open_store(target: str) -> UsageStore:
         from tandem.usage.redis_store import RedisUsageStore  # lazy: see tests/test_import_graph.py
         return RedisUsageStore(target)
     if target.startswith(("postgresql://", "postgres://")):
-        import psycopg  # only a PostgreSQL store loads psycopg
-
-        from tandem.asyncq.postgres_queue import POSTGRES  # lazy: see tests/test_import_graph.py
-        return SqlUsageStore(SqlDb(lambda: psycopg.connect(target, autocommit=True), POSTGRES))
+        from tandem.asyncq.postgres_queue import open_postgres_db  # lazy: see tests/test_import_graph.py
+        return SqlUsageStore(open_postgres_db(target))
     if "://" in target and not target.startswith("sqlite:///"):
         raise ValueError(f"unknown database URL {target!r}: use a file path, sqlite:///PATH, "
                          "redis://HOST:PORT[/DB] or postgresql://USER@HOST:PORT/DB")
@@ -29,15 +23,8 @@ def open_store(target: str) -> UsageStore:
 
 
 def open_sqlite_store(path: str, busy_timeout_s: float = 10.0) -> SqlUsageStore:
-    """A connection of its own, `synchronous=NORMAL`: in WAL mode a commit survives the process's
-    crash (not a power loss) without an fsync per request on the request's path."""
-    if path != ":memory:":
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-    def connect() -> sqlite3.Connection:
-        conn = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        return conn
-
-    return SqlUsageStore(SqlDb(connect, SQLITE))
+    """A connection of its own beside the queue's and the accounts' (opening one new file at once
+    is retried within the busy timeout: tandem/asyncq/sqlite_queue.py), `synchronous=NORMAL`: in
+    WAL mode a commit survives the process's crash (not a power loss) without an fsync per request
+    on the request's path."""
+    return SqlUsageStore(open_sqlite_db(path, busy_timeout_s, synchronous="NORMAL"))

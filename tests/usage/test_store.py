@@ -115,3 +115,27 @@ def test_two_stores_on_one_database_admit_exactly_the_limit_under_a_burst(queue_
             await a.close()
             await b.close()
     run(go())
+
+
+
+def test_the_usage_store_opens_a_sqlite_file_another_connection_is_writing(tmp_path):
+    """A gateway opens the queue, the accounts and the usage store on one file at once. Switching
+    it to WAL while another connection holds its write lock fails at once with 'database is
+    locked' (SQLite skips the busy handler there): the open retries within the busy timeout
+    rather than failing the gateway's start."""
+    import sqlite3
+    import threading
+
+    path = str(tmp_path / "queue.db")
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (1)")
+    release = threading.Timer(0.3, lambda: writer.execute("COMMIT"))
+    release.start()
+    try:
+        store = open_store(path)
+        run(store.close())
+    finally:
+        release.join()
+        writer.close()
