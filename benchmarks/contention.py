@@ -1,8 +1,9 @@
 """Throughput of a server on a quiet host and with one other process busy on one core.
 
 Each system (a `tandem serve` of one or more trees, vLLM CPU's OpenAI server) is started in
-turn, warmed up, and measured twice: quiet, then beside `python3 -c 'while True: pass'` pinned
-to the last core the server may use. A measurement is N concurrent /v1/completions with token-id
+turn, warmed up, and measured twice: quiet and beside `python3 -c 'while True: pass'` pinned
+to the last core the server may use, quiet first on even repetitions and busy first on odd ones
+(a server's second measurement reads faster than its first, so a fixed order biases the ratio). A measurement is N concurrent /v1/completions with token-id
 prompts (the same ids for every system), a fixed output length and ignore_eos: output tokens per
 wall-clock second. Systems alternate within each repetition (the order reversed on odd ones), so
 a figure and its baseline are taken minutes apart at most. Not run in CI.
@@ -123,7 +124,7 @@ def run_system(name: str, where: str | None, args: argparse.Namespace, rep: int,
         served = httpx.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
         asyncio.run(_measure(url, served, work, prompts[: max(1, len(prompts) // 4)]))   # warm-up
         cores = sorted(os.sched_getaffinity(0))
-        for busy in (False, True):
+        for busy in ((False, True) if rep % 2 == 0 else (True, False)):
             hog = _hog(cores[-1]) if busy else None
             try:
                 time.sleep(0.5 if busy else 0)
@@ -157,7 +158,7 @@ def report(readings: list[Reading]) -> str:
     for n in names:
         quiet = [r.tokens_per_s for r in readings if r.system == n and not r.busy]
         busy = [r.tokens_per_s for r in readings if r.system == n and r.busy]
-        ratios = [b / q for q, b in zip(quiet, busy)]
+        ratios = [b / q for q, b in zip(quiet, busy)]   # readings of one repetition pair up
         lines.append(f"| {n} | {_median(quiet):.0f} ({' / '.join(f'{x:.0f}' for x in quiet)}) | "
                      f"{_median(busy):.0f} ({' / '.join(f'{x:.0f}' for x in busy)}) | x{_median(ratios):.2f} |")
     return "\n".join(lines) + "\n"
