@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tandem.tracing.traceparent import HEADER, format_traceparent, parse_traceparent
 from tandem.tracing.span import Span
 from tandem.tracing.tracer import Tracer
-from tandem.types import RequestDelta, TraceParent
+from tandem.types import FinishReason, RequestDelta, TraceParent
 
 _SPAN = "tandem.span"   # scope key: this request's server span
 _TRACED_INTERNAL = ("/internal/generate", "/internal/kv_release")
@@ -109,6 +109,8 @@ def record_final(span: Span, d: RequestDelta) -> None:
                          "gen_ai.usage.output_tokens": d.num_output_tokens,
                          "tandem.cached_tokens": d.num_cached_tokens,
                          "tandem.finish_reason": d.finish_reason.value if d.finish_reason else "none"})
+    if d.finish_reason is FinishReason.ERROR:
+        span.set_error(d.error or "generation failed")
     t = d.timings
     if t is None:
         return

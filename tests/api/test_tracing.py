@@ -1,12 +1,16 @@
 """The app's side of tracing (tandem/api/tracing.py): the traceparent header in and out, the
 request's context handed to the backend, and the server span a collector receives."""
 
+import time
+
 from starlette.testclient import TestClient
 
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
+from tandem.api.tracing import record_final
 from tandem.tracing.config import TracingConfig
 from tandem.tracing.traceparent import parse_traceparent
+from tandem.types import FinishReason, RequestDelta, RequestTimings
 from tests.api.fakes import FakeBackend
 from tests.tracing.collector import Collector
 
@@ -65,3 +69,33 @@ def test_the_server_span_reaches_the_collector():
     assert s.attrs["http.route"] == "/v1/completions" and s.attrs["http.response.status_code"] == 200
     assert s.attrs["tandem.model"] == "fake-model" and s.error is None
     assert len(c.spans) == 1   # /health made none
+
+
+def test_a_final_delta_gives_the_workers_span_its_counts_events_and_error():
+    class Span:
+        def __init__(self):
+            self.attrs, self.events, self.error = {}, [], None
+
+        def set_attributes(self, a):
+            self.attrs.update(a)
+
+        def add_event(self, name, at_ns=None, attrs=None):
+            self.events.append((name, at_ns))
+
+        def set_error(self, message):
+            self.error = message
+
+    now = time.monotonic()
+    span = Span()
+    record_final(span, RequestDelta("r", [1], "x", finished=True, finish_reason=FinishReason.LENGTH,
+                                    num_prompt_tokens=9, num_cached_tokens=4, num_output_tokens=3,
+                                    timings=RequestTimings(now - 0.3, now - 0.2, None, now)))
+    assert span.attrs == {"gen_ai.usage.input_tokens": 9, "gen_ai.usage.output_tokens": 3,
+                          "tandem.cached_tokens": 4, "tandem.finish_reason": "length"}
+    (q, q_ns), (s, s_ns) = span.events   # no first token: no event for it
+    assert (q, s) == ("queued", "scheduled") and 90e6 < s_ns - q_ns < 110e6
+    assert abs(q_ns - (time.time_ns() - 0.3e9)) < 0.2e9 and span.error is None
+    failed = Span()
+    record_final(failed, RequestDelta("r", [], "", finished=True, finish_reason=FinishReason.ERROR,
+                                      error="engine died"))
+    assert failed.error == "engine died" and failed.events == []

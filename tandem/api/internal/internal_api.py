@@ -54,6 +54,8 @@ async def _lines(run: GenerationRun, span: Span | None) -> AsyncIterator[bytes]:
         err = as_tandem_error(exc)
         failed = RequestDelta(request_id=request_id, new_token_ids=[], new_text="", finished=True,
                               finish_reason=FinishReason.ERROR, error=err.message)
+        if span is not None:
+            record_final(span, failed)
         yield orjson.dumps(delta_to_dict(failed)) + b"\n"
     finally:
         await run.aclose()
