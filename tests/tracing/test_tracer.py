@@ -25,7 +25,8 @@ def test_a_no_op_span_continues_its_parents_trace_with_a_new_span_id():
     t = NoopTracer()
     child = t.start_span("x", PARENT, "server").context
     assert child.trace_id == PARENT.trace_id and child.span_id != PARENT.span_id
-    assert t.start_span("x", TraceParent(PARENT.trace_id, PARENT.span_id, False), "server").context.sampled is False
+    unsampled = TraceParent(PARENT.trace_id, PARENT.span_id, sampled=False)
+    assert t.start_span("x", unsampled, "server").context.sampled is False
     a, b = t.start_span("x", None, "server").context, t.start_span("x", None, "server").context
     assert a.trace_id != b.trace_id and a.sampled
 
