@@ -89,9 +89,13 @@ class TraceMiddleware:
             span.set_error(f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            route = scope.get("route")
+            # the route's template (/v1/files/{file_id}), set by the router once it matched: the
+            # span's name stays one per route, not one per id
+            template = getattr(scope.get("route"), "path", None)
+            if template is not None and template != scope["path"]:
+                span.rename(f"{method} {template}")
             span.set_attributes({"http.response.status_code": status,
-                                 "http.route": getattr(route, "path", scope["path"])})
+                                 "http.route": template or scope["path"]})
             if status >= 500:
                 span.set_error(f"answered {status}")
             span.end()

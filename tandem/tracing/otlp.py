@@ -53,6 +53,9 @@ class OtlpSpan:
     def set_error(self, message: str) -> None:
         self._span.set_status(Status(StatusCode.ERROR, message))
 
+    def rename(self, name: str) -> None:
+        self._span.update_name(name)
+
     def end(self) -> None:
         self._span.end()
 

@@ -24,4 +24,7 @@ class Span(Protocol):
 
     def set_error(self, message: str) -> None: ...
 
+    def rename(self, name: str) -> None:
+        """A better name found once the span runs (a server span's route template)."""
+
     def end(self) -> None: ...

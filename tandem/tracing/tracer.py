@@ -44,6 +44,9 @@ class NoopSpan:
     def set_error(self, message: str) -> None:
         pass
 
+    def rename(self, name: str) -> None:
+        pass
+
     def end(self) -> None:
         pass
 

@@ -99,3 +99,14 @@ def test_a_final_delta_gives_the_workers_span_its_counts_events_and_error():
     record_final(failed, RequestDelta("r", [], "", finished=True, finish_reason=FinishReason.ERROR,
                                       error="engine died"))
     assert failed.error == "engine died" and failed.events == []
+
+
+def test_a_span_is_named_after_its_routes_template_not_the_id_in_the_path():
+    with Collector() as c:
+        config = ServerConfig(tracing=TracingConfig(otlp_endpoint=c.url, export_interval_s=0.2))
+        with TestClient(build_app(FakeBackend(), config)) as client:
+            r = client.get("/v1/models/no-such-model", headers={"traceparent": CLIENT})
+            assert r.status_code == 404
+        (s,) = c.trace(TID)
+    assert s.name == "GET /v1/models/{model:path}" and s.attrs["http.route"] == "/v1/models/{model:path}"
+    assert s.attrs["url.path"] == "/v1/models/no-such-model" and s.error is None   # a 4xx is no error

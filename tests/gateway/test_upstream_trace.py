@@ -39,6 +39,9 @@ class Recorded:
     def set_error(self, message):
         self.error = message
 
+    def rename(self, name):
+        self.name = name
+
     def end(self):
         self.ended += 1
 
