@@ -1,10 +1,11 @@
 """The worker's internal API, used by the gateway (docs/dev/contracts.md, "Worker internal API").
 
 POST /internal/generate: body wire.request_to_dict(EngineRequest); answer application/x-ndjson,
-one wire.delta_to_dict(RequestDelta) per line. Its span (tandem/api/tracing.py, a child of the
-gateway's `traceparent`) gets the request's token counts, finish reason and engine timing. A TandemError before the first line is an
+one wire.delta_to_dict(RequestDelta) per line. A TandemError before the first line is an
 OpenAI-style error JSON with its status; a failure after it is a final delta with
-finish_reason "error". Closing the HTTP request aborts the engine request.
+finish_reason "error". Closing the HTTP request aborts the engine request. Its span
+(tandem/api/tracing.py, a child of the gateway's `traceparent`) gets the request's token counts,
+finish reason and engine timing.
 GET /internal/stats: EngineStats as JSON plus kv_layout and role, and what the gateway needs to
 route: instance_id (new at every start: a restarted worker has a new cache), hash_seed and
 block size (to hash prompts like the worker), model name, max_model_len, transport address,
