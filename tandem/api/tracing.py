@@ -27,6 +27,7 @@ from tandem.tracing.tracer import Tracer
 from tandem.types import FinishReason, RequestDelta, TraceParent
 
 _SPAN = "tandem.span"   # scope key: this request's server span
+_HEADER = HEADER.encode()
 _TRACED_INTERNAL = ("/internal/generate", "/internal/kv_release")
 _UNTRACED = ("/health", "/metrics", "/version")
 # response headers the gateway sets (tandem/gateway/pd_flow.py) that name the workers it chose
@@ -62,15 +63,25 @@ class TraceMiddleware:
         if scope["type"] != "http" or not traced_path(scope["path"]):
             await self.app(scope, receive, send)
             return
-        header = next((v for k, v in scope["headers"] if k == HEADER.encode()), None)
+        header = next((v for k, v in scope["headers"] if k == _HEADER), None)
         parent = parse_traceparent(header.decode("latin-1") if header is not None else None)
+        if not self.tracer.enabled:
+            # nothing recorded: only the context, for the backend and the answer (~5 us)
+            span = self.tracer.start_span("", parent, "server")
+            scope[_SPAN] = span
+            await self.app(scope, receive, _answering(send, span))
+            return
+        await self._record(scope, receive, send, parent)
+
+    async def _record(self, scope: Scope, receive: Receive, send: Send,
+                      parent: TraceParent | None) -> None:
         method = scope["method"]
         span = self.tracer.start_span(f"{method} {scope['path']}", parent, "server",
                                       {"tandem.model": self.model_name(),
                                        "http.request.method": method,
                                        "url.path": scope["path"]})
         scope[_SPAN] = span
-        answer = (HEADER.encode(), format_traceparent(span.context).encode())
+        answer = (_HEADER, format_traceparent(span.context).encode())
         status = 0
 
         async def send_traced(message: Message) -> None:
@@ -99,6 +110,18 @@ class TraceMiddleware:
             if status >= 500:
                 span.set_error(f"answered {status}")
             span.end()
+
+
+def _answering(send: Send, span: Span) -> Send:
+    """`send` with the span's context added to the response's headers."""
+    answer = (_HEADER, format_traceparent(span.context).encode())
+
+    async def send_answering(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), answer]}
+        await send(message)
+
+    return send_answering
 
 
 def wall_ns(monotonic_s: float) -> int:

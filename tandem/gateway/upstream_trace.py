@@ -16,10 +16,21 @@ from tandem.tracing.tracer import Tracer
 from tandem.types import EngineRequest, RequestDelta, TraceParent
 
 
-async def traced_generate(tracer: Tracer, parent: TraceParent | None, http: WorkerHTTP, url: str,
-                          req: EngineRequest, pool: str, read_timeout_s: float
-                          ) -> AsyncIterator[RequestDelta]:
-    """stream_generate's deltas, inside a client span named after the call's role."""
+def traced_generate(tracer: Tracer, parent: TraceParent | None, http: WorkerHTTP, url: str,
+                    req: EngineRequest, pool: str, read_timeout_s: float
+                    ) -> AsyncIterator[RequestDelta]:
+    """stream_generate's deltas, inside a client span named after the call's role. Nothing
+    recorded (no endpoint): stream_generate itself, with the header, so no delta pays for tracing."""
+    if not tracer.enabled:
+        context = tracer.start_span("", parent, "client").context
+        return stream_generate(http, url, req, pool, read_timeout_s,
+                               {HEADER: format_traceparent(context)})
+    return _recorded(tracer, parent, http, url, req, pool, read_timeout_s)
+
+
+async def _recorded(tracer: Tracer, parent: TraceParent | None, http: WorkerHTTP, url: str,
+                    req: EngineRequest, pool: str, read_timeout_s: float
+                    ) -> AsyncIterator[RequestDelta]:
     span = tracer.start_span(f"{pool} call", parent, "client",
                              {"tandem.pool": pool, "tandem.worker.url": url,
                               "tandem.request_id": req.request_id,

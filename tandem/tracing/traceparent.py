@@ -11,33 +11,26 @@ when what follows them starts with '-'. Only the sampled bit (01) of the flags i
 from __future__ import annotations
 
 import os
+import re
 
 from tandem.types import TraceParent
 
 HEADER = "traceparent"
-_HEX = frozenset("0123456789abcdef")
-_V00_LEN = 55   # 2 + 1 + 32 + 1 + 16 + 1 + 2
-
-
-def _hex(text: str, length: int) -> bool:
-    return len(text) == length and set(text) <= _HEX and text != "0" * length
+# version, trace id, parent span id, flags, and what a later version may add after a '-'
+_FORMAT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?", re.DOTALL)
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
 def parse_traceparent(header: str | None) -> TraceParent | None:
     """The context a `traceparent` header carries; None when absent or invalid."""
     if header is None:
         return None
-    h = header.strip()
-    if len(h) < _V00_LEN or h[2] != "-" or h[35] != "-" or h[52] != "-":
+    m = _FORMAT.fullmatch(header.strip())
+    if m is None:
         return None
-    version, trace_id, span_id, flags = h[:2], h[3:35], h[36:52], h[53:55]
-    if not (len(set(version) - _HEX) == 0 and version != "ff"):
-        return None
-    if version == "00" and len(h) != _V00_LEN:
-        return None
-    if len(h) > _V00_LEN and h[_V00_LEN] != "-":
-        return None
-    if not (_hex(trace_id, 32) and _hex(span_id, 16) and set(flags) <= _HEX):
+    version, trace_id, span_id, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest is not None) \
+            or trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
         return None
     return TraceParent(trace_id, span_id, sampled=bool(int(flags, 16) & 1))
 

@@ -126,3 +126,11 @@ def test_a_call_the_client_abandons_still_ends_its_span():
     asyncio.run(go())
     (span,) = tracer.spans
     assert span.ended == 1 and span.parent is None and span.attrs["tandem.output_tokens"] == 1
+
+
+def test_with_nothing_recorded_the_header_still_goes_to_the_worker():
+    deltas, seen = run(lambda r: ndjson(RequestDelta("r1-d1", [8], "b", finished=True,
+                                                     finish_reason=FinishReason.STOP)), NoopTracer())
+    assert [d.new_token_ids for d in deltas] == [[8]]
+    sent = parse_traceparent(seen[0].headers["traceparent"])
+    assert sent.trace_id == PARENT.trace_id and sent.span_id != PARENT.span_id
