@@ -17,7 +17,7 @@ class TracingConfig:
     otlp_endpoint: str | None = None
     service_name: str = "tandem"   # the resource's service.name, e.g. tandem-gateway, tandem-prefill
     # a batch of spans goes out at least this often; spans wait in a bounded queue in between
-    # (past max_queue_spans the newest are dropped: tracing never slows a request down)
+    # (past max_queue_spans the oldest are dropped: tracing never slows a request down)
     export_interval_s: float = 1.0
     max_queue_spans: int = 4096
     export_timeout_s: float = 5.0  # one export call, its retries included

@@ -70,9 +70,11 @@ def _check_tree(c, spans, client_span: str) -> None:
     for w in (p_work, d_work):
         assert w.events == ("queued", "scheduled", "first_token") and w.error is None
     assert d_call.attrs["tandem.output_tokens"] == MAX_TOKENS - 1   # the first came from prefill
-    # nesting in time: each child within its parent (clocks of one host)
+    # nesting in time (clocks of one host): each child starts within its parent; a worker's span
+    # ends once its body's last chunk is out, which may be just after the gateway read the last line
     for parent, child in ((gw, p_call), (gw, d_call), (p_call, p_work), (d_call, d_work)):
-        assert parent.start_ns <= child.start_ns and child.end_ns <= parent.end_ns + 5_000_000
+        assert parent.start_ns <= child.start_ns <= parent.end_ns
+        assert child.end_ns <= parent.end_ns + 250_000_000
 
 
 def test_a_clients_traceparent_reaches_gateway_prefill_and_decode(traced):
