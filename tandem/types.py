@@ -151,6 +151,17 @@ class ParserOptions:
 
 
 @dataclass(frozen=True)
+class TraceParent:
+    """A W3C trace context (the `traceparent` header, version 00): the trace a request belongs to
+    and the span that sent it. Parsed and formatted by tandem/tracing/traceparent.py; ids are
+    lowercase hex, never all zeros."""
+
+    trace_id: str       # 32 hex digits
+    span_id: str        # 16 hex digits: the caller's span, the parent of the receiver's
+    sampled: bool = True  # the caller may have recorded its span: receivers record theirs
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """Who sends a request and how it is to be served, carried explicitly from the HTTP layer
     through the backend (gateway: routing; worker: the engine). Never read from ambient state."""
@@ -164,6 +175,9 @@ class RequestContext:
     # The tenant is part of every block hash too (tandem/kv/block_hash.py: cache_keys), so
     # tenants never share KV; True (the operator's --share-prefix-cache) leaves it out.
     share_prefix_cache: bool = False
+    # the HTTP request's server span (tandem/api/tracing.py): a gateway's calls to its workers are
+    # its children. Not on the internal wire: the `traceparent` header carries it between processes.
+    trace: TraceParent | None = None
 
 
 @dataclass

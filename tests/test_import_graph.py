@@ -31,6 +31,8 @@ LAZY = {
         "a SQLite or PostgreSQL usage store never loads the redis client",
     ("tandem.usage.open_store", "tandem.asyncq.postgres_queue"):
         "a SQLite or Redis usage store never loads psycopg",
+    ("tandem.tracing.tracer", "tandem.tracing.otlp"):
+        "opentelemetry only with --otlp-endpoint: without it tracing costs no import",
 }
 
 

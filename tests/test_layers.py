@@ -47,11 +47,14 @@ ALLOWED = {
     # a chat turn: its fields read, its tools and structured output made a grammar, its output parsed
     "turn": BASE | {"tokenization", "grammar", "parsers"},
     # the HTTP API over a Backend protocol: it never imports the engine, the gateway or the router
-    "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq", "accounts", "usage"},
+    # tracing: the traceparent header and the tracer (opentelemetry only inside it, when on)
+    "tracing": BASE,
+    "api": BASE | {"kv", "tokenization", "grammar", "parsers", "turn", "asyncq", "accounts", "usage",
+                   "tracing"},
     # a worker process: its engine behind the api routes, and its registration with a gateway
     "worker": BASE | {"http", "api", "engine", "tokenization"},
     "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn",
-                       "usage"},
+                       "usage", "tracing"},
     "launcher": BASE | {"kvstore"},
     "testing": BASE | {"layers", "models", "kv", "kernels"},
     "bench": BASE | {"engine", "http", "kv", "models", "testing", "tokenization"},

@@ -16,6 +16,7 @@ between the stream and the disconnect and delay cancellation.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -46,10 +47,12 @@ from tandem.api.openai.tokenize_api import tokenize_routes
 from tandem.api.queue.routes import JOB_RUNNERS, queue_routes
 from tandem.api.queue.service import QueueService, QueueSetup
 from tandem.api.responses import json_response
+from tandem.api.tracing import TraceMiddleware
 from tandem.api.usage_api import MeterOpening, usage_routes
 from tandem.api.workers_ai.queued_api import queued_request
 from tandem.api.workers_ai.workers_ai_api import workers_ai_routes
 from tandem.errors import InvalidRequest
+from tandem.tracing.tracer import make_tracer
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -97,6 +100,7 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
     also serves the asynchronous batch API (tandem/api/queue/service.py), dispatching queued work
     through `backend` between startup and shutdown."""
     ctx = ServerContext.create(backend, config)
+    tracer = make_tracer(config.tracing)   # no-op without an OTLP endpoint
     service = QueueService(ctx, queue, JOB_RUNNERS) if queue is not None else None
     accounts = _accounts(config, queue)
     # rate limits and the usage ledger live in the queue's database (tandem/api/usage_api.py)
@@ -126,6 +130,7 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
                 await shutdown()
             if accounts is not None:
                 await accounts.stop()
+            await asyncio.to_thread(tracer.shutdown)   # the spans of the last requests, bounded
 
     routes = [*openai_routes(ctx), *responses_routes(ctx), *messages_routes(ctx),
               *tokenize_routes(ctx), *workers_ai_routes(ctx), *internal_routes(ctx),
@@ -146,10 +151,14 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
         app.add_middleware(CORSMiddleware, allow_origins=list(config.allowed_origins),
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(DrainGate, state=ctx.drain)   # refuses new generation calls while draining
+    # a span per request (tandem/api/tracing.py); inside the guard, so a client that leaves
+    # ends its span as cancelled
+    app.add_middleware(TraceMiddleware, tracer=tracer, model_name=lambda: ctx.served_name)
     app.add_middleware(DisconnectGuard)   # outermost: it cancels the whole request on a disconnect
     app.state.ctx = ctx
     app.state.queue = service
     app.state.accounts = accounts
+    app.state.tracer = tracer
     return app
 
 

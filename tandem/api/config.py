@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.tracing.config import TracingConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
 from tandem.usage.meter import UsageConfig
 
@@ -39,5 +40,7 @@ class ServerConfig:
     port: int = 8000
     gateway_url: str | None = None        # --gateway: the gateway this worker registers with
     advertise_url: str | None = None      # how the gateway reaches this worker; None: from host/port
+    # spans exported over OTLP when tracing.otlp_endpoint is set (tandem/api/tracing.py)
+    tracing: TracingConfig = TracingConfig()
     log_level: str = "info"
     access_log: bool = False

@@ -10,6 +10,7 @@
   their requests run at 0). The engine schedules by `priority` (tandem/engine/priority.py).
 The context then travels explicitly: route -> GenerationRun -> Backend.generate(req) inside
 `req.context` -> (gateway) the routing flow and the worker's internal API (tandem.api.internal.wire).
+- trace: the request's server span (tandem/api/tracing.py), parent of the gateway's worker calls.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.requests import Request
 
 from tandem.api.auth import tenant_of
 from tandem.api.config import ServerConfig
+from tandem.api.tracing import trace_of
 from tandem.types import RequestContext
 
 SESSION_HEADER = "x-session-affinity"
@@ -35,4 +37,5 @@ def http_context(request: Request, config: ServerConfig, cache_salt: str | None 
                  priority: int = 0) -> RequestContext:
     return RequestContext(session_id=session_id(request), tenant=tenant_of(request.scope),
                           cache_salt=cache_salt, priority=priority,
-                          share_prefix_cache=config.share_prefix_cache)
+                          share_prefix_cache=config.share_prefix_cache,
+                          trace=trace_of(request.scope))

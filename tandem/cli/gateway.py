@@ -6,7 +6,7 @@
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
                  [--accounts [--token-cache-ttl S]]
                  [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE]
-                 [--no-usage-ledger]
+                 [--no-usage-ledger] [--otlp-endpoint URL] [--otlp-service-name NAME]
       the gateway; workers may also register at runtime (tandem serve --gateway URL). It serves
       the asynchronous batch API by default, on a SQLite file under the state directory, and
       keeps rate limits and the usage ledger in the same database (tandem/cli/usage_flags.py).
@@ -29,6 +29,7 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.tracing_flags import add_tracing_arguments, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.gateway.app import build_gateway_app, model_facts
 from tandem.gateway.config import GatewayConfig, RegistryConfig
@@ -127,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_queue_arguments(g)
     add_accounts_arguments(g)
     add_usage_arguments(g)
+    add_tracing_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -157,7 +159,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                               min_samples=args.planner_min_samples),
         role_switch_drain_s=args.planner_drain_timeout,
         queue=queue, **accounts_settings(args, queue, "gateway"),
-        usage=usage_config_from_args(args, queue is not None))
+        usage=usage_config_from_args(args, queue is not None),
+        tracing=tracing_config_from_args(args, "tandem-gateway", "gateway"))
 
 
 def gateway(args: argparse.Namespace) -> int:

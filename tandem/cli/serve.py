@@ -4,7 +4,8 @@
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
                [--cluster-secret-file FILE | --cluster-secret SECRET]
                [--queue-db [FILE] | --queue-url URL | --no-queue] [--accounts]
-               [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE] ...
+               [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE]
+               [--otlp-endpoint URL] [--otlp-service-name NAME] ...
       standalone (no --gateway, role both) it serves the asynchronous batch API by default;
       /internal/* routes take only the cluster secret (also $TANDEM_CLUSTER_SECRET; tandem/api/auth.py)
 
@@ -34,6 +35,7 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.tracing_flags import add_tracing_arguments, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
 from tandem.config import (
@@ -217,6 +219,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_queue_arguments(p)
     add_accounts_arguments(p)
     add_usage_arguments(p)
+    add_tracing_arguments(p)
     p.set_defaults(func=serve)
 
 
@@ -269,6 +272,9 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           advertise_url=args.advertise_url,
                           log_level=args.log_level,
                           access_log=args.access_log,
+                          tracing=tracing_config_from_args(
+                              args, "tandem-worker" if args.role == "both" else f"tandem-{args.role}",
+                              "serve"),
                           **accounts_settings(args, _queue_config(args), "serve"))
     return engine, server
 

@@ -5,6 +5,7 @@
            [--tool-call-parser NAME] [--reasoning-parser NAME] [--cluster-secret-file FILE]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ] [--accounts]
            [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE] [--no-usage-ledger]
+           [--otlp-endpoint URL]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
@@ -13,7 +14,8 @@
       The model name, chat template and output parsers go to the gateway (which renders prompts)
       and to every worker alike. The cluster secret (/internal routes) is generated for each run,
       or taken from --cluster-secret[-file] / TANDEM_CLUSTER_SECRET, and reaches the children in
-      their environment (tandem/launcher/cluster.py).
+      their environment (tandem/launcher/cluster.py). --otlp-endpoint goes to the gateway and
+      every worker, each exporting its spans under its own service name (docs/tracing.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 
 from tandem.cli.queue_flags import add_queue_arguments, forwarded_queue_args
 from tandem.cli.secret_flags import add_cluster_secret_arguments, cluster_secret_from_args
+from tandem.cli.tracing_flags import add_tracing_arguments, forwarded_tracing_args, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, forwarded_usage_args, usage_config_from_args
 from tandem.launcher.cluster import ClusterSpec, run_cluster
 from tandem.launcher.profiles import PROFILES, apply_profile
@@ -76,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the gateway authenticates account tokens too (tandem accounts --port PORT; "
                         "the admin API /admin/*), kept in its queue's database")
     add_usage_arguments(u)   # for the gateway
+    add_tracing_arguments(u)   # --otlp-endpoint for the gateway and every worker
     u.set_defaults(func=up)
 
 
@@ -93,6 +97,12 @@ def up(args: argparse.Namespace) -> int:
                   "--worker-arg=--tensor-parallel-size=1", file=sys.stderr)
             return 2
     usage_config_from_args(args, not args.no_queue)   # its files' errors, before anything starts
+    tracing_config_from_args(args, "tandem", "up")     # a bad endpoint, before anything starts
+    if args.otlp_service_name:
+        print("tandem up: --otlp-service-name would name every process alike; each keeps its own "
+              "(tandem-gateway, tandem-prefill, tandem-decode), or pass it per process with "
+              "--worker-arg / --gateway-arg", file=sys.stderr)
+        return 2
     if args.colocated is None and args.prefill is None and args.decode is None:
         args.prefill, args.decode = 1, 1
     if args.colocated is None and not (args.prefill and args.decode):
@@ -113,11 +123,12 @@ def up(args: argparse.Namespace) -> int:
     share = (f"--gpu-memory-utilization={args.gpu_memory_utilization / workers:.4g}",)
     spec = ClusterSpec(model=args.model, prefill=args.prefill or 0, decode=args.decode or 0,
                        colocated=args.colocated or 0, host=args.host, port=args.port,
-                       policy=args.policy, worker_args=share + tuple(args.worker_arg) + parsers,
+                       policy=args.policy,
+                       worker_args=share + forwarded_tracing_args(args) + tuple(args.worker_arg) + parsers,
                        role_args=role_args,
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
                        + forwarded_queue_args(args) + (("--accounts",) if args.accounts else ())
-                       + forwarded_usage_args(args),
+                       + forwarded_usage_args(args) + forwarded_tracing_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"))
     return run_cluster(spec)

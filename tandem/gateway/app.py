@@ -206,7 +206,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                  tool_call_parser=config.tool_call_parser,
                                  reasoning_parser=config.reasoning_parser,
                                  constrain_auto_tool_calls=config.constrain_auto_tool_calls,
-                                 tool_call_guard=config.tool_call_guard, usage=config.usage)
+                                 tool_call_guard=config.tool_call_guard, usage=config.usage,
+                                 tracing=config.tracing)
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
@@ -220,6 +221,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
         planner.append(PlannerLoop(config.planner, server_metrics.ttft, server_metrics.itl, registry,
                                    tracker, server_metrics.registry, executor=executor))
     parts.metrics = metrics
+    parts.tracer = app.state.tracer   # the app's: its calls to workers are its requests' children
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
     # middlewares added outside it see the cancelled request end like any other

@@ -8,6 +8,7 @@ from tandem.api.queue.service import QueueConfig
 from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig
+from tandem.tracing.config import TracingConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
 from tandem.usage.meter import UsageConfig
 
@@ -80,3 +81,5 @@ class GatewayConfig:
     token_cache_ttl_s: float = 5.0
     # rate limits, prices and the usage ledger, in the queue's database (tandem/usage/)
     usage: UsageConfig = field(default_factory=UsageConfig)
+    # spans over OTLP with --otlp-endpoint: the request's, and one per call to a worker
+    tracing: TracingConfig = field(default_factory=TracingConfig)

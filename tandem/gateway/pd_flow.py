@@ -47,11 +47,13 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import session_key
 from tandem.gateway.metrics import GatewayMetrics
 from tandem.gateway.registry import Registry
-from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv, stream_generate
+from tandem.gateway.upstream_trace import traced_generate
+from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv
 from tandem.kv.block_hash import cache_keys
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.placement import Placement, PlacementConfig, place
 from tandem.router.router import HashMemo, Route, Router
+from tandem.tracing.tracer import NoopTracer, Tracer
 from tandem.types import EngineRequest, EngineStats, FinishReason, RequestDelta, RequestTimings
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,8 @@ class GatewayParts:
     # the chat template's assistant header: conversations without x-session-affinity are
     # recognised by the prompt up to its first occurrence (tandem/gateway/conversation.py)
     marker: tuple[int, ...] | None = None
+    # each call to a worker is a span, child of the request's (tandem/gateway/upstream_trace.py)
+    tracer: Tracer = field(default_factory=NoopTracer)
 
 
 class GatewayBackend:
@@ -354,7 +358,8 @@ class _Flow:
         raise WorkerFailed(url, "prefill ended without a final delta", False, "prefill")
 
     def _stream(self, url: str, wreq: EngineRequest, pool: str) -> AsyncIterator[RequestDelta]:
-        return stream_generate(self.p.http, url, wreq, pool, self.p.config.worker_read_timeout_s)
+        return traced_generate(self.p.tracer, self.req.context.trace, self.p.http, url, wreq, pool,
+                               self.p.config.worker_read_timeout_s)
 
     # --- rewriting --------------------------------------------------------------------------
     def _set_headers(self, prefill_url: str, decode_url: str) -> None:

@@ -15,7 +15,7 @@ the gateway; tests adapt httpx mock transports to it).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Protocol
 
@@ -46,7 +46,8 @@ class WorkerHTTP(Protocol):
     """Raises tandem.http.client's ConnectFailed, ResponseTimeout, ConnectionBroken."""
 
     def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
-               read_timeout_s: float = 120.0) -> AbstractAsyncContextManager[WorkerResponse]: ...
+               read_timeout_s: float = 120.0, headers: Mapping[str, str] | None = None
+               ) -> AbstractAsyncContextManager[WorkerResponse]: ...
 
 
 class WorkerFailed(Exception):
@@ -78,11 +79,13 @@ def error_from_body(status: int, body: bytes) -> TandemError:
 
 
 async def stream_generate(http: WorkerHTTP, url: str, req: EngineRequest, pool: str = "both",
-                          read_timeout_s: float = 120.0) -> AsyncIterator[RequestDelta]:
-    """Deltas of `req` on worker `url` (called in role `pool`); ends after the final delta."""
+                          read_timeout_s: float = 120.0, headers: Mapping[str, str] | None = None
+                          ) -> AsyncIterator[RequestDelta]:
+    """Deltas of `req` on worker `url` (called in role `pool`); ends after the final delta.
+    `headers`: sent with the call (the gateway's `traceparent`)."""
     body = orjson.dumps(wire.request_to_dict(req))
     try:
-        async with http.stream("POST", url, GENERATE_PATH, body, read_timeout_s) as r:
+        async with http.stream("POST", url, GENERATE_PATH, body, read_timeout_s, headers) as r:
             if r.status != 200:
                 data = await r.read()
                 if r.status in (401, 403):   # the gateway's credential, not the client's fault

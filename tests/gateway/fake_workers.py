@@ -128,9 +128,9 @@ class HttpxWorkerHTTP:
 
     @asynccontextmanager
     async def stream(self, method: str, base_url: str, path: str, body: bytes = b"",
-                     read_timeout_s: float = 120.0):
+                     read_timeout_s: float = 120.0, headers=None):
         try:
-            async with self.client.stream(method, base_url + path, content=body,
+            async with self.client.stream(method, base_url + path, content=body, headers=headers,
                                           timeout=read_timeout_s) as r:
                 yield _HttpxResponse(r)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:

@@ -3,7 +3,9 @@
 POST /internal/generate: body wire.request_to_dict(EngineRequest); answer application/x-ndjson,
 one wire.delta_to_dict(RequestDelta) per line. A TandemError before the first line is an
 OpenAI-style error JSON with its status; a failure after it is a final delta with
-finish_reason "error". Closing the HTTP request aborts the engine request.
+finish_reason "error". Closing the HTTP request aborts the engine request. Its span
+(tandem/api/tracing.py, a child of the gateway's `traceparent`) gets the request's token counts,
+finish reason and engine timing.
 GET /internal/stats: EngineStats as JSON plus kv_layout and role, and what the gateway needs to
 route: instance_id (new at every start: a restarted worker has a new cache), hash_seed and
 block size (to hash prompts like the worker), model name, max_model_len, transport address,
@@ -36,19 +38,25 @@ from tandem.api.internal.wire import delta_to_dict, request_from_dict
 from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response, ndjson_response
 from tandem.api.run import GenerationRun
+from tandem.api.tracing import record_final, span_of
 from tandem.errors import InvalidRequest, TandemError
+from tandem.tracing.span import Span
 from tandem.types import FinishReason, RequestDelta
 
 
-async def _lines(run: GenerationRun) -> AsyncIterator[bytes]:
+async def _lines(run: GenerationRun, span: Span | None) -> AsyncIterator[bytes]:
     request_id = run.requests[0].request_id
     try:
         async for _, d in run.deltas():
+            if d.finished and span is not None:
+                record_final(span, d)   # before the last line: the span ends with the response
             yield orjson.dumps(delta_to_dict(d)) + b"\n"
     except Exception as exc:
         err = as_tandem_error(exc)
         failed = RequestDelta(request_id=request_id, new_token_ids=[], new_text="", finished=True,
                               finish_reason=FinishReason.ERROR, error=err.message)
+        if span is not None:
+            record_final(span, failed)
         yield orjson.dumps(delta_to_dict(failed)) + b"\n"
     finally:
         await run.aclose()
@@ -63,9 +71,15 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
             roles.admitting += 1   # until the engine has the request (run.start saw its first delta)
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
-            run = ctx.run([request_from_dict(body)], metered=False)
+            req = request_from_dict(body)
+            span = span_of(request.scope)
+            if span is not None:
+                span.set_attributes({"tandem.request_id": req.request_id,
+                                     "tandem.prefill_only": req.prefill_only,
+                                     "tandem.kv_handle": req.kv_handle is not None})
+            run = ctx.run([req], metered=False)
             await run.start()
-            return ndjson_response(_lines(run), headers=run.info.headers)
+            return ndjson_response(_lines(run, span), headers=run.info.headers)
         except ClientDisconnect:
             return Response(status_code=499)
         except Exception as exc:

@@ -8,7 +8,7 @@ import pytest
 from tandem.errors import InvalidRequest
 from tandem.api.internal import wire
 from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
-                          RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
+                          RequestDelta, RequestTimings, SamplingParams, TokenLogprob, TraceParent)
 
 HANDLE = KVHandle(worker="10.0.0.1:9000", request_id="p-1", block_ids=(4, 5), num_tokens=20,
                   layout={"model": "x", "dtype": "float32", "block_size": 16, "num_layers": 2,
@@ -43,12 +43,14 @@ def test_request_context_roundtrip_keeps_every_field():
     ctx = RequestContext(session_id="s-1", tenant="key-1", cache_salt="t", priority=-3,
                          deadline=time.monotonic() + 30.0,
                          parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"),
-                         share_prefix_cache=True)
+                         share_prefix_cache=True, trace=TraceParent("ab" * 16, "cd" * 8))
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)
     back = roundtrip(req, wire.request_to_dict, wire.request_from_dict).context
-    assert replace(back, deadline=None) == replace(ctx, deadline=None)
+    # all but the trace, which the traceparent header carries (tandem/gateway/upstream_trace.py)
+    assert back.trace is None
+    assert replace(back, deadline=None) == replace(ctx, deadline=None, trace=None)
     # the deadline travels as seconds left: the same instant on the receiver's clock
     assert abs(back.deadline - ctx.deadline) < 1.0
     assert (back.priority, back.cache_salt) == (-3, "t")
