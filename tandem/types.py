@@ -164,6 +164,10 @@ class RequestContext:
     # The tenant is part of every block hash too (tandem/kv/block_hash.py: cache_keys), so
     # tenants never share KV; True (the operator's --share-prefix-cache) leaves it out.
     share_prefix_cache: bool = False
+    # Leading prompt tokens inside a prefix the operator declared shared (--shared-prefixes):
+    # whole blocks of them are hashed without the tenant. Set by the route that builds the
+    # request (so a gateway's value holds on its workers); never more than the prompt's length.
+    shared_prefix_tokens: int = 0
 
 
 @dataclass

@@ -63,7 +63,7 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
             roles.admitting += 1   # until the engine has the request (run.start saw its first delta)
         try:
             body = await read_json_object(request, ctx.config.max_body_bytes)
-            run = ctx.run([request_from_dict(body)], metered=False)
+            run = ctx.run([request_from_dict(body)], metered=False, prepared=True)
             await run.start()
             return ndjson_response(_lines(run), headers=run.info.headers)
         except ClientDisconnect:
