@@ -3,20 +3,25 @@ on 127.0.0.1), two tenants (two --api-key values) sending the same chat with a d
 prompt: tenant B's first send is a hit on exactly the declaration's whole blocks that A computed,
 never on A's question (B asks the same one), routed by those blocks to A's worker (the gateway
 hashes as its workers do); A's second send hits all of its own. Without the declaration (a second
-gateway over the same workers) B's first send hits nothing.
+gateway over the same workers) B's first send hits nothing. A standalone worker (its own gateway)
+shares the same way.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import httpx
 import pytest
 
 from tandem import cluster_secret
+from tandem.launcher.cluster import free_port
 from tandem.kv.shared_prefixes import common_prefix
 from tandem.tokenization.chat_prompt import ChatRender, render_chat
+from tandem.testing.server_process import stop, wait_healthy
 from tandem.tokenization.tokenizer import Tokenizer
 from tests.api.tenancy_checks import auth
 from tests.e2e.test_gateway_e2e import assert_no_blocks_held, build, metric, running, url
@@ -121,3 +126,24 @@ def test_without_the_declaration_nothing_is_shared(cluster):
     assert cached(chat(p, B, question)) == 0
     assert cached(chat(p, A, question)) == (n - 1) // BLOCK * BLOCK
     assert_no_blocks_held(cluster)
+
+
+def test_a_standalone_worker_shares_the_declared_prefix(llama_dir, tokenizer, tmp_path):
+    declared = tmp_path / "shared.json"
+    declared.write_text(json.dumps({"prefixes": [{"messages": [SYSTEM]}]}))
+    port = free_port()
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "tandem.cli", "serve", "--model", str(llama_dir),
+                             "--port", str(port), "--threads", "1", "--log-level", "warning",
+                             "--kv-cache-memory", "16MiB", "--dtype", "float32", "--served-model-name", "m",
+                             "--no-queue", "--api-key", KEYS[0], "--api-key", KEYS[1],
+                             "--shared-prefixes", str(declared)], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, proc, 120, describe=lambda: (tmp_path / "serve.log").read_text()[-2000:])
+        question = "Is order 31337 insured?"
+        assert cached(chat(base, A, question)) == 0
+        assert cached(chat(base, B, question)) == shared_part(tokenizer, question)
+    finally:
+        stop(proc)
+        log.close()
