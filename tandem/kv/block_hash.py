@@ -63,7 +63,7 @@ class Partition:
         return self.first + (self.tenant if block >= self.split(block_size) else ())
 
 
-def as_partition(keys: "Partition | tuple") -> Partition:
+def as_partition(keys: Partition | tuple) -> Partition:
     """A Partition, or a bare tuple meaning block 0's extra keys (nothing shared)."""
     return keys if isinstance(keys, Partition) else Partition(first=tuple(keys))
 
