@@ -178,6 +178,10 @@ class RequestContext:
     # the HTTP request's server span (tandem/api/tracing.py): a gateway's calls to its workers are
     # its children. Not on the internal wire: the `traceparent` header carries it between processes.
     trace: TraceParent | None = None
+    # Leading prompt tokens inside a prefix the operator declared shared (--shared-prefixes):
+    # whole blocks of them are hashed without the tenant. Set by the route that builds the
+    # request (so a gateway's value holds on its workers); never more than the prompt's length.
+    shared_prefix_tokens: int = 0
 
 
 @dataclass

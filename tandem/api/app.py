@@ -113,6 +113,14 @@ def build_app(backend: Backend, config: ServerConfig, *, startup: Hook | None = 
             await accounts.start()
         if startup is not None:
             await startup()
+        try:
+            ctx.tokenize_shared_prefixes()   # with the tokenizer the backend loaded
+        except ValueError:
+            if shutdown is not None:
+                await shutdown()
+            if accounts is not None:
+                await accounts.stop()
+            raise
         if metering is not None:
             await metering.start()
         if service is not None:

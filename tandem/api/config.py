@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tandem.tracing.config import TracingConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
+from tandem.turn.shared_prefix_file import SharedPrefixDecl
 from tandem.usage.meter import UsageConfig
 
 
@@ -23,6 +24,10 @@ class ServerConfig:
     # tenants (API keys) share prefix-cache entries of equal prompts: off, every tenant's KV is
     # its own (tandem/kv/block_hash.py: cache_keys); requests may still salt theirs (cache_salt)
     share_prefix_cache: bool = False
+    # prefixes the operator declares shared by every tenant (--shared-prefixes): their whole
+    # blocks are keyed without the tenant, the rest of a prompt per tenant as before
+    # (tandem/kv/shared_prefixes.py); tokenized when the app starts
+    shared_prefixes: tuple[SharedPrefixDecl, ...] = ()
     allowed_origins: tuple[str, ...] = ("*",)  # CORS (as vLLM's default); empty: no CORS headers
     max_body_bytes: int = 32 * 2**20      # larger request bodies get 413
     max_n: int = 128                      # largest `n` (choices per prompt; OpenAI allows 128)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,9 +27,13 @@ from tandem.api.openai.logprobs_format import TokenTexts
 from tandem.api.openai.openai_format import system_fingerprint
 from tandem.api.openai.openai_protocol import ParseContext
 from tandem.api.run import GenerationRun
+from tandem.kv.shared_prefixes import SharedPrefixes
 from tandem.turn.parser_setup import ParserSetup
+from tandem.turn.shared_prefix_file import render_shared_prefix
 from tandem.types import EngineRequest
 from tandem.usage.meter import Meter
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +54,8 @@ class ServerContext:
     drain: DrainState = field(default_factory=DrainState)   # a worker stopping (tandem/api/drain.py)
     # Workers AI's `?queueRequest=true` handler when the app has a queue (tandem/api/queue/service.py)
     queued: Callable[[Request], Awaitable[Response]] | None = None
+    # the operator's shared prefixes as token ids, set once the backend has started
+    shared: SharedPrefixes = SharedPrefixes()
     instance_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # new per app
     _texts: TokenTexts | None = field(default=None, repr=False)
     _parsers: ParserSetup | None = field(default=None, repr=False)
@@ -100,10 +107,28 @@ class ServerContext:
                             max_prompts=self.config.max_prompts, parsers=self.parsers,
                             defaults=self.config.sampling_defaults)
 
+    def tokenize_shared_prefixes(self) -> None:
+        """Render the declared shared prefixes with the backend's tokenizer (at start-up, once
+        the backend has loaded it; a ValueError names the entry that fails)."""
+        decls = self.config.shared_prefixes
+        if not decls:
+            return
+        tokenizer = self.backend.tokenizer
+        ids = tuple(render_shared_prefix(d, tokenizer) for d in decls)
+        self.shared = SharedPrefixes(ids)
+        for d, p in zip(decls, ids):
+            log.info("shared prefix %s: %d tokens", d.name or d.source, len(p))
+
     def run(self, requests: list[EngineRequest], choices_per_prompt: int = 1,
-            metered: bool = True) -> GenerationRun:
+            metered: bool = True, prepared: bool = False) -> GenerationRun:
         """A run of a client's request: rate-limited and recorded when the app meters
-        (`metered=False`: the internal API's and queued jobs', which are metered per job)."""
+        (`metered=False`: the internal API's and queued jobs', which are metered per job).
+        Each request's context gets its shared-prefix tokens here, unless `prepared` (the
+        internal API's: the gateway that built the request set them)."""
+        if self.shared and not prepared:
+            for req in requests:
+                req.context = replace(req.context,
+                                      shared_prefix_tokens=self.shared.match(req.prompt_token_ids))
         meter = RunMeter(self.meter, requests, self.served_name, choices_per_prompt) \
             if metered and self.meter is not None else None
         return GenerationRun(self.backend, requests, self.metrics, meter)

@@ -5,6 +5,7 @@
 - tenant: the API key the request authenticated with (tandem.api.auth); None without keys.
   It partitions the prefix cache (tandem/kv/block_hash.py: cache_keys) unless the server was
   started with --share-prefix-cache (ServerConfig.share_prefix_cache, copied into the context).
+- shared_prefix_tokens: set later, per engine request, by ServerContext.run (--shared-prefixes).
 - cache_salt, priority: body fields, as the route's parser read them (OpenAI routes: vLLM's
   `cache_salt` and `priority`, an integer; Anthropic's Messages and Workers AI have neither:
   their requests run at 0). The engine schedules by `priority` (tandem/engine/priority.py).

@@ -2,6 +2,7 @@
 
   tandem gateway [--host 127.0.0.1] [--port 8000] [--worker URL ...] [--prefill URL ...]
                  [--decode URL ...] [--policy NAME] [--model PATH] [--api-key KEY ...]
+                 [--share-prefix-cache | --shared-prefixes FILE]
                  [--cluster-secret-file FILE | --cluster-secret SECRET]
                  [--queue-db [FILE] | --queue-url redis://...|postgresql://... | --no-queue]
                  [--accounts [--token-cache-ttl S]]
@@ -29,6 +30,7 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.shared_prefix_flags import add_shared_prefix_argument, shared_prefixes_from_args
 from tandem.cli.tracing_flags import add_tracing_arguments, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.gateway.app import build_gateway_app, model_facts
@@ -69,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
                         "cache hit for another (off: each tenant's KV is its own; requests may "
                         "still separate theirs with cache_salt)")
+    add_shared_prefix_argument(g)
     add_cluster_secret_arguments(g)
     g.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
@@ -145,7 +148,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                                                      args.override_generation_config)
         if args.model else SamplingDefaults(), **parser_settings(args), host=args.host,
         port=args.port, api_keys=api_keys, cluster_secret=secret,
-        share_prefix_cache=args.share_prefix_cache, allowed_origins=args.allowed_origins,
+        share_prefix_cache=args.share_prefix_cache, shared_prefixes=shared_prefixes_from_args(args),
+        allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval, probe_timeout_s=args.probe_timeout,
                                 unhealthy_after=args.unhealthy_after, heartbeat_ttl_s=args.heartbeat_ttl),
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,

@@ -2,6 +2,7 @@
 
   tandem serve --model PATH [--role both|prefill|decode] [--host 127.0.0.1] [--port 8000]
                [--dtype auto|float32|bfloat16] [--gateway URL] [--api-key KEY ...]
+               [--share-prefix-cache | --shared-prefixes FILE]
                [--cluster-secret-file FILE | --cluster-secret SECRET]
                [--queue-db [FILE] | --queue-url URL | --no-queue] [--accounts]
                [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE]
@@ -35,6 +36,7 @@ from tandem.cli.secret_flags import (
     cluster_secret_from_args,
     exposure_warning,
 )
+from tandem.cli.shared_prefix_flags import add_shared_prefix_argument, shared_prefixes_from_args
 from tandem.cli.tracing_flags import add_tracing_arguments, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, usage_config_from_args
 from tandem.cli.vllm_flags import add_vllm_flags, prefix_caching
@@ -201,6 +203,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="tenants (API keys) share the prefix cache: a prompt one tenant sent is a "
                         "cache hit for another (off: each tenant's KV is its own; requests may "
                         "still separate theirs with cache_salt)")
+    add_shared_prefix_argument(p)
     p.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
@@ -266,6 +269,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           **parser_settings(args),
                           api_keys=api_keys, cluster_secret=secret,
                           share_prefix_cache=args.share_prefix_cache,
+                          shared_prefixes=shared_prefixes_from_args(args),
                           allowed_origins=args.allowed_origins,
                           max_body_bytes=args.max_body_bytes, host=args.host, port=args.port,
                           gateway_url=args.gateway,

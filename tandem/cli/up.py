@@ -6,11 +6,12 @@
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ] [--accounts]
            [--rate-limits FILE] [--rate-limit NAME=VALUE ...] [--pricing FILE] [--no-usage-ledger]
            [--otlp-endpoint URL]
+           [--shared-prefixes FILE]
       a local cluster: the gateway and P + D (or N) workers as child processes, each worker
       pinned to its share of the cores; one Ctrl-C stops them all. Once the cluster is ready, a
       child that dies is restarted with backoff (tandem/launcher/supervisor.py). The gateway
       serves the asynchronous batch API (the queue flags go to it, and the usage flags: rate
-      limits, prices, the ledger); workers run with --no-queue.
+      limits, prices, the ledger, and --shared-prefixes); workers run with --no-queue.
       The model name, chat template and output parsers go to the gateway (which renders prompts)
       and to every worker alike. The cluster secret (/internal routes) is generated for each run,
       or taken from --cluster-secret[-file] / TANDEM_CLUSTER_SECRET, and reaches the children in
@@ -25,6 +26,11 @@ import sys
 
 from tandem.cli.queue_flags import add_queue_arguments, forwarded_queue_args
 from tandem.cli.secret_flags import add_cluster_secret_arguments, cluster_secret_from_args
+from tandem.cli.shared_prefix_flags import (
+    add_shared_prefix_argument,
+    forwarded_shared_prefix_args,
+    shared_prefixes_from_args,
+)
 from tandem.cli.tracing_flags import add_tracing_arguments, forwarded_tracing_args, tracing_config_from_args
 from tandem.cli.usage_flags import add_usage_arguments, forwarded_usage_args, usage_config_from_args
 from tandem.launcher.cluster import ClusterSpec, run_cluster
@@ -80,6 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "the admin API /admin/*), kept in its queue's database")
     add_usage_arguments(u)   # for the gateway
     add_tracing_arguments(u)   # --otlp-endpoint for the gateway and every worker
+    add_shared_prefix_argument(u)   # for the gateway, whose declaration its workers keep
     u.set_defaults(func=up)
 
 
@@ -103,6 +110,7 @@ def up(args: argparse.Namespace) -> int:
               "(tandem-gateway, tandem-prefill, tandem-decode), or pass it per process with "
               "--worker-arg / --gateway-arg", file=sys.stderr)
         return 2
+    shared_prefixes_from_args(args)
     if args.colocated is None and args.prefill is None and args.decode is None:
         args.prefill, args.decode = 1, 1
     if args.colocated is None and not (args.prefill and args.decode):
@@ -128,7 +136,8 @@ def up(args: argparse.Namespace) -> int:
                        role_args=role_args,
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
                        + forwarded_queue_args(args) + (("--accounts",) if args.accounts else ())
-                       + forwarded_usage_args(args) + forwarded_tracing_args(args),
+                       + forwarded_usage_args(args) + forwarded_tracing_args(args)
+                       + forwarded_shared_prefix_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
                        kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"))
     return run_cluster(spec)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tandem.kv.block_hash import cache_keys
+from tandem.kv.block_hash import Partition, cache_keys
 from tandem.types import EngineRequest, FinishReason, KVHandle, RequestContext, SamplingParams, TokenLogprob
 
 
@@ -78,8 +78,8 @@ class Request:
         return self.context.cache_salt
 
     @property
-    def cache_keys(self) -> tuple:
-        """Its KV partition: the first block hash's extra keys (cache salt and tenant)."""
+    def cache_keys(self) -> Partition:
+        """Its KV partition: the extra keys of its block hashes (cache salt and tenant)."""
         return cache_keys(self.context)
 
     @property

@@ -201,6 +201,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                  token_cache_ttl_s=config.token_cache_ttl_s,
                                  allowed_origins=config.allowed_origins,
                                  share_prefix_cache=config.share_prefix_cache,
+                                 shared_prefixes=config.shared_prefixes,
                                  host=config.host, port=config.port,
                                  sampling_defaults=config.sampling_defaults,
                                  tool_call_parser=config.tool_call_parser,

@@ -10,6 +10,7 @@ from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig
 from tandem.tracing.config import TracingConfig
 from tandem.turn.sampling_defaults import SamplingDefaults
+from tandem.turn.shared_prefix_file import SharedPrefixDecl
 from tandem.usage.meter import UsageConfig
 
 
@@ -52,6 +53,7 @@ class GatewayConfig:
     # routes accept, and what it presents to every worker. Not in the repr.
     cluster_secret: str | None = field(default=None, repr=False)
     share_prefix_cache: bool = False   # as tandem serve's ServerConfig: tenants share cached prefixes
+    shared_prefixes: tuple[SharedPrefixDecl, ...] = ()   # as ServerConfig's (--shared-prefixes)
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tandem.kv.block_hash import Partition
 from tandem.types import EngineRequest, FinishReason, KVHandle
 
 
@@ -33,7 +34,7 @@ class KVRequest(Protocol):
 
     request_id: str
     all_token_ids: list[int]
-    cache_keys: tuple                    # its KV partition (tandem/kv/block_hash.py: cache_keys)
+    cache_keys: Partition | tuple        # its KV partition (tandem/kv/block_hash.py: cache_keys)
     kv_handle: KVHandle | None
     prefill_only: bool
     num_preemptions: int

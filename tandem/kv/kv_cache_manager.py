@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tandem.kv.block_hash import hash_request_blocks
+from tandem.kv.block_hash import Partition, hash_request_blocks
 from tandem.kv.block_pool import BlockPool, KVBlock
 from tandem.kv.events import KVEventLog
 
@@ -37,7 +37,7 @@ class KVCacheManager:
         self.prefix_hits = 0     # tokens found
 
     # --- hashes -------------------------------------------------------------------
-    def block_hashes(self, request_id: str, token_ids: Sequence[int], extra_keys: tuple) -> list[int]:
+    def block_hashes(self, request_id: str, token_ids: Sequence[int], extra_keys: Partition | tuple) -> list[int]:
         """Hashes of all full blocks of token_ids, extending what was hashed before."""
         hashes = self._hashes.setdefault(request_id, [])
         if len(hashes) < len(token_ids) // self.block_size:
@@ -47,7 +47,7 @@ class KVCacheManager:
         return hashes
 
     # --- admission ----------------------------------------------------------------
-    def lookup_prefix(self, request_id: str, token_ids: Sequence[int], extra_keys: tuple) -> PrefixHit:
+    def lookup_prefix(self, request_id: str, token_ids: Sequence[int], extra_keys: Partition | tuple) -> PrefixHit:
         """Longest run of cached blocks at the start of token_ids, leaving one token to compute."""
         if not self.enable_caching:
             return NO_HIT
@@ -99,7 +99,7 @@ class KVCacheManager:
         return new + sum(1 for b in hit.blocks if b.ref_count == 0)
 
     def cache_computed(self, request_id: str, token_ids: Sequence[int], num_tokens: int,
-                       extra_keys: tuple) -> None:
+                       extra_keys: Partition | tuple) -> None:
         """Publish the full blocks among the first num_tokens tokens as cached prefixes.
 
         Call only once their KV is (or, within the same step, will be) written: the model

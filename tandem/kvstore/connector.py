@@ -99,7 +99,8 @@ class TieredScheduler(KVConnectorScheduler):
         last = (len(req.all_token_ids) - 1) // block_size   # the last token is always computed
         if first >= last:
             return None
-        keys = self.keyspace.keys(self._block_hashes(req)[first:last], req.cache_keys)
+        keys = self.keyspace.keys(self._block_hashes(req)[first:last], req.cache_keys, self.block_size,
+                                  first)
         tiers = self.stack.locate(keys)
         if req.request_id not in self._queried:
             self._queried.add(req.request_id)
@@ -128,7 +129,7 @@ class TieredScheduler(KVConnectorScheduler):
         if not admitted or req.finish_reason is FinishReason.ERROR:
             return NOTHING_KEPT   # never computed, or computed by a step that failed
         num_full = min(req.num_computed_tokens // self.block_size, len(block_hashes), len(block_ids))
-        keys = self.keyspace.keys(block_hashes[:num_full], req.cache_keys)
+        keys = self.keyspace.keys(block_hashes[:num_full], req.cache_keys, self.block_size)
         todo = [i for i, key in enumerate(keys) if self.stack.needs_saving(key)]
         if not todo:
             return NOTHING_KEPT

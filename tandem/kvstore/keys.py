@@ -7,6 +7,8 @@ KV computed for another model, dtype or block size. The request's KV partition (
 and tenant: tandem/kv/block_hash.py `cache_keys`) is already folded into the chain, so another
 tenant's blocks are a miss in every tier; it is named in the key as well so that one partition's
 blocks can be listed or removed by prefix (and a collision would need a hash collision too).
+A block inside an operator-declared shared prefix (before its partition's split) is named by
+the keys its chain took in, the salt alone, so every tenant finds it under one key.
 
     key = "<space>/<tenant>/<block hash, 16 hex digits>"
     space  = 16 hex digits of blake2b(layout, hash seed)
@@ -20,6 +22,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from tandem.kv.block_hash import Partition, as_partition
 from tandem.kv.layout import KVLayout
 
 NO_SALT = "-"
@@ -42,7 +45,7 @@ class KeySpace:
 
     @staticmethod
     def tenant(partition: tuple) -> str:
-        """The key's tenant part for a request's `cache_keys`."""
+        """The key's tenant part for the keys a block's chain took in (Partition.chain_keys)."""
         if not partition:
             return NO_SALT
         if len(partition) == 1 and isinstance(partition[0], str):
@@ -52,9 +55,14 @@ class KeySpace:
     def key(self, block_hash: int, tenant: str) -> str:
         return f"{self.space}/{tenant}/{block_hash:016x}"
 
-    def keys(self, block_hashes, partition: tuple) -> list[str]:
-        tenant = self.tenant(partition)
-        return [f"{self.space}/{tenant}/{h:016x}" for h in block_hashes]
+    def keys(self, block_hashes, partition: Partition | tuple, block_size: int,
+             start: int = 0) -> list[str]:
+        """Keys of blocks start, start + 1, ... with these hashes, of a request's `cache_keys`."""
+        part = as_partition(partition)
+        split = part.split(block_size)
+        shared, own = (self.tenant(part.chain_keys(b, block_size)) for b in (0, split))
+        return [f"{self.space}/{own if start + i >= split else shared}/{h:016x}"
+                for i, h in enumerate(block_hashes)]
 
 
 def block_hash_of(key: str) -> int:

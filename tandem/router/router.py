@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tandem.errors import NoHealthyWorker
-from tandem.kv.block_hash import hash_request_blocks
+from tandem.kv.block_hash import Partition, hash_request_blocks
 from tandem.router.admission import AdmissionLimits, admit
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.base import Policy
@@ -71,7 +71,7 @@ class HashMemo:
     context), so the gateway's hashes equal the ones its workers report."""
 
     token_ids: Sequence[int]
-    extra_keys: tuple
+    extra_keys: Partition | tuple
     _memo: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def get(self, block_size: int, seed: int) -> list[int]:

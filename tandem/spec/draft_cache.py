@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tandem.kv.block_hash import hash_request_blocks
+from tandem.kv.block_hash import Partition, hash_request_blocks
 from tandem.kv.block_pool import KVBlock
 from tandem.spec.proposer_kv import ProposerKV
 
@@ -58,14 +58,14 @@ class DraftCache(ProposerKV[DraftSeq]):
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size, lambda request: DraftSeq())
 
-    def _hashes(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> list[int]:
+    def _hashes(self, seq: DraftSeq, tokens: list[int], extra_keys: Partition | tuple) -> list[int]:
         n = len(tokens) // self.block_size
         if len(seq.hashes) < n:
             seq.hashes += hash_request_blocks(tokens, self.block_size, extra_keys, start=len(seq.hashes),
                                               parent=seq.hashes[-1] if seq.hashes else None)
         return seq.hashes
 
-    def adopt(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> None:
+    def adopt(self, seq: DraftSeq, tokens: list[int], extra_keys: Partition | tuple) -> None:
         """A request the draft has not seen: take the cached blocks of its leading full blocks,
         short of its last token (whose row must go through the draft to give a first draft)."""
         if seq.blocks:
@@ -78,7 +78,7 @@ class DraftCache(ProposerKV[DraftSeq]):
             seq.computed = seq.base = len(hit) * self.block_size
             seq.num_published = len(hit)
 
-    def publish(self, seq: DraftSeq, tokens: list[int], extra_keys: tuple) -> None:
+    def publish(self, seq: DraftSeq, tokens: list[int], extra_keys: Partition | tuple) -> None:
         """Cache the full blocks of the request's own tokens whose K/V the draft now holds."""
         full = min(seq.computed, seq.base, len(tokens)) // self.block_size
         if full > seq.num_published:

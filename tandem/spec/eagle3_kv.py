@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tandem.kv.block_hash import hash_block_tokens
+from tandem.kv.block_hash import Partition, as_partition, hash_block_tokens
 from tandem.kv.block_pool import KVBlock
 from tandem.spec.proposer_kv import ProposerKV
 
@@ -37,7 +37,7 @@ class HeadSeq:
     origin: int = 0     # position of slot 0
     rows: int = 0       # slots [0, rows) hold rows computed from the target's states
     published: int = 0  # leading blocks already in the prefix cache
-    cache_keys: tuple = ()   # the request's KV partition (tandem/kv/block_hash.py: cache_keys)
+    cache_keys: Partition = Partition()   # the request's KV partition (tandem/kv/block_hash.py)
 
     @property
     def block_ids(self) -> list[int]:
@@ -48,14 +48,16 @@ class HeadSeq:
 
 
 def block_hashes(tokens: list[int], num_blocks: int, block_size: int,
-                 cache_keys: tuple = ()) -> list[int]:
+                 cache_keys: Partition | tuple = ()) -> list[int]:
     """Chained hashes of the first `num_blocks` blocks' rows (block b: tokens up to (b+1)*bs,
-    one past its end); `cache_keys` are the first block's extra keys."""
+    one past its end); `cache_keys`: the request's partition. A block is shared past the tenant
+    only when all its bs + 1 tokens lie inside a declared shared prefix (span bs + 1)."""
+    part = as_partition(cache_keys)
     out: list[int] = []
     h = None
     for b in range(num_blocks):
         h = hash_block_tokens(h, tokens[b * block_size:(b + 1) * block_size + 1],
-                              cache_keys if b == 0 else (), _SEED)
+                              part.keys_at(b, block_size, block_size + 1), _SEED)
         out.append(h)
     return out
 

@@ -67,14 +67,19 @@ def test_request_hashes_equal_chained_block_hashes():
 def test_the_partition_is_salt_then_tenant():
     """cache_keys, exactly: the salt alone as before tenants were hashed, the tenant as a tagged
     pair after it, nothing without either; --share-prefix-cache leaves the tenant out."""
-    assert cache_keys(RequestContext()) == ()
-    assert cache_keys(RequestContext(cache_salt="s")) == ("s",)
-    assert cache_keys(RequestContext(tenant="key-0")) == (("tenant", "key-0"),)
-    assert cache_keys(RequestContext(tenant="key-0", cache_salt="s")) == ("s", ("tenant", "key-0"))
-    assert cache_keys(RequestContext(tenant="key-0", cache_salt="s", share_prefix_cache=True)) == ("s",)
-    assert cache_keys(RequestContext(tenant="key-0", share_prefix_cache=True)) == ()
+    def first_block(context: RequestContext) -> tuple:
+        return cache_keys(context).keys_at(0, 16)
+
+    assert first_block(RequestContext()) == ()
+    assert first_block(RequestContext(cache_salt="s")) == ("s",)
+    assert first_block(RequestContext(tenant="key-0")) == (("tenant", "key-0"),)
+    assert first_block(RequestContext(tenant="key-0", cache_salt="s")) == ("s", ("tenant", "key-0"))
+    assert first_block(RequestContext(tenant="key-0", cache_salt="s", share_prefix_cache=True)) == ("s",)
+    assert first_block(RequestContext(tenant="key-0", share_prefix_cache=True)) == ()
     # session, priority and parser options never change the partition
-    assert cache_keys(RequestContext(session_id="x", priority=3, tenant="key-1")) == (("tenant", "key-1"),)
+    assert first_block(RequestContext(session_id="x", priority=3, tenant="key-1")) == (("tenant", "key-1"),)
+    # nothing shared: later blocks take no keys of their own
+    assert cache_keys(RequestContext(tenant="key-0", cache_salt="s")).keys_at(1, 16) == ()
 
 
 def test_tenants_never_share_a_block_and_no_keys_changes_nothing():

@@ -18,7 +18,7 @@ SPACE = "0123456789abcdef"
 
 
 def _keys(*hashes):
-    return KeySpace(SPACE).keys(hashes, ())
+    return KeySpace(SPACE).keys(hashes, (), 16)
 
 
 def _rows(n, start=0):

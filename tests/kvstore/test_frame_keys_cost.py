@@ -40,12 +40,12 @@ def test_keys_name_layout_seed_and_tenant():
     assert ks != KeySpace.of(layout, 1)
     other = KVLayout(model="m", dtype="bfloat16", block_size=4, num_layers=2, num_kv_heads=2, head_dim=8)
     assert ks != KeySpace.of(other, 0)
-    plain, salted = ks.keys([0xABC], ()), ks.keys([0xABC], ("tenant-a",))
+    plain, salted = ks.keys([0xABC], (), 4), ks.keys([0xABC], ("tenant-a",), 4)
     assert plain[0] == f"{ks.space}/-/0000000000000abc" and plain != salted
     assert block_hash_of(salted[0]) == 0xABC
     # a salt alone keeps its key of earlier versions; a tenant's partition is named apart
     assert salted[0] == f"{ks.space}/{hashlib.blake2b(b'tenant-a', digest_size=8).hexdigest()}/0000000000000abc"
-    tenants = {ks.keys([0xABC], p)[0] for p in ((("tenant", "key-0"),), (("tenant", "key-1"),),
+    tenants = {ks.keys([0xABC], p, 4)[0] for p in ((("tenant", "key-0"),), (("tenant", "key-1"),),
                                                  ("tenant-a", ("tenant", "key-0")))}
     assert len(tenants | {plain[0], salted[0]}) == 5
 

@@ -3,6 +3,8 @@ then from disk, then from disk after a restart; greedy output never changes; cou
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tandem.config import KVStoreConfig
@@ -104,6 +106,32 @@ def test_a_save_backlog_over_its_bound_skips_the_lower_tiers(llama_dir, tmp_path
         n = (len(prompt) + 4 - 1) // 4
         assert len(stack["host"].keys()) == n                  # host memory still gets them
         assert stack["disk"].keys() == [] and stack["disk"].counters.skipped == n
+        assert_all_blocks_free(engine)
+    finally:
+        engine.shutdown()
+
+
+def test_a_declared_shared_prefix_is_one_tenants_hit_from_another_tenants_host_blocks(llama_dir, tmp_path):
+    """--shared-prefixes in the tiers: B finds in host memory only the whole blocks of the declared
+    prefix that A saved (their keys carry no tenant); A finds all of its own."""
+    prompt = prompts(1, seed=71, min_len=33, max_len=33)[0]
+    engine = tiered_engine(llama_dir, KVStoreConfig(host_bytes=64 * 1024))
+
+    def send(tenant):
+        r = request(prompt, max_tokens=4)
+        r.context = replace(r.context, tenant=tenant, shared_prefix_tokens=14)   # 3 whole blocks of 4
+        return run(engine, [r])[r.request_id][-1].num_cached_tokens
+
+    try:
+        assert send("key-0") == 0
+        settle(engine)
+        host = tiers_of(engine).stack["host"]
+        assert engine.kv.pool.reset_cache()
+        assert send("key-1") == 12 and host.counters.hits == 12
+        settle(engine)
+        assert engine.kv.pool.reset_cache()
+        assert send("key-0") == (len(prompt) - 1) // 4 * 4
+        settle(engine)
         assert_all_blocks_free(engine)
     finally:
         engine.shutdown()

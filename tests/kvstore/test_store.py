@@ -62,7 +62,7 @@ def test_a_corrupted_value_is_a_miss(master, llama_dir, make_engine):
         settle(a)
         # overwrite the prompt's second block in the store with a value whose payload is damaged
         store = tiers_of(a).stack["store"]
-        key = KeySpace.of(a.layout, 0).keys([b_hash for b_hash in _hashes(a, prompt)[1:2]], ())[0]
+        key = KeySpace.of(a.layout, 0).keys([b_hash for b_hash in _hashes(a, prompt)[1:2]], (), a.layout.block_size, 1)[0]
         client = store._client
         frame = bytearray(client.get(key))
         assert len(frame) == HEADER_BYTES + a.layout.block_nbytes
@@ -221,4 +221,4 @@ def test_a_block_the_store_lost_is_reported_removed_and_saved_again(master, llam
 def store_keys(engine, hashes):
     """The store keys of `hashes` for requests without a cache salt."""
     space = KeySpace.of(engine.layout, engine.config.cache.hash_seed)
-    return space.keys(hashes, ())
+    return space.keys(hashes, (), engine.layout.block_size)

@@ -155,3 +155,34 @@ def test_a_shared_prefix_is_caught_up_once_per_tenant(llama_dir, make_engine):
     for r in (a, b, c):
         draft.finished(r)
     assert draft.cache.num_held == 0
+
+
+def test_a_declared_shared_prefix_is_caught_up_once_for_every_tenant(llama_dir, make_engine):
+    """--shared-prefixes: the draft's blocks inside the declared prefix serve another tenant, which
+    computes only the rest (its own question is never taken from the first tenant's blocks)."""
+    spec = _draft_engine(make_engine, llama_dir, llama_dir, k=2)
+    draft = _draft(spec)
+    bs = draft.cache.block_size
+    prefix = prompts(1, seed=85, min_len=4 * bs, max_len=4 * bs)[0]
+    question = prompts(1, seed=86, min_len=2 * bs, max_len=2 * bs)[0]
+    computed: list[int] = []
+    forward = draft._forward
+    draft._forward = lambda items, sampled: computed.append(sum(len(new) for _, new, _ in items)) or \
+        forward(items, sampled)
+
+    class Req:
+        def __init__(self, tenant):
+            self.all_token_ids = prefix + question
+            self.cache_keys = cache_keys(RequestContext(tenant=tenant, shared_prefix_tokens=len(prefix)))
+
+    a, b = Req("key-0"), Req("key-1")
+    draft.propose([a], [2])
+    assert computed[0] == len(a.all_token_ids)
+    computed.clear()
+    got_b = draft.propose([b], [2])[0]
+    assert computed[0] == len(b.all_token_ids) - len(prefix)   # the declaration's blocks, no more
+    fresh = _draft(_draft_engine(make_engine, llama_dir, llama_dir, k=2))
+    assert got_b == fresh.propose([Req("key-1")], [2])[0]
+    for r in (a, b):
+        draft.finished(r)
+    assert draft.cache.num_held == 0

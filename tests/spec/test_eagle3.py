@@ -192,6 +192,32 @@ def test_the_heads_prefix_cache_is_keyed_by_the_requests_partition():
     assert hits == {"a": 12, "a-salted": 0, "b": 0, "anonymous": 0, "a-again": 12}
 
 
+def test_the_heads_blocks_inside_a_declared_shared_prefix_serve_every_tenant():
+    """--shared-prefixes: head rows of blocks whose tokens, one past the block included, all lie
+    in the shared tokens are keyed without the tenant; a block holding a tenant's own token is not."""
+    class Req:
+        def __init__(self, tenant, shared):
+            self.cache_keys = cache_keys(RequestContext(tenant=tenant, shared_prefix_tokens=shared))
+
+    kv = HeadKV(num_blocks=16, block_size=4)
+    tokens = list(range(100, 113))
+
+    def publish(req):
+        seq = kv.seq(req)
+        assert kv.reserve(seq, len(tokens) - 1)
+        seq.rows = len(tokens) - 1
+        kv.publish(seq, tokens)
+        kv.free(req)
+
+    publish(Req("key-0", 13))    # every row's tokens declared: 3 shared blocks
+    assert kv.reuse(kv.seq(b := Req("key-1", 13)), tokens, 0, 12) == 12
+    kv.free(b)
+    # 12 shared tokens: block 2's rows depend on token 12, the tenant's own, so B cannot reuse
+    # the run up to its position (the head reuses whole runs only)
+    assert kv.reuse(kv.seq(c := Req("key-1", 12)), tokens, 0, 12) == 0
+    kv.free(c)
+
+
 def test_a_request_far_behind_catches_up_only_the_window(llama_dir, make_engine, tmp_path):
     """With catchup_window W, a 40-token prompt gives the head only its last W rows at most (its
     window restarts there, on a block boundary); drafting goes on from them, and greedy output is

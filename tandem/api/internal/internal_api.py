@@ -77,7 +77,7 @@ def internal_routes(ctx: ServerContext) -> list[Route]:
                 span.set_attributes({"tandem.request_id": req.request_id,
                                      "tandem.prefill_only": req.prefill_only,
                                      "tandem.kv_handle": req.kv_handle is not None})
-            run = ctx.run([req], metered=False)
+            run = ctx.run([req], metered=False, prepared=True)
             await run.start()
             return ndjson_response(_lines(run, span), headers=run.info.headers)
         except ClientDisconnect:

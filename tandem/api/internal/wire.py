@@ -126,7 +126,7 @@ def sampling_from_dict(d: Any) -> SamplingParams:
 
 
 _CONTEXT_KEYS = {"session_id", "tenant", "cache_salt", "priority", "deadline_s", "parser",
-                 "share_prefix_cache"}
+                 "share_prefix_cache", "shared_prefix_tokens"}
 _PARSER_KEYS = {"tool_call_parser", "reasoning_parser"}
 
 
@@ -136,7 +136,8 @@ def context_to_dict(c: RequestContext) -> dict:
             "deadline_s": None if c.deadline is None else c.deadline - time.monotonic(),
             "parser": {"tool_call_parser": c.parser.tool_call_parser,
                        "reasoning_parser": c.parser.reasoning_parser},
-            "share_prefix_cache": c.share_prefix_cache}
+            "share_prefix_cache": c.share_prefix_cache,
+            "shared_prefix_tokens": c.shared_prefix_tokens}
 
 
 def _object(v: Any, param: str, keys: set[str]) -> dict:
@@ -162,7 +163,8 @@ def context_from_dict(v: Any) -> RequestContext:
         deadline=None if left is None else time.monotonic() + left,
         parser=ParserOptions(tool_call_parser=text(p, "tool_call_parser", "context.parser."),
                              reasoning_parser=text(p, "reasoning_parser", "context.parser.")),
-        share_prefix_cache=_bool(d.get("share_prefix_cache", False), "context.share_prefix_cache"))
+        share_prefix_cache=_bool(d.get("share_prefix_cache", False), "context.share_prefix_cache"),
+        shared_prefix_tokens=_int(d.get("shared_prefix_tokens", 0), "context.shared_prefix_tokens"))
 
 
 def request_to_dict(req: EngineRequest) -> dict:
@@ -182,12 +184,16 @@ def request_from_dict(d: Any) -> EngineRequest:
     if handle is not None and not isinstance(handle, dict):
         raise _fail("kv_handle", "must be an object")
     context = d.get("context")
+    prompt = _int_list(d["prompt_token_ids"], "prompt_token_ids")
+    ctx = context_from_dict(context) if context is not None \
+        else RequestContext(cache_salt=_opt(_str)(d.get("cache_salt"), "cache_salt"))
+    if not 0 <= ctx.shared_prefix_tokens <= len(prompt):   # past the prompt it would share output
+        raise _fail("context.shared_prefix_tokens", f"must be in [0, {len(prompt)}] (the prompt's length)")
     return EngineRequest(
         request_id=_str(d["request_id"], "request_id"),
-        prompt_token_ids=_int_list(d["prompt_token_ids"], "prompt_token_ids"),
+        prompt_token_ids=prompt,
         sampling=sampling_from_dict(d.get("sampling", {})),
-        context=context_from_dict(context) if context is not None
-        else RequestContext(cache_salt=_opt(_str)(d.get("cache_salt"), "cache_salt")),
+        context=ctx,
         prefill_only=_bool(d.get("prefill_only", False), "prefill_only"),
         kv_handle=KVHandle.from_dict(handle) if handle is not None else None,
         resume_output_ids=_int_list(d.get("resume_output_ids", []), "resume_output_ids"))

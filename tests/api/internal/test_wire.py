@@ -43,7 +43,8 @@ def test_request_context_roundtrip_keeps_every_field():
     ctx = RequestContext(session_id="s-1", tenant="key-1", cache_salt="t", priority=-3,
                          deadline=time.monotonic() + 30.0,
                          parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"),
-                         share_prefix_cache=True, trace=TraceParent("ab" * 16, "cd" * 8))
+                         share_prefix_cache=True, trace=TraceParent("ab" * 16, "cd" * 8),
+                         shared_prefix_tokens=1)
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)
@@ -88,6 +89,13 @@ def test_a_top_level_cache_salt_from_an_older_caller_is_still_read():
     ({"request_id": "r", "prompt_token_ids": [1], "context": {"parser": {"tool_call_parser": 1}}},
      "context.parser.tool_call_parser"),
     ({"request_id": "r", "prompt_token_ids": [1], "cache_salt": 5}, "cache_salt"),
+    # shared tokens past the prompt would share the tenant's output blocks
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"shared_prefix_tokens": 2}},
+     "context.shared_prefix_tokens"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"shared_prefix_tokens": -1}},
+     "context.shared_prefix_tokens"),
+    ({"request_id": "r", "prompt_token_ids": [1], "context": {"shared_prefix_tokens": "1"}},
+     "context.shared_prefix_tokens"),
 ])
 def test_request_from_dict_rejects_bad_fields(body, param):
     with pytest.raises(InvalidRequest) as info:
