@@ -51,7 +51,8 @@ def test_its_debian_packages_are_ones_system_deps_installs():
     want = set(re.search(r"want=\(([^)]*)\)", deps).group(1).split())
     apt = [rest for op, rest in instructions() if op == "RUN" and "apt-get install" in rest]
     assert apt
-    packages = {w for r in apt for w in r.split("apt-get install", 1)[1].split("&&")[0].split() if not w.startswith("-")}
+    packages = {w for r in apt for w in r.split("apt-get install", 1)[1].split("&&")[0].split()
+                if not w.startswith("-")}
     assert packages and packages <= want, packages - want
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tandem.cli import build_parser
+from tandem.launcher.role_commands import TANDEM
 from tests.deploy import k8s_checks
 from tests.deploy.k8s_checks import (adapter_metrics, schema_problems, tandem_metric_names, unset_values,
                                      wiring_problems)
@@ -109,6 +111,19 @@ def test_the_pods_run_the_commands_of_role_commands(kubectl, where):
     running = {(d["metadata"]["name"], c["name"]): (c.get("command"), c.get("args"))
                for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]}
     assert running == {k: (cmd, args) for k, (cmd, args) in want.items()}
+
+
+@pytest.mark.parametrize("where", ["base", *OVERLAYS])
+def test_every_tandem_pods_args_parse_with_tandems_cli(kubectl, where):
+    """Flags exist and values are valid (sizes, URLs), for the GPU overlay too, which runs nowhere here."""
+    for d in render(kubectl, K8S / where):
+        for c in d["spec"]["template"]["spec"]["containers"] if d["kind"] == "Deployment" else ():
+            if c["command"] == list(TANDEM):
+                args = [a.replace("$(POD_IP)", "10.0.0.1") for a in c["args"]]
+                try:
+                    build_parser(args[0]).parse_args(args)
+                except SystemExit:
+                    pytest.fail(f"{where}: {d['metadata']['name']}: tandem {' '.join(args)} does not parse")
 
 
 def test_the_generated_args_are_up_to_date():
