@@ -29,7 +29,7 @@ def missing_paths(doc: Path) -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("doc", ["docs/architecture.md", "README.md"])
+@pytest.mark.parametrize("doc", ["docs/architecture.md", "README.md", "docs/deploy.md"])
 def test_the_paths_a_doc_names_exist(doc):
     assert missing_paths(ROOT / doc) == []
 

@@ -56,7 +56,8 @@ ALLOWED = {
     "gateway": BASE | {"kv", "api", "http", "models", "planner", "router", "tokenization", "turn",
                        "usage", "tracing"},
     "launcher": BASE | {"kvstore"},
-    "testing": BASE | {"layers", "models", "kv", "kernels"},
+    # the multi-host harness starts the cluster roles with the commands the deployments run
+    "testing": BASE | {"layers", "models", "kv", "kernels", "launcher"},
     "bench": BASE | {"engine", "http", "kv", "models", "testing", "tokenization"},
 }
 

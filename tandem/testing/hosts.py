@@ -30,14 +30,14 @@ from pathlib import Path
 
 import httpx
 
+from tandem.launcher.role_commands import (GATEWAY_PORT, KV_PORT, MASTER_PORT, REDIS_PORT, WORKER_PORT,
+                                          GatewayCommand, MasterCommand, RedisCommand, WorkerCommand)
 from tandem.testing.netns import Host, Network, Socket, is_loopback
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER_PORT = 8100          # every host has its own port space: fixed ports
-GATEWAY_PORT = 8000
-KV_PORT = 7100              # a worker's KV transfer control server
-MASTER_PORT = 50051
-REDIS_PORT = 6379
+# every host has its own port space: the fixed ports of tandem/launcher/role_commands.py
+__all__ = ["GATEWAY_PORT", "KV_PORT", "MASTER_PORT", "REDIS_PORT", "WORKER_PORT", "HostCluster", "HostProc"]
+TANDEM = (sys.executable, "-m", "tandem.cli")
 WORKER_ARGS = ("--kv-cache-memory", "16MiB", "--dtype", "float32", "--device", "cpu",
                "--served-model-name", "m", "--threads", "1", "--no-queue")
 _PR_SET_PDEATHSIG = 1
@@ -116,13 +116,9 @@ class HostCluster:
                ) -> HostProc:
         """`tandem serve` bound to the host's address; with `gateway`, it registers there. Its KV
         transfer control server listens on KV_PORT (and advertises the host's address)."""
-        argv = [sys.executable, "-m", "tandem.cli", "serve", "--model", self.model, "--role", role,
-                "--host", host.addr, "--port", str(port), "--log-level", "warning", *WORKER_ARGS]
-        if transport is not None and role != "both":
-            argv += ["--kv-transport", transport, "--kv-transfer-port", str(KV_PORT)]
-        if gateway is not None:
-            argv += ["--gateway", gateway]
-        argv += list(extra)
+        cmd = WorkerCommand(model=self.model, role=role, host=host.addr, port=port, gateway=gateway,
+                            kv_transport=transport, log_level="warning", options=WORKER_ARGS)
+        argv = [*TANDEM, *cmd.argv(), *extra]
         # Mooncake (transfer engine and store client) listens on every interface of the host
         # (its own choice, tandem cannot narrow it); what it advertises is the host's address
         mooncake = transport == "mooncake" or any(a == "--kv-store" or a.startswith("--kv-store=")
@@ -133,30 +129,23 @@ class HostCluster:
     def gateway(self, name: str, host: Host, *, prefill: Iterable[str] = (), decode: Iterable[str] = (),
                 workers: Iterable[str] = (), port: int = GATEWAY_PORT, extra: Iterable[str] = ()
                 ) -> HostProc:
-        argv = [sys.executable, "-m", "tandem.cli", "gateway", "--model", self.model,
-                "--host", host.addr, "--port", str(port), "--served-model-name", "m",
-                "--log-level", "warning"]
-        for flag, urls in (("--prefill", prefill), ("--decode", decode), ("--worker", workers)):
-            for u in urls:
-                argv += [flag, u]
-        if "--queue-url" not in extra and "--queue-db" not in extra:
-            argv.append("--no-queue")
-        return self.start(name, host, [*argv, *extra], url=host.url(port), kind="gateway")
+        cmd = GatewayCommand(model=self.model, host=host.addr, port=port, served_model_name="m",
+                             prefill=tuple(prefill), decode=tuple(decode), workers=tuple(workers),
+                             log_level="warning", options=tuple(extra))
+        return self.start(name, host, [*TANDEM, *cmd.argv()], url=host.url(port), kind="gateway")
 
     def master(self, name: str, host: Host, port: int = MASTER_PORT) -> HostProc:
         """A mooncake_master (the store's metadata server) on the host's address."""
         from_venv = Path(sys.executable).parent / "mooncake_master"
         binary = str(from_venv) if from_venv.exists() else "mooncake_master"
-        argv = [binary, f"--rpc_address={host.addr}", f"--rpc_port={port}",
-                f"--metrics_host={host.addr}", f"--metrics_port={port + 1}"]
+        argv = [binary, *MasterCommand(host=host.addr, port=port).argv()]
         return self.start(name, host, argv, kind="master",
                           wildcard_ok="mooncake_master's RPC server binds every interface")
 
     def redis(self, name: str, host: Host, port: int = REDIS_PORT) -> HostProc:
         d = self.workdir / f"{name}-data"
         d.mkdir(exist_ok=True)
-        argv = ["redis-server", "--bind", host.addr, "--port", str(port), "--save", "",
-                "--appendonly", "no", "--protected-mode", "no", "--dir", str(d)]
+        argv = ["redis-server", *RedisCommand(host=host.addr, data_dir=str(d), port=port).argv()]
         return self.start(name, host, argv, kind="redis")
 
     def relay(self, name: str, host: Host, port: int, to: tuple[str, int], *, delay_ms: float = 0,
