@@ -246,6 +246,10 @@ KV_TIERS = ("host", "disk", "store")
 KV_TIER_COUNTERS = ("queries", "hits", "read_bytes", "write_bytes", "read_seconds", "reads",
                     "write_seconds", "writes", "corrupt", "errors", "skipped", "evicted",
                     "used_bytes", "capacity_bytes", "available")
+# the layout of EngineStats.kv_handoff_stats (summed position by position across workers): pulls
+# per bucket of KV_HANDOFF_BUCKETS (upper bounds in seconds, then one past the last), then the
+# pulls' summed seconds, then the failed pulls
+KV_HANDOFF_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -273,3 +277,6 @@ class EngineStats:
     # KV tiers below the device (tandem.kvstore), cumulative except usage and availability: one
     # value per (tier, counter) of KV_TIERS x KV_TIER_COUNTERS, tier-major; () without tiers
     kv_tier_stats: tuple[float, ...] = ()
+    # KV pulls of the prefill -> decode handoff on this (decode) worker, cumulative: the layout of
+    # KV_HANDOFF_BUCKETS; () without a handoff connector
+    kv_handoff_stats: tuple[float, ...] = ()

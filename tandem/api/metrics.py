@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
+                                   Metric)
 from prometheus_client.registry import Collector
 
-from tandem.types import KV_TIER_COUNTERS, KV_TIERS, EngineStats, RequestDelta
+from tandem.types import KV_HANDOFF_BUCKETS, KV_TIER_COUNTERS, KV_TIERS, EngineStats, RequestDelta
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
@@ -75,6 +76,29 @@ def _kv_tier_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
         yield m
 
 
+def _kv_handoff_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
+    """The decode side's KV pulls (types.py KV_HANDOFF_BUCKETS); nothing without a handoff."""
+    values = s.kv_handoff_stats or ()
+    if not values:
+        return
+    n = len(KV_HANDOFF_BUCKETS) + 1
+    counts, sum_s, failed = values[:n], values[n], values[n + 1]
+    bounds = [*(repr(float(b)) for b in KV_HANDOFF_BUCKETS), "+Inf"]
+    cumulative, total = [], 0.0
+    for bound, c in zip(bounds, counts):
+        total += c
+        cumulative.append((bound, total))
+    h = HistogramMetricFamily("tandem:kv_handoff_seconds",
+                              "Time a decode worker took to pull one request's KV blocks from the "
+                              "prefill worker (start of the pull to its confirmation).", labels=_LABELS)
+    h.add_metric(labels, cumulative, sum_s)
+    yield h
+    c = CounterMetricFamily("tandem:kv_handoff_failures",
+                            "KV pulls that failed (the request recomputed its prompt).", labels=_LABELS)
+    c.add_metric(labels, failed)
+    yield c
+
+
 class _StatsCollector(Collector):
     """Gauges and cumulative counters read from Backend.stats() at each scrape."""
 
@@ -98,6 +122,9 @@ class _StatsCollector(Collector):
 
         yield gauge("num_requests_running", "Requests in the running batch.", s.num_running)
         yield gauge("num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting)
+        yield gauge("waiting_prefill_tokens",
+                    "Prompt tokens not yet computed, over the waiting and running requests.",
+                    s.waiting_prefill_tokens)
         yield gauge("kv_cache_usage_perc",
                     "Fraction of KV blocks referenced by live requests (1 = full).",
                     s.kv_cache_usage)
@@ -126,6 +153,7 @@ class _StatsCollector(Collector):
                     "Tokens per step of a request that verified drafts: accepted drafts plus one.",
                     1.0 + s.spec_num_accepted_tokens / s.spec_num_drafts if s.spec_num_drafts else 0.0)
         yield from _kv_tier_metrics(s, labels)
+        yield from _kv_handoff_metrics(s, labels)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # dynamic: described at scrape time only

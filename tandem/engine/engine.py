@@ -421,7 +421,8 @@ class Engine:
             spec_num_drafts=self.spec.num_drafts, spec_num_draft_tokens=self.spec.num_draft_tokens,
             spec_num_accepted_tokens=self.spec.num_accepted_tokens,
             spec_accepted_per_pos=tuple(self.spec.accepted_per_pos),
-            kv_tier_stats=self.connector.worker.tier_stats() if self.connector else ())
+            kv_tier_stats=self.connector.worker.tier_stats() if self.connector else (),
+            kv_handoff_stats=self.connector.worker.handoff_stats() if self.connector else ())
 
     def shutdown(self) -> None:
         self.runner.close()   # a parallel runner stops its other ranks

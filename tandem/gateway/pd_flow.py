@@ -133,7 +133,7 @@ class GatewayBackend:
                 elif isinstance(v, (int, float)):
                     total[k] += v
         total["kv_cache_usage"] = total["kv_cache_usage"] / len(live) if live else 0.0
-        for k in ("spec_accepted_per_pos", "kv_tier_stats"):   # none reported: empty, not 0
+        for k in ("spec_accepted_per_pos", "kv_tier_stats", "kv_handoff_stats"):   # none: (), not 0
             total[k] = total[k] or ()
         return EngineStats(**total)
 

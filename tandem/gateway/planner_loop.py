@@ -36,7 +36,7 @@ from tandem.api.responses import json_response
 from tandem.gateway.registry import Registry
 from tandem.gateway.role_executor import RoleExecutor
 from tandem.planner.driver import PlannerDriver, TrackedLoads
-from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch
+from tandem.planner.policy import SWITCH_KINDS, Measured, PlannerConfig, RoleSwitch
 from tandem.router.latency_window import HistogramWindow, Reading, quantile
 from tandem.router.load_tracker import LoadTracker
 
@@ -80,6 +80,8 @@ class PlannerLoop:
         self.switches = Counter("tandem:gateway_planner_switches",
                                 "Role switches the planner asked for (--slo-ttft-ms / --slo-itl-ms).",
                                 ("from_role", "to_role", "reason"), registry=prom)
+        for kind in SWITCH_KINDS:
+            self.switches.labels(*kind)
         self.driver.measure()   # the first round measures from now
 
     @property

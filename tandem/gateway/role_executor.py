@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from tandem.gateway.registry import Registry
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import HTTPFailure
-from tandem.planner.policy import RoleSwitch
+from tandem.planner.policy import SWITCH_KINDS, RoleSwitch
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,9 @@ class RoleExecutor:
         self.switches = Counter("tandem:gateway_role_switches",
                                 "Role switches the gateway carried out on self-registered workers.",
                                 ("from_role", "to_role", "outcome"), registry=prom)
+        for from_role, to_role, _ in SWITCH_KINDS:    # every series from 0 (see SWITCH_KINDS)
+            for outcome in ("done", "failed"):
+                self.switches.labels(from_role, to_role, outcome)
 
     @property
     def busy(self) -> bool:

@@ -165,6 +165,11 @@ class KVConnectorWorker(abc.ABC):
         connector with none."""
         return ()
 
+    def handoff_stats(self) -> tuple[float, ...]:
+        """The handoff's KV pulls (EngineStats.kv_handoff_stats); () for a connector that takes
+        no KVHandle."""
+        return ()
+
 
 @dataclass(frozen=True)
 class KVConnector:

@@ -113,6 +113,9 @@ class ConnectorSetWorker(KVConnectorWorker):
     def tier_stats(self) -> tuple[float, ...]:
         return next((stats for part in self.parts if (stats := part.tier_stats())), ())
 
+    def handoff_stats(self) -> tuple[float, ...]:
+        return next((stats for part in self.parts if (stats := part.handoff_stats())), ())
+
 
 def connector_set(connectors: Sequence[KVConnector]) -> KVConnector:
     """One connector for the engine: the only one itself, or a set of several."""

@@ -78,6 +78,12 @@ class RoleSwitch:
     reason: str    # "ttft" (prefill short of capacity) or "itl" (decode short of capacity)
 
 
+# every (from_role, to_role, reason) `plan` can return (see `_rung`): a metric counting switches
+# starts each at 0, so a dashboard sees the series before the first switch
+SWITCH_KINDS = (("both", "prefill", "ttft"), ("decode", "both", "ttft"), ("decode", "prefill", "ttft"),
+                ("both", "decode", "itl"), ("prefill", "both", "itl"), ("prefill", "decode", "itl"))
+
+
 def _over(value: float | None, target: float | None) -> bool:
     return target is not None and value is not None and value > target
 

@@ -16,6 +16,7 @@ A request preempted after its pull recomputes locally (the prefill worker releas
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -23,6 +24,7 @@ from tandem.kv.connector import (NOTHING_KEPT, ConnectorEvents, ExternalMatch, F
                                  KVConnectorScheduler, KVConnectorWorker, KVLoad, KVRequest, KVSave)
 from tandem.kv.layout import KVLayout
 from tandem.transfer.base import Transport
+from tandem.transfer.handoff_times import HandoffTimes
 from tandem.errors import InvalidRequest
 from tandem.types import EngineRequest, KVHandle
 
@@ -80,6 +82,10 @@ class HandoffWorker(KVConnectorWorker):
         self.transport = transport
         self._pulls: dict[str, Future] = {}
         self._offered: set[str] = set()
+        self.times = HandoffTimes()
+        # a pull's start and, set by its future's callback on the sink's thread, its end
+        self._started: dict[str, float] = {}
+        self._ended: dict[str, float] = {}
         # gives up remote blocks a request will not pull, off the step loop
         self._release_pool = ThreadPoolExecutor(1, thread_name_prefix="kv-release")
 
@@ -87,9 +93,14 @@ class HandoffWorker(KVConnectorWorker):
         for load in loads:
             handle: KVHandle = load.source
             src = range(load.first_block, load.first_block + len(load.dst_block_ids))
-            self._pulls[load.request_id] = self.transport.sink.pull_async(
-                handle, list(load.dst_block_ids), list(src))
+            self._started[load.request_id] = time.monotonic()
+            future = self.transport.sink.pull_async(handle, list(load.dst_block_ids), list(src))
+            future.add_done_callback(lambda _, rid=load.request_id: self._pull_ended(rid))
+            self._pulls[load.request_id] = future
         return {}   # pulls are asynchronous: they finish through poll
+
+    def _pull_ended(self, request_id: str) -> None:
+        self._ended[request_id] = time.monotonic()   # on the sink's thread: one atomic store
 
     def start_saves(self, saves: Sequence[KVSave]) -> None:
         for save in saves:
@@ -106,13 +117,16 @@ class HandoffWorker(KVConnectorWorker):
     def poll(self) -> ConnectorEvents:
         events = ConnectorEvents()
         for request_id, future in list(self._pulls.items()):
-            if not future.done():
+            if request_id not in self._ended:   # set by the callback, after the future is done
                 continue
             del self._pulls[request_id]
+            took = self._ended.pop(request_id) - self._started.pop(request_id)
             error = future.exception()
             if error is None:
                 events.loaded.append(request_id)
+                self.times.observe(took)
             else:
+                self.times.failed()
                 events.failed[request_id] = str(error) or type(error).__name__
         if self._offered:
             for request_id in self.transport.source.poll_released():
@@ -123,6 +137,9 @@ class HandoffWorker(KVConnectorWorker):
 
     def busy(self) -> bool:
         return bool(self._pulls)
+
+    def handoff_stats(self) -> tuple[float, ...]:
+        return self.times.snapshot()
 
     def close(self) -> None:
         self._release_pool.shutdown(wait=True, cancel_futures=True)

@@ -54,3 +54,33 @@ def test_speculative_decoding_metrics():
             for p in range(3)] == [3, 2, 1]
     assert sample(text, "tandem:spec_decode_acceptance_rate") == 0.5
     assert sample(text, "tandem:spec_decode_mean_accepted_length") == 2.5
+
+
+def test_queued_prefill_tokens_and_kv_handoff_metrics():
+    import dataclasses
+
+    from tandem.types import KV_HANDOFF_BUCKETS
+
+    backend = FakeBackend()
+    assert "tandem:kv_handoff_seconds" not in _render(backend)    # no handoff: no series
+    n = len(KV_HANDOFF_BUCKETS) + 1
+    counts = [0] * n
+    counts[0], counts[3], counts[n - 1] = 2, 1, 1       # two fast pulls, one <= 10 ms, one slower than all
+    stats = dataclasses.replace(backend.stats(), waiting_prefill_tokens=37,
+                                kv_handoff_stats=(*counts, 42.5, 3))
+    backend.stats = lambda: stats
+    text = _render(backend)
+    assert sample(text, "tandem:waiting_prefill_tokens", model_name="fake-model") == 37
+    assert sample(text, "tandem:kv_handoff_seconds_bucket", le="0.001") == 2
+    assert sample(text, "tandem:kv_handoff_seconds_bucket", le="0.005") == 2
+    assert sample(text, "tandem:kv_handoff_seconds_bucket", le="0.01") == 3
+    assert sample(text, "tandem:kv_handoff_seconds_bucket", le="10.0") == 3
+    assert sample(text, "tandem:kv_handoff_seconds_bucket", le="+Inf") == 4
+    assert sample(text, "tandem:kv_handoff_seconds_count") == 4
+    assert sample(text, "tandem:kv_handoff_seconds_sum") == 42.5
+    assert sample(text, "tandem:kv_handoff_failures_total") == 3
+
+
+def _render(backend) -> str:
+    with TestClient(build_app(backend, ServerConfig())) as c:
+        return c.get("/metrics").text

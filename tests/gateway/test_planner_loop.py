@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from tandem.gateway.config import RegistryConfig
 from tandem.gateway.planner_loop import PlannerLoop, reading
 from tandem.gateway.registry import Registry
-from tandem.planner.policy import PlannerConfig, RoleSwitch
+from tandem.planner.policy import SWITCH_KINDS, PlannerConfig, RoleSwitch
 from tandem.router.load_tracker import LoadTracker
 
 
@@ -48,3 +48,12 @@ def test_a_round_measures_only_its_own_window_and_publishes_one_switch():
     # next round: nothing new observed, and the cooldown holds anyway
     clock[0] = 10.0
     assert loop.round() is None and loop.measured.ttft_samples == 0 and loop.seq == 1
+
+
+def test_every_switch_kind_is_exported_from_zero_before_any_switch():
+    loop, ttft, itl, clock, prom = setup()
+    for frm, to, reason in SWITCH_KINDS:
+        assert prom.get_sample_value("tandem:gateway_planner_switches_total",
+                                     {"from_role": frm, "to_role": to, "reason": reason}) == 0
+    assert len(SWITCH_KINDS) == len(set(SWITCH_KINDS)) == 6
+

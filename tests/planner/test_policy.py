@@ -1,4 +1,4 @@
-from tandem.planner.policy import Measured, PlannerConfig, RoleSwitch, plan
+from tandem.planner.policy import SWITCH_KINDS, Measured, PlannerConfig, RoleSwitch, plan
 from tandem.router.snapshot import WorkerLoad
 
 CFG = PlannerConfig(slo_ttft_ms=1000, slo_itl_ms=50, cooldown_s=60, margin=0.8, min_samples=20)
@@ -77,3 +77,16 @@ def test_a_missing_target_counts_as_met_and_no_target_disables():
     assert plan(Measured(1500, 999, 20, 20), POOL, only_ttft, None).reason == "ttft"
     assert plan(Measured(None, None), POOL, only_ttft, None) is None
     assert not PlannerConfig().enabled and plan(Measured(1500, 1, 99, 99), POOL, PlannerConfig(), None) is None
+
+
+def test_switch_kinds_list_exactly_what_plan_returns():
+    """SWITCH_KINDS starts the switch counters' series at 0: it must hold every switch plan makes."""
+    ttft, itl = Measured(1500, 40, 20, 20), Measured(800, 60, 20, 20)
+    fleets = [(ttft, ("both", "decode", "decode")), (ttft, ("prefill", "decode", "decode")),
+              (ttft, ("prefill", "both", "decode")), (itl, ("both", "prefill", "prefill")),
+              (itl, ("prefill", "prefill", "decode")), (itl, ("prefill", "both", "decode"))]
+    made = set()
+    for m, roles in fleets:
+        sw = plan(m, tuple(w(f"w{i}", r) for i, r in enumerate(roles)), CFG, None)
+        made.add((sw.from_role, sw.to_role, sw.reason))
+    assert made == set(SWITCH_KINDS)

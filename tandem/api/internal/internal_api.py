@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from tandem.api.context import ServerContext
 from tandem.api.errors import as_tandem_error, openai_error_response
+from tandem.api.internal.role_metric import GATEWAY_ROLE, RoleCollector
 from tandem.api.internal.role_switch import WorkerRole
 from tandem.api.internal.wire import delta_to_dict, request_from_dict
 from tandem.api.request_body import read_json_object
@@ -65,6 +66,7 @@ async def _lines(run: GenerationRun, span: Span | None) -> AsyncIterator[bytes]:
 def internal_routes(ctx: ServerContext) -> list[Route]:
     # a worker's role, switchable at runtime; None on a backend without a KV cache
     roles = WorkerRole(ctx.worker) if ctx.worker is not None else None
+    ctx.metrics.registry.register(RoleCollector(lambda: roles.role if roles else GATEWAY_ROLE))
 
     async def generate(request: Request) -> Response:
         if roles is not None:
