@@ -5,9 +5,10 @@
 # redis-server and postgresql (the asynchronous queue's shared stores; tests start their own
 # servers on 127.0.0.1 and stop them), iproute2 (ip netns, veth, tc: the multi-host tests),
 # kubectl (tests/deploy renders deploy/kubernetes with `kubectl kustomize`): Debian's
-# kubernetes-client unless a kubectl is already installed.
+# kubernetes-client unless a kubectl is already installed; prometheus (tests/deploy: every query
+# of the Grafana dashboard, evaluated against a live cluster).
 set -euo pipefail
-want=(libibverbs1 bible-kjv gcc libc6-dev redis-server postgresql iproute2)
+want=(libibverbs1 bible-kjv gcc libc6-dev redis-server postgresql iproute2 prometheus)
 missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,7 +15,8 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, Hist
                                    Metric)
 from prometheus_client.registry import Collector
 
-from tandem.types import KV_HANDOFF_BUCKETS, KV_TIER_COUNTERS, KV_TIERS, EngineStats, RequestDelta
+from tandem.types import (KV_HANDOFF_BUCKETS, KV_TIER_COUNTERS, KV_TIERS, EngineStats, FinishReason,
+                          RequestDelta)
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
@@ -213,6 +214,8 @@ class _Bound:
         self.generation_tokens = m.generation_tokens.labels(name)
         self._success = m.success
         self._name = name
+        for reason in FinishReason:   # every outcome's series from 0: a first abort shows in rate()
+            self.success(reason.value)
 
     def success(self, reason: str):
         return self._success.labels(self._name, reason)
