@@ -119,10 +119,11 @@ def _prometheus(tmp: Path, cluster: LocalCluster) -> tuple[subprocess.Popen, str
     config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                       f"  evaluation_interval: 1s\nscrape_configs:\n{jobs}")
     port = free_port()
-    log = open(tmp / "prometheus.log", "wb")
-    proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    with open(tmp / "prometheus.log", "wb") as log:   # the child keeps its own descriptor
+        proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}",
+                                 f"--storage.tsdb.path={tmp / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                                stdout=log, stderr=subprocess.STDOUT)
     return proc, f"http://127.0.0.1:{port}"
 
 
@@ -151,12 +152,24 @@ def _wait(what: str, check, timeout_s: float, proc: subprocess.Popen | None = No
         time.sleep(0.25)
 
 
-def _scraped_count(prom: str, at_least: float) -> bool:
+GATEWAY_TTFTS = ('sum(tandem:time_to_first_token_seconds_count '
+                 'and on(instance, job) tandem:server_role{role="gateway"})')
+GATEWAY_ABORTS = ('sum(tandem:request_success_total{finished_reason="abort"} '
+                  'and on(instance, job) tandem:server_role{role="gateway"})')
+DECODE_PULLS = ('sum(tandem:kv_handoff_seconds_count '
+                'and on(instance, job) tandem:server_role{role="decode"})')
+
+
+def _try(fn, default):
     try:
-        got = query(prom, 'sum(tandem:time_to_first_token_seconds_count '
-                          'and on(instance, job) tandem:server_role{role="gateway"})')
+        return fn()
     except (httpx.HTTPError, AssertionError):
-        return False
+        return default
+
+
+def _reached(prom: str, expr: str, at_least: float) -> bool:
+    """Prometheus' latest sample of `expr` (one series) is at least `at_least`."""
+    got = _try(lambda: query(prom, expr), [])
     return bool(got) and float(got[0]["value"][1]) >= at_least
 
 
@@ -190,31 +203,25 @@ def scraped(llama_dir, tmp_path_factory):
         prom = None
         if PROMETHEUS is not None:
             prom_proc, prom = _prometheus(tmp, cluster)
-            _wait("prometheus scrapes every target", lambda: len([
-                s for s in _try(lambda: query(prom, "up == 1"), [])]) == 3, 30, prom_proc)
+            _wait("prometheus scrapes all 3 targets",
+                  lambda: len(_try(lambda: query(prom, "up == 1"), [])) == 3, 30, prom_proc)
         for i in range(2):                                     # wave 1: the series appear
             _complete(gw, f"wave one {i}: " + PREFIX)
         if prom is not None:
-            _wait("prometheus scraped wave 1", lambda: _scraped_count(prom, 2), 20, prom_proc)
+            _wait("prometheus scraped wave 1", lambda: _reached(prom, GATEWAY_TTFTS, 2), 20, prom_proc)
         for i in range(3):                                     # wave 2: shared prefix, an abort
             _complete(gw, PREFIX + f"question {i}?", max_tokens=6)
         _abort_a_stream(gw)
-        texts = {p.name: httpx.get(p.url + "/metrics", timeout=10).text for p in cluster.procs}
         if prom is not None:
-            _wait("prometheus scraped wave 2", lambda: _scraped_count(prom, 6), 20, prom_proc)
-            time.sleep(1.5)    # one more scrape of every target: the workers' counters too
+            for what, expr, n in (("wave 2's first tokens", GATEWAY_TTFTS, 6),
+                                  ("the abort", GATEWAY_ABORTS, 1), ("wave 2's pulls", DECODE_PULLS, 5)):
+                _wait(f"prometheus scraped {what}", lambda e=expr, n=n: _reached(prom, e, n), 20, prom_proc)
+        texts = {p.name: httpx.get(p.url + "/metrics", timeout=10).text for p in cluster.procs}
         yield texts, prom
     finally:
         if prom_proc is not None:
             _stop(prom_proc)
         cluster.stop()
-
-
-def _try(fn, default):
-    try:
-        return fn()
-    except (httpx.HTTPError, AssertionError):
-        return default
 
 
 def test_every_metric_the_dashboard_queries_is_exported_by_the_cluster(scraped):

@@ -66,6 +66,7 @@ async def _lines(run: GenerationRun, span: Span | None) -> AsyncIterator[bytes]:
 def internal_routes(ctx: ServerContext) -> list[Route]:
     # a worker's role, switchable at runtime; None on a backend without a KV cache
     roles = WorkerRole(ctx.worker) if ctx.worker is not None else None
+    # /metrics reports the role these routes switch (tandem:server_role), read at each scrape
     ctx.metrics.registry.register(RoleCollector(lambda: roles.role if roles else GATEWAY_ROLE))
 
     async def generate(request: Request) -> Response:
