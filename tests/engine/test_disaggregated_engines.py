@@ -8,7 +8,7 @@ import pytest
 from tandem.engine.engine import Engine
 from tandem.errors import InvalidRequest
 from tandem.kv.layout import KVLayout
-from tandem.types import EngineRequest, KVHandle
+from tandem.types import KV_HANDOFF_BUCKETS, EngineRequest, KVHandle
 from tests.conftest import assert_all_blocks_free, engine_config, shm_safe_device
 from tests.engine.helpers import handoff_pair, prompts, request, run, tokens
 
@@ -46,6 +46,11 @@ def test_greedy_identity_across_the_handoff(llama_dir, make_engine, kind):
             got, pre, out = _disaggregated(prefill, decode, prompt, 9)
             assert got == ref
             assert out[-1].num_output_tokens == 9
+        # each pull timed on the decode side (tandem:kv_handoff_seconds), none on the prefill side
+        n = len(KV_HANDOFF_BUCKETS) + 1
+        timed = decode.stats().kv_handoff_stats
+        assert sum(timed[:n]) == 3 and timed[n] > 0 and timed[n + 1] == 0
+        assert sum(prefill.stats().kv_handoff_stats[:n]) == 0
 
 
 def test_decode_pulls_only_blocks_it_lacks(llama_dir):
@@ -70,6 +75,7 @@ def test_pull_failure_falls_back_to_recompute(llama_dir, make_engine):
                                resume_output_ids=list(pre.new_token_ids))
         out = run(decode, [second])[second.request_id]
         assert pre.new_token_ids + tokens(out) == ref
+        assert decode.stats().kv_handoff_stats[-1] == 1    # the failed pull, counted
         assert_all_blocks_free(decode)
     finally:
         decode.shutdown()
