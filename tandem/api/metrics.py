@@ -95,7 +95,9 @@ def _kv_handoff_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
     h.add_metric(labels, cumulative, sum_s)
     yield h
     c = CounterMetricFamily("tandem:kv_handoff_failures",
-                            "KV pulls that failed (the request recomputed its prompt).", labels=_LABELS)
+                            "KV pulls that failed: the source gone or unreachable (the request "
+                            "recomputed its prompt), or its blocks released as the request was "
+                            "aborted meanwhile.", labels=_LABELS)
     c.add_metric(labels, failed)
     yield c
 

@@ -2,7 +2,8 @@
 
 A pull is timed from the moment the worker side starts it (`HandoffWorker.start_loads`) to the
 moment its future completes, on the sink's thread: the transfer itself, the control round trips
-and the confirmation, not the engine step that notices it. Failed pulls are counted, not timed.
+and the confirmation, not the engine step that notices it. Failed pulls are counted, not timed:
+the source gone or unreachable, or the blocks released because the request was aborted meanwhile.
 """
 
 from __future__ import annotations
