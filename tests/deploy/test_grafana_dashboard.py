@@ -102,6 +102,7 @@ def _cluster(model: str, tmp: Path) -> LocalCluster:
     port = free_port(avoid=taken)
     g = gateway_proc(model, "127.0.0.1", port, procs, "default",
                      ("--poll-interval", "0.2", "--served-model-name", "m",
+                      "--prefill-placement", "remote",      # every request handed over: pulls
                       "--queue-db", str(tmp / "queue.db"),
                       # the planner runs (its series exist) with targets no request misses
                       "--slo-ttft-ms", "600000", "--slo-itl-ms", "600000", "--planner-interval", "1"))
