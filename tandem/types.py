@@ -151,6 +151,19 @@ class ParserOptions:
 
 
 @dataclass(frozen=True)
+class AgentTurn:
+    """What a request says of the agent turn it is; the worker keeps the turn's KV for the next
+    one (tandem/kv/retention.py)."""
+
+    # the client's hint (body `agent.expect_next_turn_s` or header `x-agent-expect-next-turn-s`),
+    # clamped by the route; 0: no next turn is coming; None: no hint
+    expect_next_turn_s: float | None = None
+    # output texts that open a tool call in this request's format (its tool-call parser's); empty
+    # when no tools are offered
+    tool_call_markers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """Who sends a request and how it is to be served, carried explicitly from the HTTP layer
     through the backend (gateway: routing; worker: the engine). Never read from ambient state."""
@@ -164,6 +177,7 @@ class RequestContext:
     # The tenant is part of every block hash too (tandem/kv/block_hash.py: cache_keys), so
     # tenants never share KV; True (the operator's --share-prefix-cache) leaves it out.
     share_prefix_cache: bool = False
+    agent: AgentTurn = AgentTurn()
 
 
 @dataclass
@@ -228,6 +242,9 @@ KV_TIERS = ("host", "disk", "store")
 KV_TIER_COUNTERS = ("queries", "hits", "read_bytes", "write_bytes", "read_seconds", "reads",
                     "write_seconds", "writes", "corrupt", "errors", "skipped", "evicted",
                     "used_bytes", "capacity_bytes", "available")
+# upper bounds, in seconds, of EngineStats.turn_gap_counts (the observed pauses between an agent's
+# turns: most within a second, nearly all within ten)
+TURN_GAP_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 @dataclass(frozen=True)
@@ -255,3 +272,14 @@ class EngineStats:
     # KV tiers below the device (tandem.kvstore), cumulative except usage and availability: one
     # value per (tier, counter) of KV_TIERS x KV_TIER_COUNTERS, tier-major; () without tiers
     kv_tier_stats: tuple[float, ...] = ()
+    # KV retention across tool calls (tandem/kv/retention.py): blocks retained now; turns whose
+    # next turn arrived while retained; retentions that expired; retained blocks taken under
+    # pressure (demoted to the host tier when there is one); observed gaps between a retained
+    # turn's end and the next turn's arrival, cumulative counts per TURN_GAP_BUCKETS bound
+    # (+Inf last), and their sum in seconds
+    retained_blocks: int = 0
+    retention_hits: int = 0
+    retention_expired: int = 0
+    retention_evicted_blocks: int = 0
+    turn_gap_counts: tuple[int, ...] = ()
+    turn_gap_sum: float = 0.0
