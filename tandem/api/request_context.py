@@ -24,7 +24,7 @@ from starlette.requests import Request
 
 from tandem.api.auth import tenant_of
 from tandem.api.config import ServerConfig
-from tandem.parsers.tool_registry import make_tool_parser
+from tandem.parsers.tool_registry import TOOL_PARSER_NAMES, make_tool_parser
 from tandem.turn.agent_hint import HEADER as AGENT_HEADER
 from tandem.turn.agent_hint import parse_header
 from tandem.types import AgentTurn, RequestContext
@@ -53,5 +53,10 @@ def with_agent(context: RequestContext, request: Request, expect_next_turn_s: fl
     if expect_next_turn_s is None:
         expect_next_turn_s = parse_header(request.headers.get(AGENT_HEADER))
     name = context.parser.tool_call_parser
-    markers = make_tool_parser(name).start_markers if name else ()
+    if name is None:
+        markers: tuple[str, ...] = ()
+    elif name in TOOL_PARSER_NAMES:
+        markers = make_tool_parser(name).start_markers
+    else:   # a forced call written as plain JSON (turn/json_tools.py): every output is a call
+        markers = ("{",)
     return replace(context, agent=AgentTurn(expect_next_turn_s, tuple(markers)))

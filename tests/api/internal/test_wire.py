@@ -7,7 +7,7 @@ import pytest
 
 from tandem.errors import InvalidRequest
 from tandem.api.internal import wire
-from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
+from tandem.types import (AgentTurn, EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
                           RequestDelta, RequestTimings, SamplingParams, TokenLogprob)
 
 HANDLE = KVHandle(worker="10.0.0.1:9000", request_id="p-1", block_ids=(4, 5), num_tokens=20,
@@ -43,7 +43,7 @@ def test_request_context_roundtrip_keeps_every_field():
     ctx = RequestContext(session_id="s-1", tenant="key-1", cache_salt="t", priority=-3,
                          deadline=time.monotonic() + 30.0,
                          parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"),
-                         share_prefix_cache=True)
+                         share_prefix_cache=True, agent=AgentTurn(3.5, ("<tool_call>",)))
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)
