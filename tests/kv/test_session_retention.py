@@ -101,3 +101,18 @@ def test_off_with_a_zero_share_and_tables_are_bounded():
 def _tools():
     from tandem.types import AgentTurn
     return AgentTurn(tool_call_markers=("<tool_call>",))
+
+
+def test_another_tenants_session_with_the_same_id_never_touches_the_hold():
+    pool = BlockPool(8)
+    r = SessionRetainer(pool, CFG)
+    a = RequestContext(session_id="agent-1", tenant="key-0")
+    b = RequestContext(session_id="agent-1", tenant="key-1")
+    ka, kb = session_key(a, cache_keys(a)), session_key(b, cache_keys(b))
+    r.finished(ka, "key-0", TurnEnd.RETAIN, 60.0, _blocks(pool, 2, 100), cache_keys(a), now=0.0)
+    r.arrived(kb, "key-1", now=1.0)                   # key-1's "agent-1": no hold, nothing learned
+    r.finished(kb, "key-1", TurnEnd.ENDED, 0.0, [], cache_keys(b), now=1.0)
+    assert pool.hold_blocks(ka) == 2 and r.hits == 0 and sum(r.gap_counts) == 0
+    r.arrived(ka, "key-0", now=2.0)
+    assert r.hits == 1 and pool.num_retained == 0
+    assert r.retain_seconds(kb, "key-1", _tools()) == 5.0   # key-1 learned nothing from key-0
