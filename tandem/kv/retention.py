@@ -5,8 +5,10 @@ resends the whole conversation. Its KV is worth keeping on the device for that p
 blocks of a session that ended (its turn ended in `stop` without tool calls) are worth little.
 
 - How a turn ends (`turn_end`): an explicit hint (`expect_next_turn_s` > 0) or output that opened
-  a tool call (one of the request's `tool_call_markers`) -> RETAIN; a hint of 0 or a plain `stop`
-  -> ENDED; anything else (length, abort, error, no session) -> NONE: plain LRU.
+  a tool call (one of the request's `tool_call_markers`) -> RETAIN; a hint of 0, or a `stop`
+  without a call although tools were offered (an agent's final answer) -> ENDED; anything else
+  (a chat turn without tools, whose user may well answer; length, abort, error, no session) ->
+  NONE: plain LRU.
 - The expected gap (`expected_gap`): per session and per tenant, an exponentially weighted mean
   `m` and mean absolute deviation `d` of the observed gaps between a retained turn's end and the
   next turn's arrival (`observe`); the gap is the session's `m + k * d` (a high quantile of a
@@ -56,7 +58,8 @@ def turn_end(reason: FinishReason | None, output_text: str, agent: AgentTurn,
             return TurnEnd.RETAIN if hint > 0 else TurnEnd.ENDED
         if any(m and m in output_text for m in agent.tool_call_markers):
             return TurnEnd.RETAIN
-        return TurnEnd.ENDED if reason is FinishReason.STOP else TurnEnd.NONE
+        if reason is FinishReason.STOP and agent.tool_call_markers:
+            return TurnEnd.ENDED
     return TurnEnd.NONE
 
 

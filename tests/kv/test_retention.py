@@ -12,11 +12,11 @@ CFG = RetentionConfig(share=0.5, default_gap_s=5.0, min_gap_s=1.0, max_s=600.0, 
 TOOLS = AgentTurn(tool_call_markers=("<tool_call>",))
 
 
-def test_a_tool_call_or_a_hint_retains_a_plain_stop_ends_the_session():
+def test_a_tool_call_or_a_hint_retains_a_final_answer_ends_the_session():
     stop, length = FinishReason.STOP, FinishReason.LENGTH
     assert turn_end(stop, 'ok <tool_call>{"name": "f"}', TOOLS, True) is TurnEnd.RETAIN
     assert turn_end(stop, "the answer is 4", TOOLS, True) is TurnEnd.ENDED
-    assert turn_end(stop, "the answer is 4", AgentTurn(), True) is TurnEnd.ENDED
+    assert turn_end(stop, "hello there", AgentTurn(), True) is TurnEnd.NONE     # chat: the user may reply
     assert turn_end(stop, "x", AgentTurn(expect_next_turn_s=3.0), True) is TurnEnd.RETAIN
     assert turn_end(stop, "<tool_call>", AgentTurn(expect_next_turn_s=0.0), True) is TurnEnd.ENDED
     assert turn_end(length, "cut short", AgentTurn(), True) is TurnEnd.NONE
