@@ -8,7 +8,8 @@ blocks of a session that ended (its turn ended in `stop` without tool calls) are
   a tool call (one of the request's `tool_call_markers`) -> RETAIN; a hint of 0, or a `stop`
   without a call although tools were offered (an agent's final answer) -> ENDED; anything else
   (a chat turn without tools, whose user may well answer; length, abort, error, no session) ->
-  NONE: plain LRU.
+  NONE: plain LRU. A prefill worker's turn (handed over to a decode worker) is retained on a hint
+  only: the prompt's blocks serve the next turn's prefill.
 - The expected gap (`expected_gap`): per session and per tenant, an exponentially weighted mean
   `m` and mean absolute deviation `d` of the observed gaps between a retained turn's end and the
   next turn's arrival (`observe`); the gap is the session's `m + k * d` (a high quantile of a
@@ -50,9 +51,11 @@ class GapEstimate:
 def turn_end(reason: FinishReason | None, output_text: str, agent: AgentTurn,
              has_session: bool) -> TurnEnd:
     """What a finished turn says of the session's next one."""
-    if not has_session or reason is None:   # None: a prefill handed over, the turn goes on elsewhere
-        return TurnEnd.NONE
     hint = agent.expect_next_turn_s
+    if not has_session:
+        return TurnEnd.NONE
+    if reason is None:   # a prefill handed over: the turn goes on elsewhere; only a hint tells
+        return TurnEnd.RETAIN if hint is not None and hint > 0 else TurnEnd.NONE
     if reason is FinishReason.STOP or reason is FinishReason.LENGTH:
         if hint is not None:
             return TurnEnd.RETAIN if hint > 0 else TurnEnd.ENDED

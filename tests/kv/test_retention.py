@@ -23,6 +23,9 @@ def test_a_tool_call_or_a_hint_retains_a_final_answer_ends_the_session():
     assert turn_end(length, "<tool_call>{", TOOLS, True) is TurnEnd.RETAIN
     for reason in (FinishReason.ABORT, FinishReason.ERROR, None):   # None: handed over
         assert turn_end(reason, "<tool_call>", TOOLS, True) is TurnEnd.NONE
+    hinted = AgentTurn(expect_next_turn_s=3.0)
+    assert turn_end(None, "", hinted, True) is TurnEnd.RETAIN           # a prefill worker, hinted
+    assert turn_end(FinishReason.ABORT, "", hinted, True) is TurnEnd.NONE
     assert turn_end(stop, "<tool_call>", TOOLS, False) is TurnEnd.NONE   # no session
 
 
