@@ -24,7 +24,7 @@ from tandem.config import RetentionConfig
 from tandem.kv.block_pool import BlockPool, KVBlock
 from tandem.kv.retention import (GapEstimate, TurnEnd, first_to_release, observe, over_share,
                                  retain_for, share_limit)
-from tandem.types import TURN_GAP_BUCKETS, RequestContext
+from tandem.types import TURN_GAP_BUCKETS, AgentTurn, RequestContext
 
 
 def session_key(context: RequestContext, cache_keys: tuple) -> str | None:
@@ -111,7 +111,7 @@ class SessionRetainer:
         self._holds[key] = _Hold(now + retain_s, now)
         self._next_deadline = min(self._next_deadline, now + retain_s)
 
-    def retain_seconds(self, key: str | None, tenant: str | None, agent) -> float:
+    def retain_seconds(self, key: str | None, tenant: str | None, agent: AgentTurn) -> float:
         """How long a RETAIN turn of `key` is held (the hint, else the learned gap)."""
         s = self._sessions.get(key) if key is not None else None
         return retain_for(agent, s.gap if s else None, self._tenants.get(tenant or ""), self.config)

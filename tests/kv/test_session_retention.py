@@ -6,7 +6,7 @@ from tandem.kv.block_hash import cache_keys
 from tandem.kv.block_pool import BlockPool
 from tandem.kv.retention import TurnEnd
 from tandem.kv.session_retention import SessionRetainer, session_key
-from tandem.types import RequestContext
+from tandem.types import AgentTurn, RequestContext
 
 CFG = RetentionConfig(share=0.5, default_gap_s=5.0, min_gap_s=1.0, max_s=600.0, alpha=0.5)
 
@@ -99,7 +99,6 @@ def test_off_with_a_zero_share_and_tables_are_bounded():
 
 
 def _tools():
-    from tandem.types import AgentTurn
     return AgentTurn(tool_call_markers=("<tool_call>",))
 
 
