@@ -230,6 +230,10 @@ class BlockPool:
                 block.cold = True
         self._to_head(blocks)
 
+    @property
+    def num_holds(self) -> int:
+        return len(self._holds)
+
     def hold_blocks(self, hold: str) -> int:
         """Blocks the hold still lists (retained blocks taken under pressure leave it)."""
         return len(self._holds.get(hold, ()))

@@ -73,6 +73,7 @@ def test_retention_keeps_agent_context_through_one_shot_pressure(llama_dir):
         assert stats.retention_hits == 4 and stats.retention_evicted_blocks == 0
         assert stats.turn_gap_counts[-1] == 4        # four gaps observed (cumulative +Inf bucket)
         assert stats.retained_blocks == 0            # every hold ended at its next turn
+        assert on.kv.pool.num_holds == 0
         assert on.kv.pool.num_free == on.num_blocks
     finally:
         on.shutdown()
@@ -98,6 +99,7 @@ def test_retained_blocks_are_taken_last_and_released_at_their_deadline(llama_dir
         assert engine.stats().retention_evicted_blocks == 4
         engine.retention.expire(float("inf"))
         assert engine.kv.pool.num_retained == 0 and engine.retention.expired == 1
+        assert engine.kv.pool.num_holds == 0
         assert_all_blocks_free(engine)
     finally:
         engine.shutdown()
