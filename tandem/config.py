@@ -98,6 +98,30 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """KV retention across an agent's tool calls (tandem/kv/retention.py: the policy)."""
+
+    share: float = 0.5          # of the device blocks at most retained at once; 0 turns retention off
+    default_gap_s: float = 5.0  # retention of a session (and tenant) with no observed gap yet
+    min_gap_s: float = 1.0      # the learned retention is never shorter
+    max_s: float = 600.0        # nor longer, a client's hint included
+    alpha: float = 0.3          # weight of a new gap in the running mean and deviation
+    deviations: float = 2.0     # retention = mean + deviations x mean absolute deviation
+    max_sessions: int = 4096    # sessions (and tenants) whose gaps are remembered, least recent out
+
+    @property
+    def enabled(self) -> bool:
+        return self.share > 0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0:
+            raise ValueError(f"kv retention share must be in [0, 1], got {self.share}")
+        if not 0 < self.min_gap_s <= self.default_gap_s <= self.max_s:
+            raise ValueError("kv retention: need 0 < min_gap_s <= default_gap_s <= max_s, got "
+                             f"{self.min_gap_s}, {self.default_gap_s}, {self.max_s}")
+
+
+@dataclass(frozen=True)
 class SchedulerConfig:
     max_num_batched_tokens: int = 512   # token budget of one step (decodes first, then prefill chunks)
     max_num_seqs: int = 64              # requests running at once
@@ -235,6 +259,7 @@ class EngineConfig:
     speculative: SpeculativeConfig | None = None   # speculative decoding; None: off
     kv_store: KVStoreConfig = field(default_factory=KVStoreConfig)   # tiers below the device
     grammar: GrammarConfig = field(default_factory=GrammarConfig)    # structured outputs' bounds
+    retention: RetentionConfig = field(default_factory=RetentionConfig)   # KV kept across tool calls
     # torch's global random generator at start-up (--seed): requests without a seed sample from it
     seed: int | None = None
 

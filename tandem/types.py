@@ -162,6 +162,19 @@ class TraceParent:
 
 
 @dataclass(frozen=True)
+class AgentTurn:
+    """What a request says of the agent turn it is; the worker keeps the turn's KV for the next
+    one (tandem/kv/retention.py)."""
+
+    # the client's hint (body `agent.expect_next_turn_s` or header `x-agent-expect-next-turn-s`),
+    # clamped by the route; 0: no next turn is coming; None: no hint
+    expect_next_turn_s: float | None = None
+    # output texts that open a tool call in this request's format (its tool-call parser's); empty
+    # when no tools are offered
+    tool_call_markers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RequestContext:
     """Who sends a request and how it is to be served, carried explicitly from the HTTP layer
     through the backend (gateway: routing; worker: the engine). Never read from ambient state."""
@@ -182,6 +195,7 @@ class RequestContext:
     # whole blocks of them are hashed without the tenant. Set by the route that builds the
     # request (so a gateway's value holds on its workers); never more than the prompt's length.
     shared_prefix_tokens: int = 0
+    agent: AgentTurn = AgentTurn()
 
 
 @dataclass
@@ -250,6 +264,9 @@ KV_TIER_COUNTERS = ("queries", "hits", "read_bytes", "write_bytes", "read_second
 # per bucket of KV_HANDOFF_BUCKETS (upper bounds in seconds, then one past the last), then the
 # pulls' summed seconds, then the failed pulls
 KV_HANDOFF_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# upper bounds, in seconds, of EngineStats.turn_gap_counts (the observed pauses between an agent's
+# turns: most within a second, nearly all within ten)
+TURN_GAP_BUCKETS = (0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 @dataclass(frozen=True)
@@ -280,3 +297,14 @@ class EngineStats:
     # KV pulls of the prefill -> decode handoff on this (decode) worker, cumulative: the layout of
     # KV_HANDOFF_BUCKETS; () without a handoff connector
     kv_handoff_stats: tuple[float, ...] = ()
+    # KV retention across tool calls (tandem/kv/retention.py): blocks retained now; turns whose
+    # next turn arrived while retained; retentions that expired; retained blocks taken under
+    # pressure (demoted to the host tier when there is one); observed gaps between a retained
+    # turn's end and the next turn's arrival, cumulative counts per TURN_GAP_BUCKETS bound
+    # (+Inf last), and their sum in seconds
+    retained_blocks: int = 0
+    retention_hits: int = 0
+    retention_expired: int = 0
+    retention_evicted_blocks: int = 0
+    turn_gap_counts: tuple[int, ...] = ()
+    turn_gap_sum: float = 0.0

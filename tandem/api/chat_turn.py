@@ -55,6 +55,7 @@ class ChatTurn:
     stream: bool = False
     cache_salt: str | None = None
     priority: int = 0
+    expect_next_turn_s: float | None = None   # body `agent.expect_next_turn_s` (turn/agent_hint.py)
     params: TurnParams = field(default_factory=TurnParams)
 
 
@@ -86,7 +87,8 @@ def chat_request(turn: ChatTurn, pctx: ParseContext) -> ParsedRequest:
     )
     sampling.validate()
     parsed = ParsedRequest(kind="chat", model=turn.model, prompts=(tuple(ids),), sampling=sampling,
-                           stream=turn.stream, cache_salt=turn.cache_salt, priority=turn.priority)
+                           stream=turn.stream, cache_salt=turn.cache_salt, priority=turn.priority,
+                           expect_next_turn_s=turn.expect_next_turn_s)
     return with_plan(parsed, plan)
 
 

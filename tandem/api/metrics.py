@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
-                                   Metric)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tandem.types import (KV_HANDOFF_BUCKETS, KV_TIER_COUNTERS, KV_TIERS, EngineStats, FinishReason,
-                          RequestDelta)
+from tandem.types import (KV_HANDOFF_BUCKETS, KV_TIER_COUNTERS, KV_TIERS, TURN_GAP_BUCKETS, EngineStats,
+                          FinishReason, RequestDelta)
 
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0)
@@ -102,6 +101,33 @@ def _kv_handoff_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
     yield c
 
 
+def _retention_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
+    """KV retention across tool calls (tandem/kv/retention.py); no per-session or per-tenant label."""
+    g = GaugeMetricFamily("tandem:kv_retained_blocks",
+                          "KV blocks held for sessions' next turns (after a tool call or a hint).",
+                          labels=_LABELS)
+    g.add_metric(labels, s.retained_blocks)
+    yield g
+    for name, doc, value in (
+            ("kv_retention_hits", "Next turns that arrived while their session's KV was retained.",
+             s.retention_hits),
+            ("kv_retention_expired", "Retentions that reached their deadline before the next turn.",
+             s.retention_expired),
+            ("kv_retention_evicted_blocks", "Retained KV blocks taken under memory pressure (demoted "
+             "to the host tier when there is one).", s.retention_evicted_blocks)):
+        c = CounterMetricFamily(f"tandem:{name}", doc, labels=_LABELS)
+        c.add_metric(labels, value)
+        yield c
+    counts = s.turn_gap_counts
+    if len(counts) == len(TURN_GAP_BUCKETS) + 1:
+        h = HistogramMetricFamily("tandem:session_turn_gap_seconds",
+                                  "Observed pause between a retained turn's end and the session's next "
+                                  "turn's arrival (what retention learns from).", labels=_LABELS)
+        bounds = [str(b) for b in TURN_GAP_BUCKETS] + ["+Inf"]
+        h.add_metric(labels, list(zip(bounds, counts)), s.turn_gap_sum)
+        yield h
+
+
 class _StatsCollector(Collector):
     """Gauges and cumulative counters read from Backend.stats() at each scrape."""
 
@@ -157,6 +183,7 @@ class _StatsCollector(Collector):
                     1.0 + s.spec_num_accepted_tokens / s.spec_num_drafts if s.spec_num_drafts else 0.0)
         yield from _kv_tier_metrics(s, labels)
         yield from _kv_handoff_metrics(s, labels)
+        yield from _retention_metrics(s, labels)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # dynamic: described at scrape time only

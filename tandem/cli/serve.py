@@ -44,6 +44,7 @@ from tandem.config import (
     CacheConfig,
     EngineConfig,
     ModelConfig,
+    RetentionConfig,
     SchedulerConfig,
     SpeculativeConfig,
     TransferConfig,
@@ -144,6 +145,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--priority-aging-s", type=_positive_float, default=SchedulerConfig.priority_aging_s,
                    help="with --scheduling-policy priority, a waiting request counts one priority better "
                         "per this many seconds waited: the bound on how long a worse priority waits")
+    p.add_argument("--kv-retention-share", type=_share, default=RetentionConfig.share,
+                   help="KV retention across an agent's tool calls: at most this share of the device KV "
+                        "blocks is held for sessions whose turn ended in a tool call (or sent a hint) "
+                        "until their next turn; 0 turns it off")
+    p.add_argument("--kv-retention-max-s", type=_positive_float, default=RetentionConfig.max_s,
+                   help="longest a session's KV is retained for its next turn (learned gaps and "
+                        "client hints are held to it)")
+    p.add_argument("--kv-retention-default-s", type=_positive_float, default=RetentionConfig.default_gap_s,
+                   help="retention of a session and tenant whose gaps between turns are not known yet")
     p.add_argument("--threads", type=threads_arg, default=None,
                    help="compute threads of the worker, at most the cores it may use (CPU affinity and "
                         "cgroup quota; the default); a parallel worker's ranks split them")
@@ -232,6 +242,20 @@ def _device(name: str) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def retention_config_from_args(args: argparse.Namespace) -> RetentionConfig:
+    max_s = args.kv_retention_max_s
+    default = min(args.kv_retention_default_s, max_s)
+    return RetentionConfig(share=args.kv_retention_share, default_gap_s=default, max_s=max_s,
+                           min_gap_s=min(RetentionConfig.min_gap_s, default))
+
+
 def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerConfig]:
     if args.gateway_api_key is not None:
         raise SystemExit("tandem serve: --gateway-api-key is gone: a tenant key never opens a gateway's "
@@ -259,7 +283,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
         role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
         transfer=transfer_config(args, secret),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed,
-        grammar=grammar_config_from_args(args))
+        grammar=grammar_config_from_args(args), retention=retention_config_from_args(args))
     if engine.resolved_transport == "shm" and engine.model.device != "cpu":
         raise SystemExit(f"tandem serve: --kv-transport shm keeps the KV cache in host memory; on "
                          f"{engine.model.device} use tcp or mooncake, or pass --device cpu")

@@ -33,6 +33,8 @@ from tandem.grammar.masks import allocate as allocate_masks
 from tandem.kv.connector import FinishedKV, KVConnector
 from tandem.kv.events import KVEventLog
 from tandem.kv.kv_cache_manager import KVCacheManager
+from tandem.kv.retention import TurnEnd, turn_end
+from tandem.kv.session_retention import SessionRetainer, session_key
 from tandem.models.kv_layout import layout_of
 from tandem.models.loader import LoadedModel
 from tandem.tokenization.tokenizer import Tokenizer
@@ -90,6 +92,8 @@ class Engine:
         self.events = events if events is not None else KVEventLog()
         self.kv = KVCacheManager(self.num_blocks, config.cache.block_size,
                                  config.cache.enable_prefix_caching, config.cache.hash_seed, self.events)
+        # KV kept for an agent's next turn across its tool calls (tandem/kv/retention.py)
+        self.retention = SessionRetainer(self.kv.pool, config.retention)
         self.connector = connector
         self.scheduler = Scheduler(config.scheduler, self.kv, connector.scheduler if connector else None)
         self.runner = ModelRunner(loaded, self.layout, kv_cache, device)
@@ -129,6 +133,9 @@ class Engine:
             req.grammar = self.grammars.matcher(er.sampling.grammar, er.resume_output_ids,
                                                 compiled_grammar)
         self.requests[req.request_id] = req
+        now = time.monotonic()
+        self.retention.expire(now)
+        self.retention.arrived(session_key(req.context, req.cache_keys), req.context.tenant, now)
         self.scheduler.add(req)
 
     def validate(self, er: EngineRequest) -> None:
@@ -201,8 +208,10 @@ class Engine:
 
     # --- the step -------------------------------------------------------------------------
     def step(self) -> list[RequestDelta]:
+        self.retention.expire(time.monotonic())
         deltas = self._apply_connector_events()
         out = self.scheduler.schedule()
+        self._demote()
         result = self._execute(out)
         deltas += self._update(out, result)
         self._propose()
@@ -358,6 +367,7 @@ class Engine:
         """End the request. `reason` None: a prefill handed over to another worker (the
         connector keeps its blocks and returns the handle for the client)."""
         req.finish_reason = reason
+        self._end_turn(req, reason)   # before the scheduler frees its blocks
         kept = self.scheduler.finish(req)
         if self.proposer is not None:
             self.proposer.finished(req)
@@ -369,6 +379,32 @@ class Engine:
                                  req.finished_time)
         return self._delta(req, tokens or [], text, logprobs, finished=True, finish_reason=reason,
                            timings=timings, error=error, kv_handle=kept.kv_handle)
+
+    # --- retention across an agent's tool calls ------------------------------------------------
+    def _end_turn(self, req: Request, reason: FinishReason | None) -> None:
+        """Tell the retainer how the session's turn ended, with the blocks the next turn resends."""
+        if not self.retention.enabled:
+            return
+        key = session_key(req.context, req.cache_keys)
+        text = req.detokenizer.text if req.detokenizer is not None else ""
+        end = turn_end(reason, text, req.context.agent, key is not None)
+        if end is TurnEnd.NONE:
+            return
+        blocks = self.kv.cached_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens,
+                                       req.cache_keys)
+        tenant = req.context.tenant
+        self.retention.finished(key, tenant, end, self.retention.retain_seconds(key, tenant, req.context.agent),
+                                blocks, req.cache_keys, time.monotonic())
+
+    def _demote(self) -> None:
+        """Retained blocks the schedule just took for new data: copied down to the host tier, if
+        the connector has one and lacks them, before this step's forward overwrites them."""
+        demoted = self.kv.pool.demoted
+        if not demoted:
+            return
+        self.kv.pool.demoted = []
+        if self.connector is not None:
+            self.connector.worker.demote(demoted)
 
     # --- the KV connector's worker side -------------------------------------------------------
     def _start_connector_io(self, kept: FinishedKV) -> None:
@@ -422,7 +458,10 @@ class Engine:
             spec_num_accepted_tokens=self.spec.num_accepted_tokens,
             spec_accepted_per_pos=tuple(self.spec.accepted_per_pos),
             kv_tier_stats=self.connector.worker.tier_stats() if self.connector else (),
-            kv_handoff_stats=self.connector.worker.handoff_stats() if self.connector else ())
+            kv_handoff_stats=self.connector.worker.handoff_stats() if self.connector else (),
+            retained_blocks=pool.num_retained, retention_hits=self.retention.hits,
+            retention_expired=self.retention.expired, retention_evicted_blocks=pool.num_retained_evicted,
+            turn_gap_counts=self.retention.gap_histogram(), turn_gap_sum=self.retention.gap_sum)
 
     def shutdown(self) -> None:
         self.runner.close()   # a parallel runner stops its other ranks

@@ -133,7 +133,8 @@ class GatewayBackend:
                 elif isinstance(v, (int, float)):
                     total[k] += v
         total["kv_cache_usage"] = total["kv_cache_usage"] / len(live) if live else 0.0
-        for k in ("spec_accepted_per_pos", "kv_tier_stats", "kv_handoff_stats"):   # none: (), not 0
+        for k in ("spec_accepted_per_pos", "kv_tier_stats", "kv_handoff_stats",
+                  "turn_gap_counts"):   # none: (), not 0
             total[k] = total[k] or ()
         return EngineStats(**total)
 
@@ -212,9 +213,13 @@ class _Flow:
     # --- passes ---------------------------------------------------------------------------
     def _worker_request(self, suffix: str, **kw) -> EngineRequest:
         r = self.req
+        # the worker keys KV retention by the session (x-session-affinity, else the fingerprint,
+        # which already holds the tenant; the worker scopes either by the KV partition)
+        context = r.context if self.session == r.context.session_id else \
+            replace(r.context, session_id=self.session)
         return EngineRequest(request_id=f"{r.request_id}-{suffix}{self.passes}",
                              prompt_token_ids=r.prompt_token_ids, sampling=r.sampling,
-                             context=r.context, arrival_time=r.arrival_time,
+                             context=context, arrival_time=r.arrival_time,
                              resume_output_ids=list(self.sent), **kw)
 
     async def _colocated_pass(self, pool: str) -> AsyncIterator[RequestDelta]:

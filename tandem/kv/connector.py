@@ -160,6 +160,12 @@ class KVConnectorWorker(abc.ABC):
     def close(self) -> None:
         """Stop background work. Blocks stay the scheduler's to free."""
 
+    def demote(self, blocks: Sequence[tuple[int, int, tuple, int]]) -> None:
+        """Device blocks (block id, block hash, KV partition `cache_keys`, the block's index in
+        its sequence) about to be overwritten that retention held for a session's next turn: copy
+        them down a tier if it lacks them, before this returns (the step's forward overwrites them
+        next). Default: nothing below."""
+
     def tier_stats(self) -> tuple[float, ...]:
         """Counters of storage tiers below the device (EngineStats.kv_tier_stats); () for a
         connector with none."""

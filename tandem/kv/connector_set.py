@@ -103,6 +103,10 @@ class ConnectorSetWorker(KVConnectorWorker):
                     out.released.append(request_id)
         return out
 
+    def demote(self, blocks: Sequence[tuple[int, int, tuple, int]]) -> None:
+        for part in self.parts:
+            part.demote(blocks)
+
     def busy(self) -> bool:
         return any(p.busy() for p in self.parts)
 

@@ -111,6 +111,15 @@ class KVCacheManager:
         hashes = self.block_hashes(request_id, token_ids, extra_keys)[:num_full]
         self.pool.cache(self._blocks[request_id][:num_full], hashes)
 
+    def cached_blocks(self, request_id: str, token_ids: Sequence[int], num_tokens: int,
+                      extra_keys: tuple) -> list[KVBlock]:
+        """The cached blocks holding the leading run of the request's first num_tokens tokens
+        (what a finished turn leaves for the next one); no reference taken."""
+        if not self.enable_caching:
+            return []
+        hashes = self.block_hashes(request_id, token_ids, extra_keys)[:num_tokens // self.block_size]
+        return self.pool.cached_prefix(hashes)
+
     # --- release ------------------------------------------------------------------
     def free(self, request_id: str) -> None:
         blocks = self._blocks.pop(request_id, None)

@@ -141,8 +141,10 @@ class TieredScheduler(KVConnectorScheduler):
 
 class TieredWorker(KVConnectorWorker):
     def __init__(self, stack: TierStack, kv_cache: torch.Tensor, cost: CostModel, book: SaveBook,
-                 config: KVStoreConfig, block_size: int) -> None:
+                 config: KVStoreConfig, block_size: int, keyspace: KeySpace | None = None) -> None:
         self.stack = stack
+        self.keyspace = keyspace   # names demoted blocks (the scheduler side names the rest)
+        self.demoted = 0           # retained blocks copied to the host tier at eviction
         # [num_blocks, block_nbytes] uint8 view of the device KV cache: block i is row i
         self.blocks = kv_cache.view(torch.uint8).view(kv_cache.shape[0], -1)
         self.cost = cost
@@ -277,6 +279,24 @@ class TieredWorker(KVConnectorWorker):
             with self._lock:
                 self._backlog_bytes -= rows.numel()
 
+    # --- demotion of retained blocks (tandem/kv/retention.py) -----------------------------------
+    def demote(self, blocks: Sequence[tuple[int, int, tuple, int]]) -> None:
+        """Retained blocks about to be overwritten: those the host tier lacks (the write-through
+        at finish skipped them, or the tier evicted them since) are copied into it now, on the
+        engine thread, before the step's forward (the write-through gave the lower tiers theirs)."""
+        host = self.stack.get("host")
+        if host is None or self.keyspace is None:
+            return
+        todo = [(b, key) for b, h, keys, pos in blocks
+                for key in self.keyspace.keys([h], keys, self.block_size, pos) if not host.contains(key)]
+        if not todo:
+            return
+        ids = torch.tensor([b for b, _ in todo], device=self.blocks.device)
+        rows = self.blocks.index_select(0, ids).cpu()   # [n, block_nbytes]
+        keys = tuple(key for _, key in todo)
+        host.write(keys, rows)
+        self.demoted += len(keys)
+
     # --- the rest of the interface -------------------------------------------------------------
     def _submit(self, pool: ThreadPoolExecutor, fn, *args) -> None:
         with self._lock:
@@ -336,4 +356,4 @@ def tiered_connector(stack: TierStack, kv_cache: torch.Tensor, keyspace: KeySpac
                      config: KVStoreConfig, block_size: int, hash_seed: int) -> KVConnector:
     book = SaveBook()
     return KVConnector(TieredScheduler(stack, keyspace, cost, book, block_size, hash_seed),
-                       TieredWorker(stack, kv_cache, cost, book, config, block_size))
+                       TieredWorker(stack, kv_cache, cost, book, config, block_size, keyspace))

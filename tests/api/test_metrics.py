@@ -84,3 +84,30 @@ def test_queued_prefill_tokens_and_kv_handoff_metrics():
 def _render(backend) -> str:
     with TestClient(build_app(backend, ServerConfig())) as c:
         return c.get("/metrics").text
+def test_kv_retention_metrics():
+    """Retained blocks, hits, expiries, evictions and the histogram of observed gaps between
+    turns: one series per model, no per-session or per-tenant label."""
+    import dataclasses
+
+    from tandem.types import TURN_GAP_BUCKETS
+
+    backend = FakeBackend()
+    counts = [0] * (len(TURN_GAP_BUCKETS) + 1)
+    counts[TURN_GAP_BUCKETS.index(1.0)] = 3      # three gaps in (0.5, 1]
+    counts[-1] = 1                               # one past the last bound
+    cumulative = tuple(sum(counts[:i + 1]) for i in range(len(counts)))
+    stats = dataclasses.replace(backend.stats(), retained_blocks=44, retention_hits=4, retention_expired=2,
+                                retention_evicted_blocks=6, turn_gap_counts=cumulative, turn_gap_sum=902.5)
+    backend.stats = lambda: stats
+    with TestClient(build_app(backend, ServerConfig())) as c:
+        text = c.get("/metrics").text
+    assert sample(text, "tandem:kv_retained_blocks") == 44
+    assert sample(text, "tandem:kv_retention_hits_total") == 4
+    assert sample(text, "tandem:kv_retention_expired_total") == 2
+    assert sample(text, "tandem:kv_retention_evicted_blocks_total") == 6
+    assert sample(text, "tandem:session_turn_gap_seconds_bucket", le="0.5") == 0
+    assert sample(text, "tandem:session_turn_gap_seconds_bucket", le="1.0") == 3
+    assert sample(text, "tandem:session_turn_gap_seconds_bucket", le="+Inf") == 4
+    assert sample(text, "tandem:session_turn_gap_seconds_count") == 4
+    assert sample(text, "tandem:session_turn_gap_seconds_sum") == 902.5
+    assert "session=" not in text and "tenant=" not in text

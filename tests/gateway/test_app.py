@@ -85,6 +85,21 @@ def test_session_salt_and_priority_reach_the_workers_through_the_wire(model_dir)
         assert cluster.requests[-1].context.session_id is None
 
 
+def test_a_conversation_without_the_header_reaches_the_workers_under_its_fingerprint(model_dir):
+    """The workers key KV retention by the session: the gateway sends the conversation's
+    fingerprint as its session id when the client sent no x-session-affinity."""
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    with c:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert c.post("/v1/chat/completions", json=body).status_code == 200
+        first = {q.context.session_id for q in cluster.requests}
+        assert len(first) == 1 and next(iter(first)).startswith("conv-")
+        turn2 = {**body, "messages": [*body["messages"], {"role": "assistant", "content": "yo"},
+                                      {"role": "user", "content": "again"}]}
+        assert c.post("/v1/chat/completions", json=turn2).status_code == 200
+        assert cluster.requests[-1].context.session_id == next(iter(first))
+
+
 def test_context_is_the_smallest_a_worker_reports(model_dir):
     cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"}, max_model_len={P0: 96, D0: 64})
     with c:

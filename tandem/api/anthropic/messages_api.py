@@ -27,7 +27,7 @@ from tandem.api.errors import anthropic_error, anthropic_error_response
 from tandem.api.openai.openai_api import name_grammar_param
 from tandem.api.openai.openai_protocol import ParsedRequest
 from tandem.api.request_body import OFF_LOOP_BYTES, read_json_body
-from tandem.api.request_context import http_context
+from tandem.api.request_context import http_context, with_agent
 from tandem.api.responses import json_response, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.errors import TandemError
@@ -64,7 +64,8 @@ def messages_routes(ctx: ServerContext) -> list[Route]:
 
     async def _serve(request: Request, req: MessagesRequest, parsed: ParsedRequest) -> Response:
         mid = message_id()
-        context = replace(http_context(request, ctx.config), parser=parsed.parser_options)
+        context = with_agent(replace(http_context(request, ctx.config), parser=parsed.parser_options),
+                             request, parsed.expect_next_turn_s)
         run = ctx.run(parsed.engine_requests(mid, context))
         out = TurnOutput(_parser(parsed, mid), len(parsed.prompts[0]))
         builder = MessageBuilder(mid, req.turn.model, parsed.stream)

@@ -24,6 +24,7 @@ from typing import Any
 from tandem.api.chat_turn import ChatTurn, TurnParams
 from tandem.api.openai.openai_protocol import check_model
 from tandem.errors import InvalidRequest, NotSupportedYet
+from tandem.turn.agent_hint import read_agent
 from tandem.turn.fields import Fields, bad
 from tandem.turn.structured_output import read_structured_output
 from tandem.turn.tool_request import ToolRequest, read_tools
@@ -62,6 +63,7 @@ def parse_messages(body: dict, served_name: str, count_only: bool = False) -> Me
         top_k=top_k,
         stop=stops,
         stream=f.bool("stream", False),
+        expect_next_turn_s=read_agent(f),
         params=PARAMS)
     if turn.top_p is not None and turn.top_p == 0.0:
         raise bad("top_p", "must be greater than 0")

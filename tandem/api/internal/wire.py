@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from tandem.errors import InvalidRequest
 from tandem.types import (
+    AgentTurn,
     EngineRequest,
     FinishReason,
     GrammarSpec,
@@ -126,8 +127,10 @@ def sampling_from_dict(d: Any) -> SamplingParams:
 
 
 _CONTEXT_KEYS = {"session_id", "tenant", "cache_salt", "priority", "deadline_s", "parser",
-                 "share_prefix_cache", "shared_prefix_tokens"}
+                 "share_prefix_cache", "shared_prefix_tokens",
+                 "agent"}
 _PARSER_KEYS = {"tool_call_parser", "reasoning_parser"}
+_AGENT_KEYS = {"expect_next_turn_s", "tool_call_markers"}
 
 
 def context_to_dict(c: RequestContext) -> dict:
@@ -137,7 +140,9 @@ def context_to_dict(c: RequestContext) -> dict:
             "parser": {"tool_call_parser": c.parser.tool_call_parser,
                        "reasoning_parser": c.parser.reasoning_parser},
             "share_prefix_cache": c.share_prefix_cache,
-            "shared_prefix_tokens": c.shared_prefix_tokens}
+            "shared_prefix_tokens": c.shared_prefix_tokens,
+            "agent": {"expect_next_turn_s": c.agent.expect_next_turn_s,
+                      "tool_call_markers": list(c.agent.tool_call_markers)}}
 
 
 def _object(v: Any, param: str, keys: set[str]) -> dict:
@@ -156,6 +161,13 @@ def context_from_dict(v: Any) -> RequestContext:
     def text(obj: dict, key: str, prefix: str = "context.") -> str | None:
         return _opt(_str)(obj.get(key), prefix + key)
 
+    a = _object(d.get("agent", {}), "context.agent", _AGENT_KEYS)
+    markers = a.get("tool_call_markers", [])
+    if not isinstance(markers, list) or not all(isinstance(m, str) for m in markers):
+        raise _fail("context.agent.tool_call_markers", "must be a list of strings")
+    expect = _opt(_float)(a.get("expect_next_turn_s"), "context.agent.expect_next_turn_s")
+    if expect is not None and not 0 <= expect < float("inf"):
+        raise _fail("context.agent.expect_next_turn_s", "must be a finite number >= 0")
     left = _opt(_float)(d.get("deadline_s"), "context.deadline_s")
     return RequestContext(
         session_id=text(d, "session_id"), tenant=text(d, "tenant"),
@@ -164,7 +176,8 @@ def context_from_dict(v: Any) -> RequestContext:
         parser=ParserOptions(tool_call_parser=text(p, "tool_call_parser", "context.parser."),
                              reasoning_parser=text(p, "reasoning_parser", "context.parser.")),
         share_prefix_cache=_bool(d.get("share_prefix_cache", False), "context.share_prefix_cache"),
-        shared_prefix_tokens=_int(d.get("shared_prefix_tokens", 0), "context.shared_prefix_tokens"))
+        shared_prefix_tokens=_int(d.get("shared_prefix_tokens", 0), "context.shared_prefix_tokens"),
+        agent=AgentTurn(expect, tuple(markers)))
 
 
 def request_to_dict(req: EngineRequest) -> dict:

@@ -23,7 +23,7 @@ from tandem.api.errors import as_tandem_error, openai_error_body, openai_error_r
 from tandem.api.openai.openai_format import OpenAIFormatter, make_id
 from tandem.api.openai.openai_protocol import ParsedRequest, parse_chat, parse_completion
 from tandem.api.request_body import parse_off_loop, read_json_body
-from tandem.api.request_context import http_context
+from tandem.api.request_context import http_context, with_agent
 from tandem.api.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.errors import ModelNotFound, TandemError
@@ -32,8 +32,9 @@ from tandem.errors import ModelNotFound, TandemError
 async def serve_parsed(request: Request, ctx: ServerContext, parsed: ParsedRequest) -> Response:
     """Run a parsed OpenAI request and answer it (streaming or not)."""
     rid = make_id("chatcmpl" if parsed.kind == "chat" else "cmpl")
-    context = replace(http_context(request, ctx.config, cache_salt=parsed.cache_salt,
-                                   priority=parsed.priority), parser=parsed.parser_options)
+    context = with_agent(replace(http_context(request, ctx.config, cache_salt=parsed.cache_salt,
+                                              priority=parsed.priority), parser=parsed.parser_options),
+                         request, parsed.expect_next_turn_s)
     run = ctx.run(parsed.engine_requests(rid, context), choices_per_prompt=parsed.n)
     fmt = OpenAIFormatter(parsed, rid, ctx.fingerprint, ctx.token_texts)
     try:

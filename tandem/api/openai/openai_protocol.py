@@ -15,6 +15,7 @@ from tandem.tokenization.chat_prompt import render_chat
 from tandem.turn.chat_output import ChatOutputSpec
 from tandem.turn.chat_plan import ChatPlan, plan_chat
 from tandem.turn.chat_request import chat_render, normalize_messages
+from tandem.turn.agent_hint import read_agent
 from tandem.turn.fields import Fields, bad
 from tandem.turn.parser_setup import ParserSetup
 from tandem.turn.sampling_defaults import SamplingDefaults
@@ -59,6 +60,7 @@ class ParsedRequest:
     output: ChatOutputSpec | None = None  # chat: how each choice's text is parsed (None: as it is)
     grammar_param: str | None = None   # the field sampling.grammar came from (names its 400)
     parser_options: ParserOptions = ParserOptions()  # the parsers that run, for the RequestContext
+    expect_next_turn_s: float | None = None  # body `agent.expect_next_turn_s` (turn/agent_hint.py)
 
     @property
     def logprobs(self) -> bool:
@@ -284,4 +286,4 @@ def _finish(f: Fields, kind: str, model: str, prompts: tuple[tuple[int, ...], ..
                          stream=stream, include_usage=include_usage,
                          continuous_usage=continuous_usage, prompt_logprobs=prompt_logprobs,
                          cache_salt=f.str("cache_salt", nonempty=True), priority=f.int("priority", 0),
-                         user=f.str("user"))
+                         user=f.str("user"), expect_next_turn_s=read_agent(f))

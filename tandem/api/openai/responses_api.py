@@ -31,7 +31,7 @@ from tandem.api.openai.responses_items import items_to_messages
 from tandem.api.openai.responses_protocol import ResponsesRequest, parse_responses
 from tandem.api.openai.responses_store import ResponseNotFound, ResponseStore, StoredResponse
 from tandem.api.request_body import OFF_LOOP_BYTES, read_json_body
-from tandem.api.request_context import http_context
+from tandem.api.request_context import http_context, with_agent
 from tandem.api.responses import json_response, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.errors import TandemError
@@ -69,8 +69,9 @@ def responses_routes(ctx: ServerContext, config: ResponsesConfig = ResponsesConf
     async def _serve(request: Request, req: ResponsesRequest, history: list[dict], turn: ChatTurn,
                      parsed: ParsedRequest) -> Response:
         rid = new_id("resp")
-        context = replace(http_context(request, ctx.config, cache_salt=turn.cache_salt,
-                                       priority=turn.priority), parser=parsed.parser_options)
+        context = with_agent(replace(http_context(request, ctx.config, cache_salt=turn.cache_salt,
+                                                  priority=turn.priority), parser=parsed.parser_options),
+                             request, parsed.expect_next_turn_s)
         run = ctx.run(parsed.engine_requests(rid, context))
         out = TurnOutput(parsed.output.stream(rid) if parsed.output else None, len(parsed.prompts[0]))
         sp = parsed.sampling

@@ -25,6 +25,7 @@ from tandem.api.chat_turn import ChatTurn, TurnParams
 from tandem.api.openai.openai_protocol import check_model
 from tandem.api.openai.responses_items import input_messages
 from tandem.errors import InvalidRequest, NotSupportedYet
+from tandem.turn.agent_hint import read_agent
 from tandem.turn.fields import Fields, bad
 from tandem.turn.structured_output import read_structured_output
 from tandem.turn.tool_request import ToolRequest, read_tools
@@ -70,6 +71,7 @@ def parse_responses(body: dict, served_name: str) -> ResponsesRequest:
         stream=f.bool("stream", False),
         cache_salt=f.str("cache_salt", nonempty=True),
         priority=f.int("priority", 0),
+        expect_next_turn_s=read_agent(f),
         params=PARAMS,
     )
     if turn.top_p is not None and not 0.0 < turn.top_p <= 1.0:

@@ -37,7 +37,7 @@ from tandem.api.openai.openai_protocol import (
     with_plan,
 )
 from tandem.api.request_body import parse_off_loop, read_json_body
-from tandem.api.request_context import http_context
+from tandem.api.request_context import http_context, with_agent
 from tandem.api.responses import SSE_DONE, json_response, sse_event, sse_response
 from tandem.api.run import GenerationRun, check_delta
 from tandem.api.workers_ai.workers_ai_output import UsageTally, WorkersAIOutput, WorkersAIResult
@@ -157,7 +157,8 @@ def workers_ai_routes(ctx: ServerContext) -> list[Route]:
             parsed = await parse_off_loop(lambda b, c: parse_workers_ai(b, model, c), body,
                                           ctx.parse_context(), size)
             rid = make_id("wai")
-            context = replace(http_context(request, ctx.config), parser=parsed.parser_options)
+            context = with_agent(replace(http_context(request, ctx.config), parser=parsed.parser_options),
+                                 request, None)
             run = ctx.run(parsed.engine_requests(rid, context))
             try:
                 if not parsed.stream:

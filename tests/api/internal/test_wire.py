@@ -7,8 +7,9 @@ import pytest
 
 from tandem.errors import InvalidRequest
 from tandem.api.internal import wire
-from tandem.types import (EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions, RequestContext,
-                          RequestDelta, RequestTimings, SamplingParams, TokenLogprob, TraceParent)
+from tandem.types import (AgentTurn, EngineRequest, FinishReason, GrammarSpec, KVHandle, ParserOptions,
+                          RequestContext, RequestDelta, RequestTimings, SamplingParams, TokenLogprob,
+                          TraceParent)
 
 HANDLE = KVHandle(worker="10.0.0.1:9000", request_id="p-1", block_ids=(4, 5), num_tokens=20,
                   layout={"model": "x", "dtype": "float32", "block_size": 16, "num_layers": 2,
@@ -44,7 +45,7 @@ def test_request_context_roundtrip_keeps_every_field():
                          deadline=time.monotonic() + 30.0,
                          parser=ParserOptions(tool_call_parser="hermes", reasoning_parser="qwen3"),
                          share_prefix_cache=True, trace=TraceParent("ab" * 16, "cd" * 8),
-                         shared_prefix_tokens=1)
+                         shared_prefix_tokens=1, agent=AgentTurn(3.5, ("<tool_call>",)))
     # every field differs from its default, so a forgotten field would show
     assert all(getattr(ctx, f.name) != f.default for f in fields(RequestContext))
     req = EngineRequest(request_id="r1", prompt_token_ids=[1], sampling=SamplingParams(), context=ctx)

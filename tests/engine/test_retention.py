@@ -1,0 +1,105 @@
+"""KV retention across tool calls on the tiny model: four agent sessions end their turn in a tool
+call (two by their output's tool-call marker, two by the client's hint), one-shot prompts flow
+through a small cache during the pause, then every session's next turn arrives. With retention
+the next turns find their whole previous context cached; with it off (today's LRU) none of it.
+Greedy output is the same either way, and every block is free once all is done."""
+
+from dataclasses import replace
+
+import torch
+
+from tandem.config import RetentionConfig
+from tandem.engine.engine import Engine
+from tandem.types import AgentTurn, RequestContext
+from tests.conftest import assert_all_blocks_free, engine_config
+from tests.engine.helpers import prompts, request, run, tokens
+
+TURN1_LEN, TURN1_OUT = 36, 9     # 45 tokens: 44 computed at finish, 11 full blocks of 4
+NUM_BLOCKS = 96                  # sessions retain 4 x 11 = 44 blocks, within a 0.5 share (48)
+
+
+def _session(prompt, sid, agent=AgentTurn(), max_tokens=TURN1_OUT):
+    r = request(prompt, max_tokens=max_tokens)
+    r.context = RequestContext(session_id=sid, tenant="key-0", agent=agent)
+    return r
+
+
+def _play(llama_dir, share: float, markers: list[str] | None):
+    """Turn 1 of four sessions, twelve one-shots one after another, turn 2 of the sessions.
+    Returns every output, the turn-2 cached tokens and the engine (idle)."""
+    torch.set_num_threads(1)
+    cfg = replace(engine_config(llama_dir, num_blocks=NUM_BLOCKS),
+                  retention=RetentionConfig(share=share, default_gap_s=60.0))
+    engine = Engine.from_config(cfg)
+    try:
+        firsts = prompts(4, seed=31, min_len=TURN1_LEN, max_len=TURN1_LEN)
+        agents = [AgentTurn(tool_call_markers=(markers[i],)) if markers else AgentTurn()
+                  for i in range(2)] + [AgentTurn(expect_next_turn_s=60.0)] * 2
+        turn1 = [_session(p, f"s{i}", agents[i]) for i, p in enumerate(firsts)]
+        out1 = run(engine, turn1)
+        outs = [tokens(out1[r.request_id]) for r in turn1]
+        texts = ["".join(d.new_text for d in out1[r.request_id]) for r in turn1]
+        one_shot_out = []
+        for p in prompts(12, seed=32, min_len=60, max_len=60):   # 16 blocks each, 192 in all
+            one = run(engine, [r := request(p, max_tokens=4)])[r.request_id]
+            one_shot_out.append(tokens(one))
+        tool_result = [7, 8, 9, 10, 11, 12, 13, 14]
+        turn2 = [_session(p + o + tool_result, f"s{i}", max_tokens=4)
+                 for i, (p, o) in enumerate(zip(firsts, outs))]
+        out2 = run(engine, turn2)
+        cached = [out2[r.request_id][-1].num_cached_tokens for r in turn2]
+        outs2 = [tokens(out2[r.request_id]) for r in turn2]
+        assert_all_blocks_free(engine)
+        return (outs, one_shot_out, outs2), texts, cached, engine
+    except BaseException:
+        engine.shutdown()
+        raise
+
+
+def test_retention_keeps_agent_context_through_one_shot_pressure(llama_dir):
+    off_out, texts, off_cached, off = _play(llama_dir, share=0.0, markers=None)
+    off.shutdown()
+    # the tool-call marker of sessions 0 and 1: text their first turn writes (greedy: the same
+    # text with retention on)
+    markers = [t[:3] for t in texts[:2]]
+    assert all(markers)
+    on_out, _, on_cached, on = _play(llama_dir, share=0.5, markers=markers)
+    try:
+        previous = TURN1_LEN + TURN1_OUT
+        assert all(c >= 0.9 * previous for c in on_cached), on_cached
+        assert all(c < 0.1 * previous for c in off_cached), off_cached
+        assert on_out == off_out                     # greedy output unchanged by retention
+        stats = on.stats()
+        assert stats.retention_hits == 4 and stats.retention_evicted_blocks == 0
+        assert stats.turn_gap_counts[-1] == 4        # four gaps observed (cumulative +Inf bucket)
+        assert stats.retained_blocks == 0            # every hold ended at its next turn
+        assert on.kv.pool.num_holds == 0
+        assert on.kv.pool.num_free == on.num_blocks
+    finally:
+        on.shutdown()
+
+
+def test_retained_blocks_are_taken_last_and_released_at_their_deadline(llama_dir):
+    """A session retained with a hint keeps its blocks while a one-shot needs less than the
+    unretained rest; at its deadline the hold ends and the blocks are cold (taken first)."""
+    torch.set_num_threads(1)
+    engine = Engine.from_config(replace(engine_config(llama_dir, num_blocks=32),
+                                        retention=RetentionConfig(share=0.5)))
+    try:
+        p = prompts(1, seed=41, min_len=24, max_len=24)[0]
+        run(engine, [_session(p, "a", AgentTurn(expect_next_turn_s=30.0), max_tokens=5)])
+        held = engine.kv.pool.num_retained
+        assert held == 7                                 # 28 computed tokens: 7 full blocks
+        one = prompts(1, seed=42, min_len=60, max_len=60)[0]   # 16 blocks: the unretained suffice
+        run(engine, [request(one, max_tokens=4)])
+        assert engine.kv.pool.num_retained == held
+        one = prompts(1, seed=43, min_len=110, max_len=110)[0]  # 113 tokens computed: 29 blocks
+        run(engine, [request(one, max_tokens=4)])
+        assert engine.kv.pool.num_retained == held - 4   # the 25 unretained, then 4 retained
+        assert engine.stats().retention_evicted_blocks == 4
+        engine.retention.expire(float("inf"))
+        assert engine.kv.pool.num_retained == 0 and engine.retention.expired == 1
+        assert engine.kv.pool.num_holds == 0
+        assert_all_blocks_free(engine)
+    finally:
+        engine.shutdown()
