@@ -25,7 +25,9 @@ def test_advertised_url():
 def test_register_heartbeat_drain_deregister():
     async def go():
         port = free_port()
-        cfg = GatewayConfig(registry=RegistryConfig(poll_interval_s=30, heartbeat_interval_s=0.1))
+        # http://127.0.0.1:1 answers nothing: the first registration's probe is off here
+        cfg = GatewayConfig(registry=RegistryConfig(poll_interval_s=30, heartbeat_interval_s=0.1,
+                                                    register_probe_timeout_s=0))
         app = build_gateway_app(cfg, tokenizer=None, model_name="m", max_model_len=64)
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
         serving = asyncio.create_task(server.serve())
@@ -54,4 +56,45 @@ def test_register_heartbeat_drain_deregister():
         finally:
             server.should_exit = True
             await asyncio.wait_for(serving, 10)
+    asyncio.run(go())
+
+
+def test_a_refused_registration_is_logged_and_retried(caplog):
+    """The gateway cannot reach the advertised address: the worker hears a 400 naming it, logs
+    it as an error, and keeps trying; an address the gateway reaches gets in."""
+    async def go():
+        port = free_port()
+        cfg = GatewayConfig(registry=RegistryConfig(poll_interval_s=30, heartbeat_interval_s=0.1))
+        app = build_gateway_app(cfg, tokenizer=None, model_name="m", max_model_len=64)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+        serving = asyncio.create_task(server.serve())
+        registry = app.state.gateway.registry
+        try:
+            for _ in range(100):
+                if server.started:
+                    break
+                await asyncio.sleep(0.05)
+            closed = f"http://127.0.0.1:{free_port()}"   # nothing listens there
+            hb = Heartbeat(HeartbeatConfig(f"127.0.0.1:{port}", closed, "decode", interval_s=0.1))
+            await hb.start()
+            for _ in range(100):
+                if sum("refused to register" in r.message for r in caplog.records) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert not hb.registered.is_set() and registry.all() == []
+            assert f"cannot reach worker address {closed}" in hb.refusal
+            errors = [r for r in caplog.records if "refused to register" in r.getMessage()]
+            assert len(errors) >= 2 and errors[0].levelname == "ERROR"   # retried, said each time
+            assert closed in errors[0].getMessage()
+            await hb.stop()
+            # an address the gateway reaches (its own: any HTTP answer to /health will do)
+            ok = Heartbeat(HeartbeatConfig(f"127.0.0.1:{port}", f"http://127.0.0.1:{port}", "decode"))
+            await ok.start()
+            await asyncio.wait_for(ok.registered.wait(), 5)
+            assert ok.refusal is None and registry.get(f"http://127.0.0.1:{port}") is not None
+            await ok.stop()
+        finally:
+            server.should_exit = True
+            await asyncio.wait_for(serving, 10)
+    caplog.set_level("ERROR", logger="tandem.worker.registration")
     asyncio.run(go())
