@@ -34,6 +34,7 @@ import httpx
 
 from tandem import cluster_secret
 from tandem.kvstore.master import master_command, wait_listening
+from tandem.launcher.balancer import BalancerConfig, BalancerThread
 from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
@@ -61,6 +62,10 @@ class ClusterSpec:
     # mooncake_master on 127.0.0.1 with free ports and stops it) or mooncake://HOST:PORT
     kv_store: str | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
+    # gateways: 1 listens on `port` itself; N > 1 listen on free ports behind a balancer on `port`
+    # (tandem/launcher/balancer.py), named "gateway", "gateway-1", ...; the first one drives
+    # the planner's role switches
+    gateways: int = 1
     # the credential of /internal routes, for every child; None: run_cluster generates one
     cluster_secret: str | None = field(default=None, repr=False)
 
@@ -102,13 +107,14 @@ def worker_proc(name: str, model: str, role: str, host: str, port: int, cores: t
 
 
 def gateway_proc(model: str, host: str, port: int, workers: list[ProcSpec], policy: str,
-                 extra: tuple[str, ...] = (), log_level: str = "warning") -> ProcSpec:
+                 extra: tuple[str, ...] = (), log_level: str = "warning",
+                 name: str = "gateway") -> ProcSpec:
     cmd = [sys.executable, "-m", "tandem.cli", "gateway", "--model", model, "--host", host,
            "--port", str(port), "--policy", policy, "--log-level", log_level]
     for w in workers:
         flag = {"prefill": "--prefill", "decode": "--decode"}.get(w.role or "", "--worker")
         cmd += [flag, w.url]
-    return ProcSpec("gateway", (*cmd, *extra), f"http://{host}:{port}", None)
+    return ProcSpec(name, (*cmd, *extra), f"http://{host}:{port}", None)
 
 
 def worker_args_for(spec: ClusterSpec, role: str) -> tuple[str, ...]:
@@ -133,9 +139,26 @@ def plan(spec: ClusterSpec) -> list[ProcSpec]:
         taken.add(port)
         procs.append(worker_proc(f"{role}-{i}", spec.model, role, spec.host, port, cores,
                                  worker_args_for(spec, role), spec.log_level))
-    procs.append(gateway_proc(spec.model, spec.host, spec.port, procs, spec.policy,
-                              spec.gateway_args, spec.log_level))
+    workers = list(procs)
+    for i in range(spec.gateways):
+        port = spec.port
+        if spec.gateways > 1:   # behind the balancer, which listens on spec.port
+            port = free_port(spec.host, taken)
+            taken.add(port)
+        procs.append(gateway_proc(spec.model, spec.host, port, workers, spec.policy, spec.gateway_args,
+                                  spec.log_level, name="gateway" if i == 0 else f"gateway-{i}"))
     return procs
+
+
+def start_balancer(spec: ClusterSpec, procs: list[ProcSpec]) -> BalancerThread | None:
+    """With several gateways: the balancer on spec.host:spec.port in front of them."""
+    if spec.gateways <= 1:
+        return None
+    ups = tuple((spec.host, int(p.url.rsplit(":", 1)[1])) for p in procs
+                if p.kind == "server" and p.role is None)
+    lb = BalancerThread(BalancerConfig(spec.host, spec.port, ups))
+    lb.start()
+    return lb
 
 
 def master_proc(host: str = "127.0.0.1") -> ProcSpec:
@@ -249,7 +272,7 @@ class LocalCluster:
             proc.wait(10)
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM all (gateway first), wait, then SIGKILL what is left; the store (its clients
+        """SIGTERM all (gateways first), wait, then SIGKILL what is left; the store (its clients
         are the workers) after the others have ended."""
         kinds = {p.name: p.kind for p in self.procs}
         store = {n: p for n, p in self.running.items() if kinds.get(n) == "store"}
@@ -260,7 +283,7 @@ class LocalCluster:
 
     @staticmethod
     def _stop_group(group: dict[str, subprocess.Popen], grace_s: float) -> None:
-        order = sorted(group.items(), key=lambda kv: kv[0] != "gateway")
+        order = sorted(group.items(), key=lambda kv: not kv[0].startswith("gateway"))
         for _, proc in order:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -305,7 +328,9 @@ def run_cluster(spec: ClusterSpec) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
+    balancer = None
     try:
+        balancer = start_balancer(spec, cluster.procs)   # refused connections until gateways listen
         if master is not None:   # listening before its clients start
             cluster.start(master.name)
             cluster.wait_store(master, time.monotonic() + 15.0)
@@ -325,7 +350,9 @@ def run_cluster(spec: ClusterSpec) -> int:
                     raise
         if ready and not stopping:
             name = Path(spec.model).resolve().name
-            gw = cluster.spec("gateway").url
+            gw = cluster.spec("gateway").url if balancer is None else f"http://{spec.host}:{spec.port}"
+            if balancer is not None:
+                print(f"tandem up: balancer at {gw} over {spec.gateways} gateways", flush=True)
             keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in spec.gateway_args)
             print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
                   f"  {curl_line(gw, name, keyed)}\n", flush=True)
@@ -340,11 +367,13 @@ def run_cluster(spec: ClusterSpec) -> int:
                 supervisor.step()
                 switcher.step()   # the gateway planner's role switches (--slo-ttft-ms / --slo-itl-ms)
                 time.sleep(0.2)
-    except (RuntimeError, TimeoutError) as exc:
+    except (RuntimeError, TimeoutError, OSError) as exc:
         print(f"tandem up: {exc}; stopping", file=sys.stderr, flush=True)
         code = 1
     finally:
         print("tandem up: stopping", flush=True)
+        if balancer is not None:
+            balancer.stop()
         cluster.stop()   # the master after the workers, its clients
         for s, h in old.items():
             signal.signal(s, h)
