@@ -13,6 +13,8 @@ Every call presents the cluster secret (`x-tandem-cluster-secret`, tandem/cluste
 the worker has one: a gateway with a secret refuses registrations without it (401), and tenant API
 keys never open /internal routes (403).
 
+Several gateways (`--gateway URL1,URL2`): one Heartbeat per gateway, each on its own.
+
 Protocol (gateway side: tandem.gateway.app): `POST {gateway}/internal/register` with
 {"url", "role", "draining"} every `interval_s` (the gateway's reply may set
 `heartbeat_interval_s`); `POST {gateway}/internal/deregister` {"url"} on stop. A gateway that
@@ -67,6 +69,16 @@ def _error_message(r: httpx.Response) -> str:
         return str(r.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return r.text[:500]
+
+
+def gateway_urls(flag: str) -> list[str]:
+    """`--gateway URL[,URL...]`: every gateway of the cluster; a worker registers with each (a
+    gateway knows only the workers that registered with it, so one behind a load balancer
+    would see heartbeats reach only some of them)."""
+    urls = [u.strip() for u in flag.split(",") if u.strip()]
+    if not urls:
+        raise ValueError(f"--gateway {flag!r}: give a gateway URL (several separated by commas)")
+    return urls
 
 
 class Heartbeat:
