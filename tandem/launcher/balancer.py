@@ -8,8 +8,9 @@ request in flight (HTTP/1.1 without pipelining: a client sends its next request 
 previous answer). When the gateway's side of the connection ends:
 - before the gateway sent a byte of its answer: the request is sent again, whole, to another
   gateway, and the client sees one answer (the dead gateway's worker calls ended with it, so the
-  request ran to completion only once, on the second gateway). A request larger than
-  `max_replay_bytes` is not kept: its connection is closed instead;
+  request ran to completion only once, on the second gateway), at most `max_replays` times. A
+  request larger than `max_replay_bytes` is not kept: its connection is closed instead. An
+  interim `100 Continue` is not an answer (the body follows it);
 - after the answer began (a stream cut in the middle, or a gateway closing an idle keep-alive
   connection): the client's connection is closed too, as if it had been talking to the gateway
   directly. A client retries what it still needs, as with any server.
@@ -40,6 +41,7 @@ class BalancerConfig:
     connect_timeout_s: float = 1.0             # one connect to one gateway
     unavailable_s: float = 10.0                # no gateway accepting this long: give the client up
     max_replay_bytes: int = 33 * 1024 * 1024   # a request kept for a replay (the gateways' 32 MiB body + headers)
+    max_replays: int = 3                       # one request sent again at most this many times
 
 
 @dataclass
@@ -116,6 +118,7 @@ class _Relay:
         self.pending = bytearray()
         self.answered = True        # no request yet: the next client byte starts one
         self.replayable = True
+        self.replays = 0            # of the request in flight
 
     async def _open(self, avoid: tuple[str, int] | None = None) -> bool:
         got = await self.lb._connect(avoid)
@@ -150,7 +153,7 @@ class _Relay:
                         return   # the client left
                     if self.answered:            # a new request begins
                         self.pending.clear()
-                        self.answered, self.replayable = False, True
+                        self.answered, self.replayable, self.replays = False, True, 0
                     if self.replayable:
                         self.pending += data
                         if len(self.pending) > self.lb.config.max_replay_bytes:
@@ -165,7 +168,9 @@ class _Relay:
                 if upstream is not None and upstream in done:
                     data = upstream.result()
                     if data:
-                        self.answered = True
+                        # an interim "100 Continue" is no answer: the request's body follows it
+                        if not data.startswith(b"HTTP/1.1 100 "):
+                            self.answered = True
                         self.cwriter.write(data)
                         await self.cwriter.drain()
                         upstream = asyncio.ensure_future(_read(self.ureader))
@@ -177,7 +182,9 @@ class _Relay:
                         # the answer had begun (or the connection was idle): close as the gateway did
                         self.lb.stats.cut += 1
                         return
-                    if not self.replayable or not await self._open(avoid=lost):
+                    self.replays += 1
+                    if (not self.replayable or self.replays > self.lb.config.max_replays
+                            or not await self._open(avoid=lost)):
                         return
                     self.lb.stats.replays += 1
                     log.warning("gateway %s:%d went away before answering; request sent again to %s:%d",

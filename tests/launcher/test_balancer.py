@@ -122,3 +122,38 @@ def test_no_gateway_accepting_closes_the_client_after_the_bound(balancer):
     lb, url = balancer(("127.0.0.1", free_port()), unavailable_s=0.3)
     with pytest.raises(httpx.RemoteProtocolError):
         httpx.get(url + "/x", timeout=10)
+
+
+def test_an_interim_100_continue_is_not_an_answer(balancer):
+    """A client that waits for 100 Continue before its body: the gateway vanishing after the
+    body still gets the whole request (headers and body) sent again."""
+    import socket
+
+    class Continue(Upstream):
+        async def handle(self, r, w):
+            head = await r.readuntil(b"\r\n\r\n")
+            w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await w.drain()
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await r.readexactly(length)
+            self.requests += 1
+            w.close()   # vanishes before its answer
+
+    a, b = Continue("vanish"), Upstream("ok")
+    try:
+        lb, url = balancer(a.addr, b.addr)
+        with socket.create_connection(("127.0.0.1", lb.balancer.port), timeout=10) as s:
+            s.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n")
+            assert s.recv(100).startswith(b"HTTP/1.1 100 Continue")
+            s.sendall(b"body")
+            got = b""
+            while not got.endswith(b"ok"):
+                chunk = s.recv(100)
+                assert chunk, got
+                got += chunk
+        assert got.startswith(b"HTTP/1.1 200 OK") and a.requests == 1 and b.requests == 1
+        assert lb.balancer.stats.replays == 1
+    finally:
+        a.close()
+        b.close()
