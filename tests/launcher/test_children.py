@@ -13,8 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from tandem.launcher.cluster import LocalCluster, ProcSpec, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,6 +71,7 @@ def test_no_child_outlives_a_supervisor_killed_with_sigkill():
     port = free_port()
     parent = subprocess.Popen([sys.executable, "-c", PARENT, LISTEN, str(port)], stdout=subprocess.PIPE,
                               env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
+    pids: dict[str, int] = {}
     try:
         pids = json.loads(parent.stdout.readline())
         deadline = time.monotonic() + 30
@@ -89,6 +88,6 @@ def test_no_child_outlives_a_supervisor_killed_with_sigkill():
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)
-        for pid in (pids if "pids" in dir() else {}).values():
+        for pid in pids.values():
             if not gone(pid):
                 os.kill(pid, signal.SIGKILL)
