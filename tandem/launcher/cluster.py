@@ -362,7 +362,9 @@ def run_cluster(spec: ClusterSpec) -> int:
             switcher = RoleSwitcher(cluster, cluster.spec("gateway").url,
                                     lambda url: http.get(url).raise_for_status().json(),
                                     lambda url, body: http.post(url, json=body).raise_for_status().json(),
-                                    as_role=lambda proc, role: as_role(spec, proc, role), log=say)
+                                    as_role=lambda proc, role: as_role(spec, proc, role), log=say,
+                                    also_drain=tuple(p.url for p in cluster.procs if p.kind == "server"
+                                                     and p.role is None and p.name != "gateway"))
             while not stopping:
                 supervisor.step()
                 switcher.step()   # the gateway planner's role switches (--slo-ttft-ms / --slo-itl-ms)
