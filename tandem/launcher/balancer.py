@@ -2,7 +2,11 @@
 gateway that dies (kill -9, a crash) costs its clients nothing while `tandem up` restarts it.
 
 Each client connection is relayed to one gateway, chosen round robin among those that accept a
-connection (a refused connect moves on to the next at once). The relay copies bytes both ways
+connection (a refused connect moves on to the next at once), ready ones first: every
+`health_interval_s` the balancer asks each gateway's /health (readiness: it can serve a request
+now, docs/dev/contracts.md), so a gateway that just started and knows no worker yet (its
+workers register at their next heartbeat) gets no request while another is ready; when none
+is, any that accepts is used. The relay copies bytes both ways
 and keeps, per connection, the bytes the client sent since the gateway last answered: the
 request in flight (HTTP/1.1 without pipelining: a client sends its next request only after the
 previous answer). When the gateway's side of the connection ends:
@@ -42,6 +46,7 @@ class BalancerConfig:
     unavailable_s: float = 10.0                # no gateway accepting this long: give the client up
     max_replay_bytes: int = 33 * 1024 * 1024   # a request kept for a replay (the gateways' 32 MiB body + headers)
     max_replays: int = 3                       # one request sent again at most this many times
+    health_interval_s: float = 0.5             # each gateway's /health asked this often
 
 
 @dataclass
@@ -57,6 +62,8 @@ class Balancer:
         self.stats = BalancerStats()
         self._turn = itertools.count()
         self._server: asyncio.Server | None = None
+        self.ready: set[tuple[str, int]] = set()   # gateways whose last /health said 200
+        self._health: asyncio.Task | None = None
 
     @property
     def port(self) -> int:
@@ -66,8 +73,18 @@ class Balancer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, self.config.host, self.config.port,
                                                   reuse_address=True)
+        self._health = asyncio.ensure_future(self._check_health())
+
+    async def _check_health(self) -> None:
+        while True:
+            ups = self.config.upstreams
+            answers = await asyncio.gather(*(_ready(up, self.config.connect_timeout_s) for up in ups))
+            self.ready = {up for up, ok in zip(ups, answers) if ok}
+            await asyncio.sleep(self.config.health_interval_s)
 
     async def close(self) -> None:
+        if self._health is not None:
+            self._health.cancel()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -81,6 +98,7 @@ class Balancer:
         while True:
             start = next(self._turn) if avoid is None else 0   # a replay: any but `avoid`
             order = [ups[(start + i) % len(ups)] for i in range(len(ups))]
+            order.sort(key=lambda up: up not in self.ready)     # stable: round robin among ready ones
             if avoid in order and len(order) > 1:
                 order.remove(avoid)
                 order.append(avoid)
@@ -196,6 +214,22 @@ class _Relay:
                 if task is not None:
                     task.cancel()
             self._drop_upstream()
+
+
+async def _ready(up: tuple[str, int], timeout_s: float) -> bool:
+    """GET /health answers 200 within `timeout_s`."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            r, w = await asyncio.open_connection(*up)
+            try:
+                w.write(b"GET /health HTTP/1.0\r\nHost: balancer\r\n\r\n")
+                await w.drain()
+                status = await r.readline()
+            finally:
+                w.close()
+        return status.split(b" ")[1:2] == [b"200"]
+    except (OSError, TimeoutError, ValueError):
+        return False
 
 
 async def _read(reader: asyncio.StreamReader) -> bytes:

@@ -38,7 +38,7 @@ def workers(base: str) -> dict[str, dict]:
                                              timeout=5).json()["workers"]}
 
 
-def wait_for(cond, timeout_s: float, what: str) -> None:
+def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -47,7 +47,7 @@ def wait_for(cond, timeout_s: float, what: str) -> None:
         except httpx.HTTPError:
             pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(poll_s)
 
 
 def child_pid(parent: int, role: str) -> int:

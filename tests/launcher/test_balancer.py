@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import httpx
 import pytest
@@ -20,8 +21,9 @@ class Upstream:
     """A raw server on its own loop; `mode`: "ok" answers, "vanish" closes after reading the
     request (a gateway killed mid-request), "half" sends half an answer and closes."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, healthy: bool = True) -> None:
         self.mode = mode
+        self.healthy = healthy   # what its /health says (the balancer's readiness checks)
         self.requests = 0
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -34,6 +36,10 @@ class Upstream:
         try:
             while True:
                 head = await r.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET /health "):
+                    w.write(OK if self.healthy else b"HTTP/1.1 503 No\r\nContent-Length: 0\r\n\r\n")
+                    await w.drain()
+                    break
                 length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
                                if line.lower().startswith(b"content-length:")), 0)
                 await r.readexactly(length)
@@ -83,13 +89,36 @@ def test_a_request_whose_gateway_vanishes_is_answered_by_the_other(balancer):
         b.close()
 
 
+def test_a_gateway_that_is_not_ready_gets_nothing_while_another_is(balancer):
+    a, b = Upstream("ok", healthy=False), Upstream("ok")
+    try:
+        lb, url = balancer(a.addr, b.addr, health_interval_s=0.05)
+        deadline = time.monotonic() + 10
+        while lb.balancer.ready != {b.addr}:
+            assert time.monotonic() < deadline, lb.balancer.ready
+            time.sleep(0.05)
+        for _ in range(4):
+            assert httpx.get(url + "/x", timeout=10).text == "ok"
+        assert a.requests == 0 and b.requests == 4
+        a.healthy = True   # ready again: round robin over both
+        while lb.balancer.ready != {a.addr, b.addr}:
+            assert time.monotonic() < deadline, lb.balancer.ready
+            time.sleep(0.05)
+        for _ in range(4):
+            assert httpx.get(url + "/x", timeout=10).text == "ok"
+        assert a.requests == 2 and b.requests == 6
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_refused_gateway_is_skipped(balancer):
     b = Upstream("ok")
     try:
         lb, url = balancer(("127.0.0.1", free_port()), b.addr)
         with httpx.Client(timeout=10) as c:   # keep-alive: several requests on one connection
             for _ in range(4):
-                assert c.get(url + "/health").text == "ok"
+                assert c.get(url + "/x").text == "ok"
         assert b.requests == 4 and lb.balancer.stats.replays == 0
     finally:
         b.close()
@@ -132,6 +161,11 @@ def test_an_interim_100_continue_is_not_an_answer(balancer):
     class Continue(Upstream):
         async def handle(self, r, w):
             head = await r.readuntil(b"\r\n\r\n")
+            if head.startswith(b"GET /health "):
+                w.write(OK)
+                await w.drain()
+                w.close()
+                return
             w.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             await w.drain()
             length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
