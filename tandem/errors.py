@@ -80,6 +80,16 @@ class NoHealthyWorker(TandemError):
     code = "no_healthy_worker"
 
 
+class RegistrationRefused(TandemError):
+    """The gateway refuses a worker's registration (400, param url): its advertised address is
+    loopback on a gateway serving several hosts (`advertised_loopback`), or the gateway cannot
+    reach it (`worker_unreachable`). tandem/gateway/registration_check.py."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message, param="url")
+        self.code = code
+
+
 class Unauthorized(TandemError):
     status = 401
     code = "invalid_api_key"  # type invalid_request_error, as OpenAI

@@ -5,7 +5,7 @@ Routes: OpenAI (/v1/..., the Responses API at /v1/responses), Anthropic's Messag
 queue, the batch API and the usage ledger (/client/v4/accounts/{id}/ai/usage, /admin/usage).
 Authentication (tandem/api/auth.py), when keys, accounts or a cluster secret are configured:
 tenant keys and account tokens guard the API routes, the cluster secret /internal/*, an operator's
-token (admin scope) or the cluster secret /admin/*; /health and /metrics stay open. With accounts
+token (admin scope) or the cluster secret /admin/*; /health, /livez and /metrics stay open. With accounts
 (config.accounts), the admin API (/admin/*, tandem/api/admin/admin_api.py) manages them, in the
 queue's database. CORS
 headers answer the configured browser origins (all by default, as vLLM). A DisconnectGuard
@@ -61,11 +61,16 @@ def _health_routes(ctx: ServerContext) -> list[Route]:
     async def health(request: Request) -> Response:
         if ctx.drain.draining:
             return json_response({"status": "draining"}, status=503)
-        # a backend over remote workers (the gateway) is ready only while it can route
+        # a backend over remote workers (the gateway) is ready only while it can serve a request
+        detail = ctx.readiness.health_detail() if ctx.readiness is not None else {}
         if ctx.ready and (ctx.readiness is None or ctx.readiness.ready()):
-            return json_response({"status": "ok"})
-        return json_response({"status": "starting" if not ctx.ready else "no healthy worker"},
-                             status=503)
+            return json_response({"status": "ok", **detail})
+        return json_response({"status": "starting" if not ctx.ready else "no healthy worker",
+                              **detail}, status=503)
+
+    async def livez(request: Request) -> Response:
+        # liveness: the process answers; /health is readiness (docs/dev/contracts.md)
+        return json_response({"status": "alive"})
 
     async def metrics(request: Request) -> Response:
         return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
@@ -74,6 +79,7 @@ def _health_routes(ctx: ServerContext) -> list[Route]:
         return json_response({"version": _package_version()})
 
     return [Route("/health", health, methods=["GET"]),
+            Route("/livez", livez, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
             Route("/version", version, methods=["GET"])]
 

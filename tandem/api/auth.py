@@ -47,7 +47,7 @@ from tandem.api.errors import error_response_for_path
 from tandem.asyncq.job import ANONYMOUS
 from tandem.errors import Forbidden, TandemError, Unauthorized
 
-OPEN_PATHS = ("/health", "/metrics")
+OPEN_PATHS = ("/health", "/livez", "/metrics")
 INTERNAL_PREFIX = "/internal"
 TENANT_SCOPE_KEY = "tandem.tenant"   # the scope's extension key (ASGI scopes may carry extra keys)
 CREDENTIAL_SCOPE_KEY = "tandem.credential"   # the request's Credential (tandem/accounts/model.py)

@@ -101,9 +101,12 @@ class KVHandoffSource(Protocol):
 
 @runtime_checkable
 class Readiness(Protocol):
-    """Can serve a request right now (checked by /health besides the app's own start-up)."""
+    """Can serve a request right now (checked by /health besides the app's own start-up), and
+    what /health's body says about it (the gateway: its pools' state)."""
 
     def ready(self) -> bool: ...
+
+    def health_detail(self) -> dict: ...
 
 
 _ABSENT = object()

@@ -90,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "before it fails and the request is retried or migrated")
     g.add_argument("--heartbeat-ttl", type=float, default=RegistryConfig.heartbeat_ttl_s, metavar="S",
                    help="a self-registered worker without a heartbeat this long is removed")
+    g.add_argument("--register-probe-timeout", type=float, metavar="S",
+                   default=RegistryConfig.register_probe_timeout_s,
+                   help="a worker's first registration is refused unless its advertised URL's "
+                        "/health answers within S seconds (0: not probed)")
+    g.add_argument("--allow-loopback-workers", action="store_true",
+                   help="accept workers advertising a loopback address although the gateway is not "
+                        "bound to loopback (one host; refused by default)")
     g.add_argument("--max-in-flight", type=int, default=256,
                    help="requests open on one worker before it counts as saturated (429 when all are)")
     g.add_argument("--max-waiting", type=int, default=128,
@@ -151,7 +158,9 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         share_prefix_cache=args.share_prefix_cache, shared_prefixes=shared_prefixes_from_args(args),
         allowed_origins=args.allowed_origins,
         registry=RegistryConfig(poll_interval_s=args.poll_interval, probe_timeout_s=args.probe_timeout,
-                                unhealthy_after=args.unhealthy_after, heartbeat_ttl_s=args.heartbeat_ttl),
+                                unhealthy_after=args.unhealthy_after, heartbeat_ttl_s=args.heartbeat_ttl,
+                                register_probe_timeout_s=args.register_probe_timeout,
+                                allow_loopback_workers=args.allow_loopback_workers),
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",

@@ -217,7 +217,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--allowed-origins", type=origins, default="*",
                    help="comma-separated origins browsers may call from (CORS); '' for none")
     p.add_argument("--gateway", default=None,
-                   help="gateway URL to register with (heartbeats until shutdown)")
+                   help="gateway URL to register with (heartbeats until shutdown); several gateways: "
+                        "URL1,URL2 (registers with each)")
     p.add_argument("--gateway-api-key", default=None, help=argparse.SUPPRESS)  # refused: see below
     add_cluster_secret_arguments(p)
     p.add_argument("--advertise-url", default=None,

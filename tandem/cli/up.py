@@ -1,6 +1,7 @@
 """`tandem up`.
 
   tandem up --model PATH [--prefill P --decode D | --colocated N] [--profile NAME] [--port 8000] [--kv-store auto|URL]
+           [--gateways N]
            [--slo-ttft-ms MS --slo-itl-ms MS] [--served-model-name NAME] [--chat-template FILE]
            [--tool-call-parser NAME] [--reasoning-parser NAME] [--cluster-secret-file FILE]
            [--queue-db [FILE] | --queue-url URL | --no-queue] [--queue-... ] [--accounts]
@@ -17,6 +18,9 @@
       or taken from --cluster-secret[-file] / TANDEM_CLUSTER_SECRET, and reaches the children in
       their environment (tandem/launcher/cluster.py). --otlp-endpoint goes to the gateway and
       every worker, each exporting its spans under its own service name (docs/tracing.md).
+      --gateways N: N gateways behind one address (a TCP balancer in tandem up that sends a
+      request again to another gateway when its own died before answering;
+      tandem/launcher/balancer.py), sharing one queue database.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tandem.cli.queue_flags import add_queue_arguments, forwarded_queue_args
+from tandem.cli.queue_flags import DEFAULT, add_queue_arguments, forwarded_queue_args, state_dir
 from tandem.cli.secret_flags import add_cluster_secret_arguments, cluster_secret_from_args
 from tandem.cli.shared_prefix_flags import (
     add_shared_prefix_argument,
@@ -48,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     u.add_argument("--colocated", type=int, default=None, metavar="N", help="role=both workers")
     u.add_argument("--host", default="127.0.0.1")
     u.add_argument("--port", type=int, default=8000, help="the gateway's port")
+    u.add_argument("--gateways", type=int, default=1, metavar="N",
+                   help="N > 1: N gateways behind a balancer on --port, so that one that dies costs "
+                        "no request (tandem/launcher/balancer.py); they share one queue database")
     u.add_argument("--policy", default="default", choices=POLICY_NAMES)
     u.add_argument("--worker-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for every `tandem serve` (repeatable), e.g. --worker-arg=--dtype=float32")
@@ -116,6 +123,9 @@ def up(args: argparse.Namespace) -> int:
     if args.colocated is None and not (args.prefill and args.decode):
         print("tandem up: --prefill and --decode both need at least 1", file=sys.stderr)
         return 2
+    if args.gateways < 1:
+        print("tandem up: --gateways needs at least 1", file=sys.stderr)
+        return 2
     if not 0.0 < args.gpu_memory_utilization <= 1.0:
         print("tandem up: --gpu-memory-utilization must be in (0, 1]", file=sys.stderr)
         return 2
@@ -135,11 +145,12 @@ def up(args: argparse.Namespace) -> int:
                        worker_args=share + forwarded_tracing_args(args) + tuple(args.worker_arg) + parsers,
                        role_args=role_args,
                        gateway_args=slo_args(args) + tuple(args.gateway_arg) + parsers
-                       + forwarded_queue_args(args) + (("--accounts",) if args.accounts else ())
+                       + shared_queue_args(args) + (("--accounts",) if args.accounts else ())
                        + forwarded_usage_args(args) + forwarded_tracing_args(args)
                        + forwarded_shared_prefix_args(args),
                        ready_timeout_s=args.ready_timeout, log_level=args.log_level,
-                       kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"))
+                       kv_store=args.kv_store, cluster_secret=cluster_secret_from_args(args, "up"),
+                       gateways=args.gateways)
     return run_cluster(spec)
 
 
@@ -150,4 +161,16 @@ def slo_args(args: argparse.Namespace) -> tuple[str, ...]:
         out += (f"--slo-ttft-ms={args.slo_ttft_ms:g}",)
     if args.slo_itl_ms is not None:
         out += (f"--slo-itl-ms={args.slo_itl_ms:g}",)
+    return out
+
+
+def shared_queue_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The gateways' queue flags. Several gateways listen on ports of their own, so the default
+    queue file (named after a gateway's port) is named here after --port: they share it (and
+    `tandem accounts --port` finds it)."""
+    out = forwarded_queue_args(args)
+    if args.gateways > 1 and not args.no_queue and args.queue_url is None and (
+            args.queue_db is None or args.queue_db == DEFAULT):
+        out = tuple(a for a in out if a != "--queue-db") + (
+            "--queue-db", str(state_dir() / f"queue-{args.port}.db"))
     return out

@@ -3,6 +3,7 @@
 Routes: everything `tandem.api.app.build_app` serves (OpenAI, Workers AI, /health, /metrics),
 with the gateway's metrics added to /metrics, and
 - POST /internal/register   {"url", "role", "draining"?} - a worker registers; repeated as heartbeat
+  (a first one is checked: tandem/gateway/registration_check.py)
 - POST /internal/deregister {"url"}                      - a worker leaves (after draining)
 - POST /internal/drain      {"url"}                      - stop sending new requests to a worker
 - GET  /internal/workers                                 - the registry, for people and tests
@@ -42,7 +43,8 @@ from tandem.gateway.monitor import Monitor
 from tandem.gateway.pd_flow import GatewayBackend, GatewayParts
 from tandem.gateway.planner_loop import PlannerLoop, planner_route
 from tandem.gateway.queue_headroom import gateway_headroom
-from tandem.gateway.registry import Registry
+from tandem.gateway.registration_check import RegistrationCheck
+from tandem.gateway.registry import Registry, normalize_url
 from tandem.gateway.role_executor import ExecutorConfig, RoleExecutor
 from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ClientConfig, HTTPClient
@@ -95,7 +97,8 @@ def model_facts(model_path: str | None, served_name: str | None,
     return tokenizer, served_name or path.resolve().name, max_len
 
 
-def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
+def _management_routes(registry: Registry, monitor: Monitor,
+                       admission: RegistrationCheck) -> list[Route]:
     async def url_of(request: Request) -> tuple[dict, str]:
         body = await read_json_object(request, 65536)
         url = body.get("url")
@@ -109,6 +112,8 @@ def _management_routes(registry: Registry, monitor: Monitor) -> list[Route]:
             body, url = await url_of(request)
             role = body.get("role", "both")
             draining = bool(body.get("draining", False))
+            if registry.get(url) is None:   # a first registration: can it be reached?
+                await admission.check(normalize_url(url))
             try:
                 w = registry.heartbeat(url, role, time.monotonic(), draining=draining)
             except ValueError as exc:
@@ -212,7 +217,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     queue = None if config.queue is None else QueueSetup(
         config.queue, gateway_headroom(registry, tracker, config.queue.headroom_prefill_tokens))
     app = build_app(backend, server_config, startup=startup, shutdown=shutdown,
-                    extra_routes=[*_management_routes(registry, monitor), planner_route(planner)],
+                    extra_routes=[*_management_routes(registry, monitor, RegistrationCheck(
+                        config.registry, config.host, http)), planner_route(planner)],
                     queue=queue)
     metrics = GatewayMetrics(app.state.ctx.metrics.registry, registry, tracker)
     if config.planner.enabled:

@@ -28,6 +28,11 @@ class RegistryConfig:
     unhealthy_after: int = 3          # consecutive failed polls before a worker is unhealthy
     heartbeat_ttl_s: float = 10.0     # a self-registered worker with no heartbeat this long is dropped
     heartbeat_interval_s: float = 2.0  # what registering workers are told to use
+    # a worker's first registration (tandem/gateway/registration_check.py): its advertised URL's
+    # /health must answer within this (0: not probed); under the worker's 2 s heartbeat timeout
+    register_probe_timeout_s: float = 1.5
+    # accept workers advertising a loopback address although the gateway is not bound to loopback
+    allow_loopback_workers: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import session_key
 from tandem.gateway.metrics import GatewayMetrics
+from tandem.gateway.readiness import Readiness, readiness
 from tandem.gateway.registry import Registry
 from tandem.gateway.upstream_trace import traced_generate
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv
@@ -103,14 +104,15 @@ class GatewayBackend:
         return _Flow(self.parts, req, info).run()
 
     def ready(self) -> bool:
-        """The full topology can serve: a colocated worker, or a prefill and a decode worker.
-        While only one disaggregated pool is live, requests are still served (by that pool's
-        workers, whole) but /health says 503, so that start-up waits for both pools and a
-        degraded gateway shows as such."""
-        try:
-            return self.parts.router.mode() in ("pd", "colocated")
-        except NoHealthyWorker:
-            return False
+        """A request can be served now: a pd pair, a colocated worker, or one disaggregated pool
+        serving whole requests while the other has no healthy worker (tandem/gateway/readiness.py)."""
+        return self.readiness().ready
+
+    def health_detail(self) -> dict:
+        return self.readiness().body()
+
+    def readiness(self) -> Readiness:
+        return readiness(self.parts.registry, self.parts.router.mode)
 
     def abort(self, request_id: str) -> None:
         """Nothing to do: closing the stream returned by `generate` closes the worker calls,

@@ -60,21 +60,30 @@ class MasterProcess:
         """Start it again on the same ports (after stop or kill): an empty store."""
         self.stop()
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_listening(self.host, self.port, self.proc, ready_timeout_s)
+        wait_listening(self.host, self.port, self.proc, ready_timeout_s)
+
+
+def master_command(host: str = "127.0.0.1", port: int = 0,
+                   extra: tuple[str, ...] = ()) -> tuple[int, tuple[str, ...]]:
+    """(RPC port, command line) of a master on `host` (port 0: a free one; its metrics port is
+    always a free one). The same ports on every start: a restarted master is found again."""
+    port = port or _free_port(host)
+    return port, (master_binary(), f"--rpc_address={host}", f"--rpc_port={port}",
+                  f"--metrics_host={host}", f"--metrics_port={_free_port(host)}", *extra)
 
 
 def start_master(host: str = "127.0.0.1", port: int = 0, ready_timeout_s: float = 15.0,
                  extra: tuple[str, ...] = ()) -> MasterProcess:
     """Start a master on `host` (port 0: a free one) and wait until it accepts connections."""
-    port = port or _free_port(host)
-    cmd = (master_binary(), f"--rpc_address={host}", f"--rpc_port={port}",
-           f"--metrics_host={host}", f"--metrics_port={_free_port(host)}", *extra)
+    port, cmd = master_command(host, port, extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_listening(host, port, proc, ready_timeout_s)
+    wait_listening(host, port, proc, ready_timeout_s)
     return MasterProcess(host, port, proc, cmd)
 
 
-def _wait_listening(host: str, port: int, proc: subprocess.Popen, timeout_s: float) -> None:
+def wait_listening(host: str, port: int, proc: subprocess.Popen, timeout_s: float) -> None:
+    """Return once `host:port` accepts a TCP connection; RuntimeError if `proc` exits first,
+    TimeoutError (and `proc` killed) past `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         if proc.poll() is not None:

@@ -1,11 +1,14 @@
 """A local cluster as child processes: `tandem up`, and the e2e tests.
 
 Each worker is `python -m tandem.cli serve --role R --threads K`, pinned (sched_setaffinity,
-before exec) to its share of this process's cores; the gateway is one more child, unpinned.
-Children run in their own process group so a terminal Ctrl-C reaches only this supervisor,
-which then stops them in order (SIGTERM, then SIGKILL after a grace period). On Linux each child
-also gets SIGTERM if the supervisor dies (PR_SET_PDEATHSIG), so nothing outlives it. Once the
-cluster is ready, a child that dies is restarted with backoff (tandem/launcher/supervisor.py).
+before exec) to its share of this process's cores; the gateway is one more child, unpinned; with
+`--kv-store auto` the Mooncake master is one more (kind "store": started first, on fixed ports,
+stopped last). Children run in their own process group so a terminal Ctrl-C reaches only this
+supervisor, which then stops them in order (SIGTERM, then SIGKILL after a grace period). On Linux
+each child also gets SIGTERM if the supervisor dies, even by SIGKILL (PR_SET_PDEATHSIG, set
+between fork and exec; a child whose parent died before that exits at once), so nothing
+outlives it. Once the cluster is ready, a child that dies (the master too) is reaped and
+restarted with backoff (tandem/launcher/supervisor.py).
 
 The cluster secret (tandem/cluster_secret.py): `tandem up` generates one per run unless it was
 given one, hands it to every child in its environment (TANDEM_CLUSTER_SECRET: not on the command
@@ -30,7 +33,8 @@ from pathlib import Path
 import httpx
 
 from tandem import cluster_secret
-from tandem.kvstore.master import start_master
+from tandem.kvstore.master import master_command, wait_listening
+from tandem.launcher.balancer import BalancerConfig, BalancerThread
 from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
@@ -58,6 +62,10 @@ class ClusterSpec:
     # mooncake_master on 127.0.0.1 with free ports and stops it) or mooncake://HOST:PORT
     kv_store: str | None = None
     restart: RestartPolicy = field(default_factory=RestartPolicy)  # after start-up, dead children
+    # gateways: 1 listens on `port` itself; N > 1 listen on free ports behind a balancer on `port`
+    # (tandem/launcher/balancer.py), named "gateway", "gateway-1", ...; the first one drives
+    # the planner's role switches
+    gateways: int = 1
     # the credential of /internal routes, for every child; None: run_cluster generates one
     cluster_secret: str | None = field(default=None, repr=False)
 
@@ -99,13 +107,14 @@ def worker_proc(name: str, model: str, role: str, host: str, port: int, cores: t
 
 
 def gateway_proc(model: str, host: str, port: int, workers: list[ProcSpec], policy: str,
-                 extra: tuple[str, ...] = (), log_level: str = "warning") -> ProcSpec:
+                 extra: tuple[str, ...] = (), log_level: str = "warning",
+                 name: str = "gateway") -> ProcSpec:
     cmd = [sys.executable, "-m", "tandem.cli", "gateway", "--model", model, "--host", host,
            "--port", str(port), "--policy", policy, "--log-level", log_level]
     for w in workers:
         flag = {"prefill": "--prefill", "decode": "--decode"}.get(w.role or "", "--worker")
         cmd += [flag, w.url]
-    return ProcSpec("gateway", (*cmd, *extra), f"http://{host}:{port}", None)
+    return ProcSpec(name, (*cmd, *extra), f"http://{host}:{port}", None)
 
 
 def worker_args_for(spec: ClusterSpec, role: str) -> tuple[str, ...]:
@@ -130,12 +139,35 @@ def plan(spec: ClusterSpec) -> list[ProcSpec]:
         taken.add(port)
         procs.append(worker_proc(f"{role}-{i}", spec.model, role, spec.host, port, cores,
                                  worker_args_for(spec, role), spec.log_level))
-    procs.append(gateway_proc(spec.model, spec.host, spec.port, procs, spec.policy,
-                              spec.gateway_args, spec.log_level))
+    workers = list(procs)
+    for i in range(spec.gateways):
+        port = spec.port
+        if spec.gateways > 1:   # behind the balancer, which listens on spec.port
+            port = free_port(spec.host, taken)
+            taken.add(port)
+        procs.append(gateway_proc(spec.model, spec.host, port, workers, spec.policy, spec.gateway_args,
+                                  spec.log_level, name="gateway" if i == 0 else f"gateway-{i}"))
     return procs
 
 
-def _child_setup(cores: tuple[int, ...] | None) -> None:
+def start_balancer(spec: ClusterSpec, procs: list[ProcSpec]) -> BalancerThread | None:
+    """With several gateways: the balancer on spec.host:spec.port in front of them."""
+    if spec.gateways <= 1:
+        return None
+    ups = tuple((spec.host, int(p.url.rsplit(":", 1)[1])) for p in procs
+                if p.kind == "server" and p.role is None)
+    lb = BalancerThread(BalancerConfig(spec.host, spec.port, ups))
+    lb.start()
+    return lb
+
+
+def master_proc(host: str = "127.0.0.1") -> ProcSpec:
+    """The Mooncake master of `--kv-store auto`, on free ports chosen now (kept on restarts)."""
+    port, cmd = master_command(host)
+    return ProcSpec("mooncake_master", cmd, f"mooncake://{host}:{port}", None, kind="store")
+
+
+def _child_setup(cores: tuple[int, ...] | None, parent: int) -> None:
     """Runs in the child between fork and exec: pin, and die with the parent."""
     if cores:
         os.sched_setaffinity(0, cores)
@@ -143,6 +175,8 @@ def _child_setup(cores: tuple[int, ...] | None) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
         pass
+    if os.getppid() != parent:   # the parent died before prctl: no signal will come
+        os._exit(1)
 
 
 @dataclass
@@ -161,11 +195,13 @@ class LocalCluster:
         env.pop(cluster_secret.ENV_VAR, None)
         if self.cluster_secret is not None:
             env[cluster_secret.ENV_VAR] = self.cluster_secret
+        me = os.getpid()
         for p in self.procs:
             if (name is None or p.name == name) and p.name not in self.running:
+                out = subprocess.DEVNULL if p.kind == "store" else None
                 self.running[p.name] = subprocess.Popen(
-                    p.cmd, env=env, process_group=0,
-                    preexec_fn=lambda cores=p.cores: _child_setup(cores))
+                    p.cmd, env=env, process_group=0, stdout=out, stderr=out,
+                    preexec_fn=lambda cores=p.cores: _child_setup(cores, me))
 
     def spec(self, name: str) -> ProcSpec:
         return next(p for p in self.procs if p.name == name)
@@ -181,6 +217,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         with self.http_client() as client:
             for p in self.procs:
+                if p.kind == "store":
+                    self.wait_store(p, deadline)
+                    continue
                 paths = ["/internal/workers"] if p.role is None else ["/health", "/internal/stats"]
                 while paths:
                     self.check_alive()
@@ -200,6 +239,14 @@ class LocalCluster:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{p.name} ({p.url}) not ready after {timeout_s:.0f}s")
                     time.sleep(0.2)
+
+    def wait_store(self, p: ProcSpec, deadline: float) -> None:
+        """The master accepts TCP connections (the workers' store client connects at start)."""
+        host, port = p.url.split("://", 1)[1].rsplit(":", 1)
+        try:
+            wait_listening(host, int(port), self.running[p.name], max(0.0, deadline - time.monotonic()))
+        except TimeoutError as exc:
+            raise TimeoutError(f"{p.name} ({p.url}) not ready: {exc}") from None
 
     def check_alive(self) -> None:
         for name, code in self.exited().items():
@@ -225,8 +272,18 @@ class LocalCluster:
             proc.wait(10)
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM all (gateway first), wait, then SIGKILL what is left."""
-        order = sorted(self.running.items(), key=lambda kv: kv[0] != "gateway")
+        """SIGTERM all (gateways first), wait, then SIGKILL what is left; the store (its clients
+        are the workers) after the others have ended."""
+        kinds = {p.name: p.kind for p in self.procs}
+        store = {n: p for n, p in self.running.items() if kinds.get(n) == "store"}
+        rest = {n: p for n, p in self.running.items() if n not in store}
+        for group in (rest, store):
+            self._stop_group(group, grace_s)
+        self.running.clear()
+
+    @staticmethod
+    def _stop_group(group: dict[str, subprocess.Popen], grace_s: float) -> None:
+        order = sorted(group.items(), key=lambda kv: not kv[0].startswith("gateway"))
         for _, proc in order:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -237,16 +294,13 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
-        self.running.clear()
 
 
-def start_kv_store(spec: ClusterSpec):
-    """`--kv-store`: with "auto", start a mooncake_master on 127.0.0.1 (free ports); every worker
-    gets `--kv-store=URL`. Returns the spec to plan and the master to stop last (or None)."""
-    master = None
-    if spec.kv_store == "auto":
-        master = start_master("127.0.0.1")
-        print(f"tandem up: mooncake_master at {master.url}", flush=True)
+def kv_store_proc(spec: ClusterSpec) -> tuple[ClusterSpec, ProcSpec | None]:
+    """`--kv-store`: with "auto", a mooncake_master on 127.0.0.1 (free ports) as one more child,
+    to start first; every worker gets `--kv-store=URL`. Returns the spec to plan and the master's
+    ProcSpec (or None)."""
+    master = master_proc("127.0.0.1") if spec.kv_store == "auto" else None
     url = master.url if master is not None else spec.kv_store
     if url:
         spec = replace(spec, worker_args=(*spec.worker_args, f"--kv-store={url}"))
@@ -263,9 +317,9 @@ def curl_line(url: str, model_name: str, keyed: bool = False) -> str:
 
 def run_cluster(spec: ClusterSpec) -> int:
     """`tandem up`: start, wait until ready, print a curl line, run until Ctrl-C or a child dies."""
-    spec, master = start_kv_store(spec)
+    spec, master = kv_store_proc(spec)
     secret = spec.cluster_secret or secrets.token_urlsafe(32)   # a new one for each run
-    cluster = LocalCluster(plan(spec), cluster_secret=secret)
+    cluster = LocalCluster([*([master] if master else []), *plan(spec)], cluster_secret=secret)
     stopping = False
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -274,7 +328,12 @@ def run_cluster(spec: ClusterSpec) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     code = 0
+    balancer = None
     try:
+        balancer = start_balancer(spec, cluster.procs)   # refused connections until gateways listen
+        if master is not None:   # listening before its clients start
+            cluster.start(master.name)
+            cluster.wait_store(master, time.monotonic() + 15.0)
         cluster.start()
         for p in cluster.procs:
             where = f" on cores {','.join(map(str, p.cores))}" if p.cores else ""
@@ -291,7 +350,9 @@ def run_cluster(spec: ClusterSpec) -> int:
                     raise
         if ready and not stopping:
             name = Path(spec.model).resolve().name
-            gw = cluster.spec("gateway").url
+            gw = cluster.spec("gateway").url if balancer is None else f"http://{spec.host}:{spec.port}"
+            if balancer is not None:
+                print(f"tandem up: balancer at {gw} over {spec.gateways} gateways", flush=True)
             keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in spec.gateway_args)
             print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
                   f"  {curl_line(gw, name, keyed)}\n", flush=True)
@@ -301,19 +362,21 @@ def run_cluster(spec: ClusterSpec) -> int:
             switcher = RoleSwitcher(cluster, cluster.spec("gateway").url,
                                     lambda url: http.get(url).raise_for_status().json(),
                                     lambda url, body: http.post(url, json=body).raise_for_status().json(),
-                                    as_role=lambda proc, role: as_role(spec, proc, role), log=say)
+                                    as_role=lambda proc, role: as_role(spec, proc, role), log=say,
+                                    also_drain=tuple(p.url for p in cluster.procs if p.kind == "server"
+                                                     and p.role is None and p.name != "gateway"))
             while not stopping:
                 supervisor.step()
                 switcher.step()   # the gateway planner's role switches (--slo-ttft-ms / --slo-itl-ms)
                 time.sleep(0.2)
-    except (RuntimeError, TimeoutError) as exc:
+    except (RuntimeError, TimeoutError, OSError) as exc:
         print(f"tandem up: {exc}; stopping", file=sys.stderr, flush=True)
         code = 1
     finally:
         print("tandem up: stopping", flush=True)
-        cluster.stop()
-        if master is not None:   # after the workers, its clients
-            master.stop()
+        if balancer is not None:
+            balancer.stop()
+        cluster.stop()   # the master after the workers, its clients
         for s, h in old.items():
             signal.signal(s, h)
     return code

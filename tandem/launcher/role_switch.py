@@ -2,7 +2,8 @@
 
 The gateway publishes its latest switch at GET /internal/planner with a sequence number; this
 executor polls it and, for a switch it has not done yet whose worker is one of its children:
-1. drains the worker at the gateway (POST /internal/drain): no new request goes to it;
+1. drains the worker at the gateway (POST /internal/drain), and at the other gateways of
+   `tandem up --gateways N` (`also_drain`, best effort): no new request goes to it;
 2. waits until the worker is idle by its own report (nothing running or waiting, every KV block
    free: its prefills' KV handed over, its streams finished), or `drain_timeout_s`;
 3. stops it (SIGTERM) and starts it again on the same port and cores with the new `--role`
@@ -53,9 +54,10 @@ class RoleSwitcher:
                  post_json: Callable[[str, dict], dict], poll_s: float = 2.0,
                  drain_timeout_s: float = 120.0, clock: Callable[[], float] = time.monotonic,
                  as_role: Callable[[ProcSpec, str], ProcSpec] | None = None,
-                 log: Callable[[str], None] = print) -> None:
+                 log: Callable[[str], None] = print, also_drain: tuple[str, ...] = ()) -> None:
         self.cluster = cluster
         self.gateway_url = gateway_url
+        self.also_drain = also_drain   # the other gateways' URLs
         self.get_json, self.post_json = get_json, post_json
         self.poll_s, self.drain_timeout_s = poll_s, drain_timeout_s
         self.clock, self.log = clock, log
@@ -89,6 +91,11 @@ class RoleSwitcher:
             self.post_json(self.gateway_url + "/internal/drain", {"url": proc.url})
         except Exception:  # noqa: BLE001
             return            # tried again at the next poll
+        for url in self.also_drain:
+            try:
+                self.post_json(url + "/internal/drain", {"url": proc.url})
+            except Exception:  # noqa: BLE001 - a gateway restarting: the worker's drain still ends its calls there
+                pass
         self.log(f"tandem up: planner: draining {proc.name} ({proc.url}) to switch it "
                  f"{sw['from_role']} -> {sw['to_role']} ({sw['reason']})")
         self.draining = _Draining(proc.name, sw["to_role"], seq, now)

@@ -1,7 +1,7 @@
 """Supervision for `tandem up`: a child that dies after start-up is restarted, with backoff.
 
-A worker (or the gateway) that exits while the cluster runs is started again with the same
-command, port and cores, after a backoff that doubles with each restart in a row
+A worker (or a gateway, or the mooncake_master of `--kv-store auto`) that exits while the
+cluster runs is reaped and started again with the same command, port and cores, after a backoff that doubles with each restart in a row
 (`initial_backoff_s`, 2x, ... up to `max_backoff_s`) and resets once the child has stayed up
 `stable_after_s`. The other children keep running: the gateway marks the dead worker unhealthy
 (a refused connection or failed polls), retries or migrates its requests, serves whole requests

@@ -17,7 +17,7 @@ from tandem.api.queue.service import QueueConfig, QueueSetup, engine_headroom
 from tandem.engine.async_engine import AsyncEngine
 from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.worker.drain import DrainConfig, WorkerDrain
-from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url
+from tandem.worker.registration import Heartbeat, HeartbeatConfig, advertised_url, gateway_urls
 from tandem.worker.server import DrainingServer
 
 
@@ -48,12 +48,13 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False,
 
     async def startup() -> None:
         await start_engine()
-        hb = Heartbeat(HeartbeatConfig(
-            gateway_url=config.gateway_url, role=engine.role,
-            worker_url=config.advertise_url or advertised_url(config.host, config.port),
-            cluster_secret=config.cluster_secret))
-        await hb.start()
-        beats.append(hb)
+        for gateway in gateway_urls(config.gateway_url):   # each gateway of the cluster
+            hb = Heartbeat(HeartbeatConfig(
+                gateway_url=gateway, role=engine.role,
+                worker_url=config.advertise_url or advertised_url(config.host, config.port),
+                cluster_secret=config.cluster_secret))
+            await hb.start()
+            beats.append(hb)
 
     async def shutdown() -> None:
         for hb in beats:

@@ -13,10 +13,16 @@ Every call presents the cluster secret (`x-tandem-cluster-secret`, tandem/cluste
 the worker has one: a gateway with a secret refuses registrations without it (401), and tenant API
 keys never open /internal routes (403).
 
+Several gateways (`--gateway URL1,URL2`): one Heartbeat per gateway, each on its own.
+
 Protocol (gateway side: tandem.gateway.app): `POST {gateway}/internal/register` with
 {"url", "role", "draining"} every `interval_s` (the gateway's reply may set
 `heartbeat_interval_s`); `POST {gateway}/internal/deregister` {"url"} on stop. A gateway that
 is down or restarts is retried forever: the next heartbeat registers the worker again.
+A gateway refuses a first registration whose address it cannot use (a loopback address on a
+gateway serving several hosts, or one its probe of `{url}/health` cannot reach:
+tandem/gateway/registration_check.py) with a 400 naming the address; the worker logs it as an
+error (`refusal` keeps it) and tries again each interval, so fixing the network lets it in.
 
 The role in a heartbeat is the one the worker started with. A worker whose role the gateway's
 planner switched at runtime (POST /internal/role, tandem/api/internal/role_switch.py) reports
@@ -58,6 +64,23 @@ def advertised_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+def _error_message(r: httpx.Response) -> str:
+    try:
+        return str(r.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return r.text[:500]
+
+
+def gateway_urls(flag: str) -> list[str]:
+    """`--gateway URL[,URL...]`: every gateway of the cluster; a worker registers with each (a
+    gateway knows only the workers that registered with it, so one behind a load balancer
+    would see heartbeats reach only some of them)."""
+    urls = [u.strip() for u in flag.split(",") if u.strip()]
+    if not urls:
+        raise ValueError(f"--gateway {flag!r}: give a gateway URL (several separated by commas)")
+    return urls
+
+
 class Heartbeat:
     def __init__(self, config: HeartbeatConfig) -> None:
         self.config = config
@@ -69,6 +92,7 @@ class Heartbeat:
         self._client: httpx.AsyncClient | None = None
         self.registered = asyncio.Event()   # set after the first accepted heartbeat
         self.draining = False
+        self.refusal: str | None = None    # the gateway's last refusal of this address, if any
 
     async def start(self) -> None:
         self._client = httpx.AsyncClient(timeout=self.config.timeout_s,
@@ -85,11 +109,19 @@ class Heartbeat:
                 log.warning("gateway %s refused the registration (%d): this worker's cluster secret "
                             "is missing or not the gateway's", self._gateway, r.status_code)
                 return None
+            if r.status_code == 400 and not self.registered.is_set():
+                # the gateway refused this address (tandem/gateway/registration_check.py): said
+                # loudly, then retried each interval (a route or firewall may be fixed meanwhile)
+                log.error("gateway %s refused to register this worker: %s", self._gateway,
+                          _error_message(r))
+                self.refusal = _error_message(r)
+                return None
             r.raise_for_status()
             reply = r.json()
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("heartbeat to %s failed: %s", self._gateway, exc)
             return None
+        self.refusal = None
         if not self.registered.is_set():
             log.info("registered with gateway %s as %s (%s)", self._gateway,
                      self.config.worker_url, self.config.role)

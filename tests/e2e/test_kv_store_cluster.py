@@ -1,6 +1,6 @@
 """`tandem up --kv-store auto` as child processes: the supervisor starts a mooncake_master, every
 worker is its client, a prompt computed on one worker is a cache hit on the other, and the
-master is stopped with the cluster."""
+master is stopped with the cluster; a master killed and started again serves again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tandem.launcher.cluster import ClusterSpec, LocalCluster, plan, start_kv_store
+from tandem.launcher.cluster import ClusterSpec, LocalCluster, kv_store_proc, plan
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -27,12 +27,12 @@ def test_up_with_an_auto_store_shares_prefixes_between_workers(llama_dir):
                                     "--served-model-name", "m", "--block-size", "4",
                                     "--kv-host-memory", "4MiB", "--kv-tier-no-cost-check"),
                        gateway_args=("--served-model-name", "m"))
-    spec, master = start_kv_store(spec)
-    assert master is not None and master.alive()
+    spec, master = kv_store_proc(spec)
+    assert master is not None and master.kind == "store"
     procs = plan(spec)
     workers = [p for p in procs if p.role is not None]
     assert all(f"--kv-store={master.url}" in p.cmd for p in workers)
-    cluster = LocalCluster([p for p in procs if p.role is not None])   # no gateway needed here
+    cluster = LocalCluster([master, *workers])   # no gateway needed here
     try:
         cluster.start()
         cluster.wait_ready(120)
@@ -46,7 +46,22 @@ def test_up_with_an_auto_store_shares_prefixes_between_workers(llama_dir):
         cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert cached == 40
         assert second["choices"][0]["text"] == first["choices"][0]["text"]
+
+        # the master killed and started again (empty, same port): the workers' store clients
+        # find it again within seconds and share new prefixes through it
+        cluster.kill(master.name)
+        cluster.start(master.name)
+        cluster.wait_ready(30)
+        deadline, shared = time.monotonic() + 30, 0
+        for i in range(30):
+            again = [70 + (7 * i + k) % 200 for k in range(41)]   # a prefix no worker has seen
+            _complete(workers[0].url, again)
+            time.sleep(1.0)
+            shared = _complete(workers[1].url, again)["usage"]["prompt_tokens_details"]["cached_tokens"]
+            if shared == 40 or time.monotonic() > deadline:
+                break
+        assert shared == 40, "the store did not serve again after its master restarted"
+        store = cluster.running[master.name]
     finally:
         cluster.stop()
-        master.stop()
-    assert not master.alive()
+    assert store.poll() is not None   # stopped with the cluster

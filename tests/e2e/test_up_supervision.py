@@ -1,7 +1,8 @@
 """`tandem up` supervision end to end: kill -9 the prefill worker of `tandem up --prefill 1 --decode 1`
 while a client keeps sending; every request succeeds with the same greedy text (the decode worker
-serves whole requests while the prefill pool is empty), `tandem up` restarts the worker, the
-gateway counts the new instance and routes prefill -> decode again."""
+serves whole requests while the prefill pool is empty, and the gateway's /health stays 200 since
+it can serve), `tandem up` restarts the worker, the gateway counts the new instance and routes
+prefill -> decode again."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def workers(base: str) -> dict[str, dict]:
                                              timeout=5).json()["workers"]}
 
 
-def wait_for(cond, timeout_s: float, what: str) -> None:
+def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -46,7 +47,7 @@ def wait_for(cond, timeout_s: float, what: str) -> None:
         except httpx.HTTPError:
             pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
+        time.sleep(poll_s)
 
 
 def child_pid(parent: int, role: str) -> int:
@@ -103,8 +104,18 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
                                 else r.text))
                 finished_at.append(time.monotonic())
 
+        health: list[tuple[int, dict]] = []   # /health while the prefill pool restarts
+
+        def prober():
+            while not stop.is_set():
+                r = httpx.get(base + "/health", timeout=10)
+                health.append((r.status_code, r.json()))
+                time.sleep(0.1)
+
         t = threading.Thread(target=client)
         t.start()
+        probe = threading.Thread(target=prober)
+        probe.start()
         try:
             wait_for(lambda: len(answers) >= 2, 60, "requests before the kill")
             os.kill(child_pid(up.pid, "prefill"), signal.SIGKILL)
@@ -117,6 +128,12 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
         finally:
             stop.set()
             t.join(60)
+            probe.join(30)
+        # readiness: the gateway could serve throughout, so /health never said otherwise, and
+        # its body showed the prefill pool empty while the decode pool served whole requests
+        assert health and all(code == 200 for code, _ in health), [h for h in health if h[0] != 200][:3]
+        assert any(body["mode"] == "decode" and body["pools"]["prefill"]["healthy"] == 0
+                   for _, body in health), health[:3]
         assert len(answers) > killed_at
         # requests were answered while the prefill worker was down
         assert any(kill_time < t < back_time for t in finished_at), (kill_time, back_time, finished_at)

@@ -60,6 +60,8 @@ class FakeCluster:
             if url in self.max_model_len:
                 stats["max_model_len"] = self.max_model_len[url]
             return httpx.Response(200, json=stats)
+        if request.url.path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
         if request.url.path == "/internal/kv_events":
             return httpx.Response(404)
         if request.url.path == "/internal/kv_release":

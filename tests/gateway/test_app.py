@@ -125,14 +125,38 @@ def test_no_worker_is_503_with_retry_after(model_dir):
         assert c.get("/health").status_code == 503  # a load balancer must not send traffic here
 
 
-def test_health_waits_for_both_pools(model_dir):
+def test_health_is_ready_while_one_pool_can_serve(model_dir):
     cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
     with c:
-        assert c.get("/health").status_code == 200
+        r = c.get("/health")
+        assert r.status_code == 200 and r.json()["mode"] == "pd"
+        assert r.json()["pools"] == {"prefill": {"healthy": 1, "draining": 0, "total": 1},
+                                     "decode": {"healthy": 1, "draining": 0, "total": 1}}
     cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
     cluster.dead.add(D0)
+    with c:   # the prefill worker serves whole requests: the gateway can serve, so it is ready
+        r = c.get("/health")
+        assert r.status_code == 200 and r.json()["mode"] == "prefill"
+        assert r.json()["pools"]["decode"] == {"healthy": 0, "draining": 0, "total": 1}
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    cluster.dead.update((P0, D0))
+    with c:   # nothing can serve: 503 naming the pools, liveness still 200
+        r = c.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "no healthy worker"
+        assert "prefill (0/1 healthy, 0 draining)" in r.json()["reason"]
+        assert "decode (0/1 healthy, 0 draining)" in r.json()["reason"]
+        assert c.get("/livez").json() == {"status": "alive"}
+
+
+def test_health_503_while_a_pool_drains_and_the_other_is_dead(model_dir):
+    cluster, c = client_for(model_dir, {P0: "prefill", D0: "decode"})
+    cluster.dead.add(P0)
     with c:
-        assert c.get("/health").status_code == 503
+        assert c.post("/internal/drain", json={"url": D0}).json()["ok"]
+        r = c.get("/health")
+        assert r.status_code == 503
+        assert r.json()["pools"]["decode"] == {"healthy": 0, "draining": 1, "total": 1}
+        assert "decode (0/1 healthy, 1 draining)" in r.json()["reason"]
 
 
 def test_registration_drain_and_workers_listing(model_dir):

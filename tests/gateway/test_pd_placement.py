@@ -95,7 +95,9 @@ def test_dead_prefill_pool_decode_workers_serve_whole_requests():
     assert [c[0] for c in cluster.calls] == [D0]
     assert backend.parts.router.mode() == "decode"
     assert info.headers == {"x-tandem-prefill": D0, "x-tandem-decode": D0}
-    assert not backend.ready()   # /health shows the degraded topology
+    assert backend.ready()   # the decode pool serves whole requests: /health stays 200
+    assert backend.health_detail()["mode"] == "decode"
+    assert backend.health_detail()["pools"]["prefill"] == {"healthy": 0, "draining": 0, "total": 1}
     deltas, _ = run(backend, monitor)
     assert tokens(deltas) == expected()
     cluster.dead.discard(P0)

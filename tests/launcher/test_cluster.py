@@ -32,3 +32,31 @@ def test_plan_has_workers_then_gateway_on_distinct_ports():
 def test_curl_line():
     line = curl_line("http://127.0.0.1:8000", "tiny")
     assert line.startswith("curl http://127.0.0.1:8000/v1/chat/completions") and '"model": "tiny"' in line
+
+
+def test_several_gateways_listen_on_their_own_ports_behind_the_balancer():
+    procs = plan(ClusterSpec(model="/m", prefill=1, decode=1, port=8123, gateways=2))
+    gateways = [p for p in procs if p.role is None]
+    assert [p.name for p in gateways] == ["gateway", "gateway-1"]
+    ports = {p.url.rsplit(":", 1)[1] for p in procs}
+    assert len(ports) == 4 and "8123" not in ports   # the balancer's
+    for g in gateways:   # each polls every worker
+        s = " ".join(g.cmd)
+        assert f"--prefill {procs[0].url}" in s and f"--decode {procs[1].url}" in s
+
+
+def test_several_gateways_share_the_default_queue_file(monkeypatch, tmp_path):
+    import argparse
+
+    from tandem.cli import up as up_cli
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    parser = argparse.ArgumentParser()
+    up_cli.register(parser.add_subparsers())
+    shared = str(tmp_path / "tandem" / "queue-8123.db")
+    for argv, want in ((["--gateways", "2"], ("--queue-db", shared)),
+                       (["--gateways", "2", "--queue-db"], ("--queue-db", shared)),
+                       (["--gateways", "2", "--queue-db", "/q.db"], ("--queue-db", "/q.db")),
+                       (["--gateways", "2", "--no-queue"], ("--no-queue",)),
+                       ([], ())):
+        args = parser.parse_args(["up", "--model", "/m", "--port", "8123", *argv])
+        assert up_cli.shared_queue_args(args) == want, argv

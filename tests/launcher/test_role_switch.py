@@ -109,3 +109,14 @@ def test_with_role_changes_only_the_role():
     w = worker_proc("decode-1", "/m", "decode", "127.0.0.1", 9002, (1,), ("--dtype", "float32"))
     p = with_role(w, "prefill")
     assert [a for a in p.cmd if a not in w.cmd] == ["prefill"] and len(p.cmd) == len(w.cmd)
+
+
+def test_the_worker_is_drained_at_every_gateway():
+    cluster, http, clock, lines = FakeCluster(), FakeHTTP(), Clock(), []
+    other = "http://127.0.0.1:8001"
+    sw = RoleSwitcher(cluster, GW, http.get, http.post, poll_s=2.0, clock=clock, log=lines.append,
+                      also_drain=(other,))
+    http.planner = switch(1)
+    sw.step()
+    assert http.posts == [(GW + "/internal/drain", {"url": "http://127.0.0.1:9003"}),
+                          (other + "/internal/drain", {"url": "http://127.0.0.1:9003"})]
