@@ -120,8 +120,8 @@ def _pod_problems(dep: dict, services: dict[str, set[int]]) -> list[str]:
                        f"{SECRET[0]} key {SECRET[1]}")
         if (c.get("readinessProbe") or {}).get("httpGet", {}).get("path") != "/health":
             bad.append(f"{where}: {c['name']}'s readiness probe is not GET /health")
-        if c.get("livenessProbe") is None:
-            bad.append(f"{where}: {c['name']} has no liveness probe")
+        if (c.get("livenessProbe") or {}).get("httpGet", {}).get("path") != "/livez":
+            bad.append(f"{where}: {c['name']}'s liveness probe is not GET /livez")
         if args[:1] == ["serve"]:
             drain = float(_flag(args, "--drain-timeout") or 30)
             if pod.get("terminationGracePeriodSeconds", 30) <= drain:
