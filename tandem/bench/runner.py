@@ -18,6 +18,9 @@ from tandem.bench.client import StreamingClient
 from tandem.bench.sample import RequestSample
 from tandem.bench.workload import Session, Workload
 
+# the server's agent hint header (tandem/turn/agent_hint.py; a client does not import the server)
+AGENT_HINT_HEADER = "x-agent-expect-next-turn-s"
+
 
 @dataclass(frozen=True)
 class LoadConfig:
@@ -25,6 +28,9 @@ class LoadConfig:
     max_requests: int | None = None
     duration_s: float | None = None    # no request is sent after this
     drain_timeout_s: float = 120.0     # after the last send, wait this long for running requests
+    # each turn says when the session's next one comes (x-agent-expect-next-turn-s: the next
+    # think time, 0 on the last turn), as a harness that knows its tool runs would
+    agent_hints: bool = False
 
 
 class _Budget:
@@ -67,7 +73,8 @@ async def run_workload(workload: Workload, client: StreamingClient, cfg: LoadCon
     running: set[asyncio.Task] = set()
 
     async def session_task(session: Session, first_taken: bool) -> None:
-        await _run_session(session, workload, client, budget, t0, samples, on_done, first_taken)
+        await _run_session(session, workload, client, budget, t0, samples, on_done, first_taken,
+                           cfg.agent_hints)
 
     if cfg.concurrency is None:
         for session in sorted(workload.sessions, key=lambda s: s.arrival_s):
@@ -111,9 +118,10 @@ async def _drain(tasks: set[asyncio.Task], budget: _Budget, drain_timeout_s: flo
 
 async def _run_session(session: Session, workload: Workload, client: StreamingClient,
                        budget: _Budget, t0: float, samples: list[RequestSample],
-                       on_done: Callable[[RequestSample], None], first_taken: bool) -> None:
+                       on_done: Callable[[RequestSample], None], first_taken: bool,
+                       agent_hints: bool = False) -> None:
     history = list(session.base_messages)
-    headers = {"x-session-affinity": session.session_id} if session.affinity else None
+    affinity = {"x-session-affinity": session.session_id} if session.affinity else {}
     prev: RequestSample | None = None
     prev_text = ""
     for k, turn in enumerate(session.turns):
@@ -135,8 +143,12 @@ async def _run_session(session: Session, workload: Workload, client: StreamingCl
                                  messages=None if workload.uses_token_ids else list(history),
                                  tools=list(session.tools) if session.tools else None)
         samples.append(sample)
+        headers = dict(affinity)
+        if agent_hints:
+            following = session.turns[k + 1].think_time_s if k + 1 < len(session.turns) else 0.0
+            headers[AGENT_HINT_HEADER] = f"{following:.3f}"
         try:
-            reply = await client.send(body, sample, t0, headers)
+            reply = await client.send(body, sample, t0, headers or None)
         except asyncio.CancelledError:
             sample.error = "cancelled: still running at the end of the run"
             sample.end = time.perf_counter() - t0

@@ -62,6 +62,8 @@ def add_workload_args(p: argparse.ArgumentParser, model_flag: str = "--model") -
     a.add_argument("--tool-result-tokens", type=int, default=d.tool_result_tokens)
     a.add_argument("--output-tokens", type=int, default=d.output_tokens, help="max_tokens of every turn")
     a.add_argument("--think-time", type=float, default=d.think_time_s, help="mean pause between turns (s)")
+    a.add_argument("--agent-hints", action="store_true",
+                   help="each turn sends x-agent-expect-next-turn-s: its session's next think time (0 on the last)")
     a.add_argument("--send-tools", action="store_true", help="send `tools` instead of tools in the system prompt")
     a.add_argument("--tool-result-role", default=d.tool_result_role, choices=("user", "tool"))
 
@@ -121,7 +123,8 @@ def config_from_args(args: argparse.Namespace, url: str | None = None) -> BenchC
     if args.agentic and concurrency is None and args.request_rate is None:
         concurrency = 4
     load = LoadConfig(concurrency=concurrency, max_requests=args.max_requests,
-                      duration_s=args.duration, drain_timeout_s=args.drain_timeout)
+                      duration_s=args.duration, drain_timeout_s=args.drain_timeout,
+                      agent_hints=args.agent_hints)
     return BenchConfig(
         url=url or args.url, trace_path=args.trace, trace=trace, agentic=agentic, load=load,
         slo=SLO(_ms(args.slo_ttft_ms), _ms(args.slo_tpot_ms), _ms(args.slo_e2e_ms)),

@@ -198,3 +198,24 @@ def test_agentic_sessions_resend_history_with_affinity():
             prev = next(p for p in samples if p.session_id == s.session_id and p.turn == s.turn - 1)
             assert s.ideal_cached_tokens == prev.prompt_tokens + prev.completion_tokens - 1
             assert s.cached_tokens > 0
+
+
+
+def test_agent_hints_announce_each_sessions_next_think_time():
+    from tandem.bench.runner import AGENT_HINT_HEADER
+    from tandem.turn.agent_hint import HEADER
+
+    assert AGENT_HINT_HEADER == HEADER          # the client names the server's header
+    wl = agentic_workload(AgenticConfig(num_sessions=2, turns=3, num_tenants=1, system_tokens=30,
+                                        tool_tokens=16, num_tools=2, user_tokens=5, tool_result_tokens=8,
+                                        output_tokens=4, think_time_s=0.01))
+    for hints in (False, True):
+        with FakeServer(FakeState(block_size=4)) as server:
+            samples = run(wl, server, LoadConfig(concurrency=2, agent_hints=hints), endpoint="chat")
+        assert len(samples) == 6 and all(s.ok for s in samples)
+        sent: dict[str, list] = {}
+        for headers in server.state.headers:
+            sent.setdefault(headers["x-session-affinity"], []).append(headers.get(HEADER))
+        for session in wl.sessions:
+            want = [f"{t.think_time_s:.3f}" for t in session.turns[1:]] + ["0.000"]
+            assert sent[session.session_id] == (want if hints else [None] * 3)
