@@ -22,6 +22,7 @@ import uvicorn
 
 from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.arg_types import origins
+from tandem.cli.fair_queue_flags import add_fair_queue_arguments, fair_queue_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
     add_cluster_secret_arguments,
@@ -127,6 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_queue_arguments(g)
     add_accounts_arguments(g)
     add_usage_arguments(g)
+    add_fair_queue_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -147,7 +149,9 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
         registry=RegistryConfig(poll_interval_s=args.poll_interval, probe_timeout_s=args.probe_timeout,
                                 unhealthy_after=args.unhealthy_after, heartbeat_ttl_s=args.heartbeat_ttl),
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
-        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
+        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting,
+                                  max_tokens=args.max_inflight_tokens_per_worker),
+        fair_queue=fair_queue_config_from_args(args),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
                                   stall_weight=args.placement_stall_weight,
                                   keep_prefix=args.placement_keep_prefix),

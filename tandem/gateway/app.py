@@ -35,6 +35,7 @@ from tandem.api.queue.service import QueueSetup
 from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response
 from tandem.errors import InvalidRequest
+from tandem.gateway.admission.setup import build_gate
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import assistant_marker
 from tandem.gateway.metrics import GatewayMetrics
@@ -176,6 +177,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                       on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
                          marker=assistant_marker(tokenizer))
+    gates: list = []   # the gate, once the app's metrics registry exists
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []
@@ -189,6 +191,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     async def shutdown() -> None:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for g in gates:
+            await g.close()
         for p in planner:
             if p.executor is not None:
                 await p.executor.close()
@@ -220,6 +224,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
         planner.append(PlannerLoop(config.planner, server_metrics.ttft, server_metrics.itl, registry,
                                    tracker, server_metrics.registry, executor=executor))
     parts.metrics = metrics
+    parts.gate = build_gate(config, router, registry, tracker, app.state.ctx.metrics.registry)
+    gates.extend([parts.gate] if parts.gate else [])
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
     # middlewares added outside it see the cancelled request end like any other

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from tandem.api.backend import ResponseInfo
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
+from tandem.gateway.admission.gate import AdmissionGate
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import session_key
 from tandem.gateway.metrics import GatewayMetrics
@@ -76,6 +77,7 @@ class GatewayParts:
     # the chat template's assistant header: conversations without x-session-affinity are
     # recognised by the prompt up to its first occurrence (tandem/gateway/conversation.py)
     marker: tuple[int, ...] | None = None
+    gate: AdmissionGate | None = None   # flow control over saturated workers; None: off
 
 
 class GatewayBackend:
@@ -96,7 +98,8 @@ class GatewayBackend:
 
     def generate(self, req: EngineRequest, info: ResponseInfo | None = None
                  ) -> AsyncIterator[RequestDelta]:
-        return _Flow(self.parts, req, info).run()
+        flow = _Flow(self.parts, req, info).run()
+        return flow if self.parts.gate is None else self.parts.gate.gated(req, flow)
 
     def ready(self) -> bool:
         """The full topology can serve: a colocated worker, or a prefill and a decode worker.
