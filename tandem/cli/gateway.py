@@ -88,7 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--heartbeat-ttl", type=float, default=RegistryConfig.heartbeat_ttl_s, metavar="S",
                    help="a self-registered worker without a heartbeat this long is removed")
     g.add_argument("--max-in-flight", type=int, default=256,
-                   help="requests open on one worker before it counts as saturated (429 when all are)")
+                   help="requests open on one worker before it counts as saturated (when all are, "
+                        "requests wait in the fair queue; 429 with --no-fair-queue)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
     g.add_argument("--prefill-placement", default="auto", choices=("auto", "remote"),
