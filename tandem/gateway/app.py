@@ -177,7 +177,6 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                       on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
                          marker=assistant_marker(tokenizer))
-    gates: list = []   # the gate, once the app's metrics registry exists
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)
     stop = asyncio.Event()
     tasks: list[asyncio.Task] = []
@@ -191,8 +190,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     async def shutdown() -> None:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for g in gates:
-            await g.close()
+        if parts.gate is not None:
+            await parts.gate.close()
         for p in planner:
             if p.executor is not None:
                 await p.executor.close()
@@ -225,7 +224,6 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                    tracker, server_metrics.registry, executor=executor))
     parts.metrics = metrics
     parts.gate = build_gate(config, router, registry, tracker, app.state.ctx.metrics.registry)
-    gates.extend([parts.gate] if parts.gate else [])
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
     # middlewares added outside it see the cancelled request end like any other

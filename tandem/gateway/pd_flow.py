@@ -30,6 +30,8 @@ tokens = tokens yielded. Response headers x-tandem-prefill / x-tandem-decode nam
 pass's workers (set before the first delta, as ResponseInfo requires).
 Invariant: every dispatch to a worker is matched by a `tracker.finish` (in `finally`), so the
 load estimate returns to zero when the gateway is idle.
+Invariant: a pass routes and calls `tracker.dispatch` before its first await, so a request the
+admission gate releases (tandem/gateway/admission/gate.py) is counted in the same loop step.
 """
 
 from __future__ import annotations
