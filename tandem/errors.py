@@ -56,6 +56,31 @@ class CapacityExceeded(TandemError):
     code = "capacity_exceeded"
 
 
+class TenantQueueFull(CapacityExceeded):
+    """Every worker is at capacity and the caller's queue at the gateway is full (429, code
+    rate_limit_exceeded as OpenAI's); Retry-After estimates when its queue will have drained
+    (tandem/gateway/admission/)."""
+
+    code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.headers = {"retry-after": str(retry_after_s)}
+
+
+class QueueTimeout(CapacityExceeded):
+    """The request waited at the gateway longer than its bound with every worker at capacity
+    (503, code queue_timeout)."""
+
+    status = 503
+    error_type = "service_unavailable"
+    code = "queue_timeout"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.headers = {"retry-after": str(retry_after_s)}
+
+
 class RateLimited(TandemError):
     """The caller's rate limit (requests or tokens per minute) is spent (429, code
     rate_limit_exceeded; type "requests" or "tokens" as OpenAI's); `headers` carry Retry-After

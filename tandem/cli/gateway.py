@@ -23,6 +23,7 @@ import uvicorn
 
 from tandem.cli.accounts_flags import accounts_settings, add_accounts_arguments
 from tandem.cli.arg_types import origins
+from tandem.cli.fair_queue_flags import add_fair_queue_arguments, fair_queue_config_from_args
 from tandem.cli.queue_flags import add_queue_arguments, queue_config_from_args
 from tandem.cli.secret_flags import (
     add_cluster_secret_arguments,
@@ -98,7 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="accept workers advertising a loopback address although the gateway is not "
                         "bound to loopback (one host; refused by default)")
     g.add_argument("--max-in-flight", type=int, default=256,
-                   help="requests open on one worker before it counts as saturated (429 when all are)")
+                   help="requests open on one worker before it counts as saturated (when all are, "
+                        "requests wait in the fair queue; 429 with --no-fair-queue)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
     g.add_argument("--prefill-placement", default="auto", choices=("auto", "remote"),
@@ -139,6 +141,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_accounts_arguments(g)
     add_usage_arguments(g)
     add_tracing_arguments(g)
+    add_fair_queue_arguments(g)
     g.set_defaults(func=gateway)
 
 
@@ -162,7 +165,9 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                                 register_probe_timeout_s=args.register_probe_timeout,
                                 allow_loopback_workers=args.allow_loopback_workers),
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
-        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting),
+        admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting,
+                                  max_tokens=args.max_inflight_tokens_per_worker),
+        fair_queue=fair_queue_config_from_args(args),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
                                   stall_weight=args.placement_stall_weight,
                                   keep_prefix=args.placement_keep_prefix),

@@ -36,6 +36,7 @@ from tandem.api.queue.service import QueueSetup
 from tandem.api.request_body import read_json_object
 from tandem.api.responses import json_response
 from tandem.errors import InvalidRequest
+from tandem.gateway.admission.setup import build_gate
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import assistant_marker
 from tandem.gateway.metrics import GatewayMetrics
@@ -194,6 +195,8 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     async def shutdown() -> None:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if parts.gate is not None:
+            await parts.gate.close()
         for p in planner:
             if p.executor is not None:
                 await p.executor.close()
@@ -229,6 +232,7 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
                                    tracker, server_metrics.registry, executor=executor))
     parts.metrics = metrics
     parts.tracer = app.state.tracer   # the app's: its calls to workers are its requests' children
+    parts.gate = build_gate(config, router, registry, tracker, app.state.ctx.metrics.registry)
     router.on_decision = metrics.on_decision
     # build_app installed the app's one DisconnectGuard; it cancels the request's task, so the
     # middlewares added outside it see the cancelled request end like any other

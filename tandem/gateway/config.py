@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tandem.api.queue.service import QueueConfig
+from tandem.gateway.admission.fair_queue import FairQueueConfig
 from tandem.planner.policy import PlannerConfig
 from tandem.router.admission import AdmissionLimits
 from tandem.router.policies.placement import PlacementConfig
@@ -62,6 +63,9 @@ class GatewayConfig:
     allowed_origins: tuple[str, ...] = ("*",)  # CORS; empty: none
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    # while every worker is saturated (by `admission`), requests wait in per-tenant fair queues
+    # (tandem/gateway/admission/); disabled: they get 429 at once
+    fair_queue: FairQueueConfig = field(default_factory=FairQueueConfig)
     # Disaggregated mode: whether the decode worker prefills a request itself (conditional
     # disaggregation, on by default; tandem/router/policies/placement.py explains the rule).
     placement: PlacementConfig = field(default_factory=PlacementConfig)

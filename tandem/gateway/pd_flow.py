@@ -30,6 +30,8 @@ tokens = tokens yielded. Response headers x-tandem-prefill / x-tandem-decode nam
 pass's workers (set before the first delta, as ResponseInfo requires).
 Invariant: every dispatch to a worker is matched by a `tracker.finish` (in `finally`), so the
 load estimate returns to zero when the gateway is idle.
+Invariant: a pass routes and calls `tracker.dispatch` before its first await, so a request the
+admission gate releases (tandem/gateway/admission/gate.py) is counted in the same loop step.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from tandem.api.backend import ResponseInfo
 from tandem.errors import CapacityExceeded, NoHealthyWorker, TandemError
+from tandem.gateway.admission.gate import AdmissionGate
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.conversation import session_key
 from tandem.gateway.metrics import GatewayMetrics
@@ -81,6 +84,7 @@ class GatewayParts:
     marker: tuple[int, ...] | None = None
     # each call to a worker is a span, child of the request's (tandem/gateway/upstream_trace.py)
     tracer: Tracer = field(default_factory=NoopTracer)
+    gate: AdmissionGate | None = None   # flow control over saturated workers; None: off
 
 
 class GatewayBackend:
@@ -101,7 +105,8 @@ class GatewayBackend:
 
     def generate(self, req: EngineRequest, info: ResponseInfo | None = None
                  ) -> AsyncIterator[RequestDelta]:
-        return _Flow(self.parts, req, info).run()
+        flow = _Flow(self.parts, req, info).run()
+        return flow if self.parts.gate is None else self.parts.gate.gated(req, flow)
 
     def ready(self) -> bool:
         """A request can be served now: a pd pair, a colocated worker, or one disaggregated pool

@@ -17,11 +17,15 @@ class AdmissionLimits:
     max_in_flight: int = 256          # requests the gateway keeps open on one worker
     max_waiting: int = 128            # requests a worker reports waiting
     max_prefill_tokens: int = 262144  # estimated pending prefill tokens on one worker
+    # estimated tokens on one worker, pending prefill plus active contexts (None: no bound)
+    max_tokens: int | None = None
 
 
 def is_saturated(w: WorkerLoad, limits: AdmissionLimits) -> bool:
     return (w.in_flight >= limits.max_in_flight or w.waiting >= limits.max_waiting
-            or w.prefill_tokens >= limits.max_prefill_tokens)
+            or w.prefill_tokens >= limits.max_prefill_tokens
+            or (limits.max_tokens is not None
+                and w.prefill_tokens + w.decode_tokens >= limits.max_tokens))
 
 
 def admit(snap: Snapshot, limits: AdmissionLimits, pool: str) -> Snapshot:

@@ -181,12 +181,29 @@ def test_registration_drain_and_workers_listing(model_dir):
         assert [w["url"] for w in c.get("/internal/workers").json()["workers"]] == [P0]
 
 
-def test_saturated_is_429(model_dir):
+def test_saturated_is_429_without_the_fair_queue(model_dir):
+    from tandem.gateway.admission.fair_queue import FairQueueConfig
     from tandem.router.admission import AdmissionLimits
-    cluster, c = client_for(model_dir, {B0: "both"}, admission=AdmissionLimits(max_waiting=0))
+    cluster, c = client_for(model_dir, {B0: "both"}, admission=AdmissionLimits(max_waiting=0),
+                            fair_queue=FairQueueConfig(enabled=False))
     with c:
         r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
+
+
+def test_saturated_waits_in_the_fair_queue_then_503_past_its_bound(model_dir):
+    from tandem.gateway.admission.fair_queue import FairQueueConfig
+    from tandem.router.admission import AdmissionLimits
+    cluster, c = client_for(model_dir, {B0: "both"}, admission=AdmissionLimits(max_waiting=0),
+                            fair_queue=FairQueueConfig(max_wait_s=0.3))
+    with c:
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": "x", "max_tokens": 2})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "queue_timeout" and int(r.headers["retry-after"]) >= 1
+        assert "every worker at capacity" in r.json()["error"]["message"]
+        text = c.get("/metrics").text
+        assert 'tandem:gateway_queue_rejected_total{reason="timeout",tenant=""} 1.0' in text
+        assert "tandem:gateway_queue_depth{tenant=\"\"} 0.0" in text, [ln for ln in text.splitlines() if "queue" in ln]
 
 
 def test_one_disconnect_guard(model_dir):

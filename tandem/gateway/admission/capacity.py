@@ -1,0 +1,40 @@
+"""Whether the fleet can take one more request now, by the router's own saturation rule.
+
+A worker is saturated by `tandem.router.admission.is_saturated` (requests the gateway has open
+on it, requests it reports waiting, estimated tokens), read from the same load tracker and
+stats the router reads, so a request the gate lets through finds a worker the router accepts.
+The fleet has capacity when some live worker of the pool that serves a request's last pass
+(colocated: role both; disaggregated: decode, or both; one pool left: that pool) is not
+saturated, or when no worker is live at all: then the router answers 503 at once rather than
+the request waiting for workers that may never come.
+"""
+
+from __future__ import annotations
+
+from tandem.errors import NoHealthyWorker
+from tandem.gateway.registry import Registry
+from tandem.router.admission import AdmissionLimits, is_saturated
+from tandem.router.load_tracker import LoadTracker
+from tandem.router.router import Router
+from tandem.router.snapshot import WorkerLoad
+
+_POOLS = {"colocated": ("both",), "pd": ("decode", "both"), "decode": ("decode",),
+          "prefill": ("prefill",)}
+
+
+def _saturated(url: str, stats: dict, tracker: LoadTracker, limits: AdmissionLimits) -> bool:
+    load = tracker.load(url)
+    return is_saturated(WorkerLoad(worker_id=url, url=url, role="both",
+                                   prefill_tokens=load.prefill_tokens,
+                                   decode_tokens=load.decode_tokens, in_flight=load.in_flight,
+                                   waiting=int(stats.get("num_waiting") or 0)), limits)
+
+
+def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
+                 limits: AdmissionLimits) -> bool:
+    try:
+        mode = router.mode()
+    except NoHealthyWorker:
+        return True
+    live = [w for role in _POOLS[mode] for w in registry.pool(role) if w.healthy and not w.draining]
+    return not live or any(not _saturated(w.url, w.stats, tracker, limits) for w in live)
