@@ -55,7 +55,10 @@ class Upstream:
         w.close()
 
     def close(self) -> None:
-        self.server.close()
+        async def stop() -> None:   # on the server's loop: asyncio's Server is not thread-safe
+            self.server.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
 
