@@ -151,11 +151,15 @@ def tandem_cluster(s: Setup, z: Sizing, mode: str) -> LocalCluster:
 def start_vllm(s: Setup, z: Sizing, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     blocks = math.ceil(z.blocks_per_worker * s.workers * s.block_size / VLLM_BLOCK)
+    # vLLM refuses to start when one sequence of --max-model-len would not fit its cache
+    config = json.loads((Path(s.model) / "config.json").read_text())
+    max_len = min(int(config.get("max_position_embeddings") or 1 << 30), blocks * VLLM_BLOCK)
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
     cmd = [str(VLLM_VENV / "bin/python"), "-m", "vllm.entrypoints.openai.api_server", "--model", s.model,
            "--served-model-name", "m", "--host", "127.0.0.1", "--port", str(port), "--dtype", s.dtype,
            "--enable-prefix-caching", "--enable-prompt-tokens-details", "--block-size", str(VLLM_BLOCK),
-           "--num-gpu-blocks-override", str(blocks), "--max-num-seqs", str(s.max_num_seqs * s.workers)]
+           "--num-gpu-blocks-override", str(blocks), "--max-model-len", str(max_len),
+           "--max-num-seqs", str(s.max_num_seqs * s.workers)]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
