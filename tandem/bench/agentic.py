@@ -3,7 +3,9 @@
 Each tenant has its own system prompt and tool definitions (shared by all its sessions). A
 session starts with [system, user task]; after each answer the driver appends the assistant's
 actual output and the next turn's tool result, waits the think time, and sends the grown
-conversation again with `x-session-affinity: <session id>`. Everything is drawn from one seed.
+conversation again with `x-session-affinity: <session id>` (unless affinity_header is off, as
+most agent harnesses send none). Think times are exponential around a mean, or uniform in a
+range (tool runs of 0.5-10 s). Everything is drawn from one seed.
 
 Sizes are in words of a fixed list of common English words; each is about one token in the
 usual BPE vocabularies, so the planned sizes are token estimates. The planned ideal hits
@@ -50,10 +52,21 @@ class AgenticConfig:
     tool_result_tokens: int = 128    # tool result appended before each later turn
     output_tokens: int = 32          # max_tokens of every turn
     think_time_s: float = 0.5        # mean of the exponential pause between turns (0 = none)
+    # (lo, hi): pauses drawn uniformly from [lo, hi] s instead (a tool run of a second or ten);
+    # think_time_s is then unused
+    think_time_range_s: tuple[float, float] | None = None
     session_rate: float | None = None  # open loop: Poisson session starts per second (None: all at 0)
     send_tools: bool = False         # send `tools` in the request; else the definitions go in the system prompt
     tool_result_role: str = "user"   # role of tool results ("tool" needs a template that accepts it)
+    affinity_header: bool = True     # send x-session-affinity (False: as most harnesses, none)
     seed: int = 0
+
+
+def _think_time(rng: np.random.Generator, cfg: AgenticConfig) -> float:
+    if cfg.think_time_range_s is not None:
+        lo, hi = cfg.think_time_range_s
+        return float(rng.uniform(lo, hi))
+    return float(rng.exponential(cfg.think_time_s)) if cfg.think_time_s > 0 else 0.0
 
 
 def _words(rng: np.random.Generator, n: int) -> str:
@@ -75,6 +88,10 @@ def _tools(rng: np.random.Generator, tenant: int, cfg: AgenticConfig) -> list[di
 def agentic_workload(cfg: AgenticConfig) -> Workload:
     if cfg.num_sessions < 1 or cfg.turns < 1 or cfg.num_tenants < 1:
         raise ValueError("agentic workload needs at least one session, turn and tenant")
+    if cfg.think_time_range_s is not None:
+        lo, hi = cfg.think_time_range_s
+        if not 0 <= lo <= hi:
+            raise ValueError(f"think time range {lo}..{hi}: expected 0 <= lo <= hi seconds")
     rng = np.random.default_rng(cfg.seed)
     tenants = []  # (system message, tools or None, planned prefix tokens)
     for t in range(cfg.num_tenants):
@@ -106,12 +123,13 @@ def agentic_workload(cfg: AgenticConfig) -> Workload:
                 expected = ideal + cfg.tool_result_tokens + 3
                 new = ({"role": cfg.tool_result_role,
                         "content": "Tool result: " + _words(rng, cfg.tool_result_tokens)},)
-                think = float(rng.exponential(cfg.think_time_s)) if cfg.think_time_s > 0 else 0.0
+                think = _think_time(rng, cfg)
             turns.append(Turn(request_id=f"s{s}-t{k}", max_tokens=cfg.output_tokens,
                               think_time_s=think, new_messages=new,
                               expected_prompt_tokens=expected, ideal_cached_tokens=ideal))
         sessions.append(Session(session_id=f"session-{cfg.seed}-{s}", turns=tuple(turns),
                                 arrival_s=arrivals[s], tenant=f"tenant-{t}",
-                                base_messages=(system, user), tools=tools, affinity=True))
+                                base_messages=(system, user), tools=tools,
+                                affinity=cfg.affinity_header))
     return Workload(name="agentic", sessions=tuple(sessions),
                     params={"kind": "agentic", **asdict(cfg)}, uses_token_ids=False)

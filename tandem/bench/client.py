@@ -34,6 +34,9 @@ class ClientConfig:
     continuous_usage_stats: bool = False  # ask for usage in every chunk (vLLM); exact tokens per chunk
     request_timeout_s: float = 600.0   # no byte for this long fails the request
     keep_text: bool = False            # collect the output text (agentic turns need it)
+    # more fields of every request body, e.g. (("priority", 10), ("cache_salt", "run-2")); they
+    # never replace the fields above
+    extra_body: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass
@@ -59,7 +62,7 @@ class StreamingClient:
 
     def build_body(self, max_tokens: int, prompt_ids=None, messages=None, tools=None) -> dict:
         cfg = self.cfg
-        body: dict = {"model": cfg.model, "max_tokens": max_tokens, "stream": True,
+        body: dict = {**dict(cfg.extra_body), "model": cfg.model, "max_tokens": max_tokens, "stream": True,
                       "temperature": cfg.temperature,
                       "stream_options": {"include_usage": True}}
         if cfg.continuous_usage_stats:

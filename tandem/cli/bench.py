@@ -28,6 +28,18 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else value / 1000.0
 
 
+def _range_s(text: str) -> tuple[float, float]:
+    """'0.5:10' -> (0.5, 10.0): a range of seconds, 0 <= LO <= HI."""
+    lo, sep, hi = text.partition(":")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        low = high = -1.0
+    if not sep or not 0 <= low <= high:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected LO:HI seconds with 0 <= LO <= HI, e.g. 0.5:10")
+    return low, high
+
+
 def add_workload_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     """Workload, load, client, SLO and output flags shared by `serve` and `topology`.
 
@@ -62,6 +74,10 @@ def add_workload_args(p: argparse.ArgumentParser, model_flag: str = "--model") -
     a.add_argument("--tool-result-tokens", type=int, default=d.tool_result_tokens)
     a.add_argument("--output-tokens", type=int, default=d.output_tokens, help="max_tokens of every turn")
     a.add_argument("--think-time", type=float, default=d.think_time_s, help="mean pause between turns (s)")
+    a.add_argument("--think-time-range", type=_range_s, default=None, metavar="LO:HI",
+                   help="pauses drawn uniformly from [LO, HI] s instead (e.g. 0.5:10, tool runs)")
+    a.add_argument("--no-session-header", action="store_true",
+                   help="send no x-session-affinity (as most agent harnesses)")
     a.add_argument("--agent-hints", action="store_true",
                    help="each turn sends x-agent-expect-next-turn-s: its session's next think time (0 on the last)")
     a.add_argument("--send-tools", action="store_true", help="send `tools` instead of tools in the system prompt")
@@ -115,7 +131,8 @@ def config_from_args(args: argparse.Namespace, url: str | None = None) -> BenchC
                             system_tokens=args.system_tokens, tool_tokens=args.tool_tokens,
                             num_tools=args.num_tools, user_tokens=args.user_tokens,
                             tool_result_tokens=args.tool_result_tokens, output_tokens=args.output_tokens,
-                            think_time_s=args.think_time,
+                            think_time_s=args.think_time, think_time_range_s=args.think_time_range,
+                            affinity_header=not args.no_session_header,
                             session_rate=args.request_rate if args.agentic else None,
                             send_tools=args.send_tools, tool_result_role=args.tool_result_role,
                             seed=args.seed)

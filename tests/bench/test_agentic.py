@@ -64,3 +64,20 @@ def test_session_rate_gives_increasing_arrivals():
 def test_rejects_empty_workloads():
     with pytest.raises(ValueError):
         agentic_workload(AgenticConfig(num_sessions=0))
+
+
+def test_uniform_think_time_range():
+    wl = agentic_workload(AgenticConfig(num_sessions=20, turns=5, think_time_range_s=(0.5, 10.0)))
+    pauses = [t.think_time_s for s in wl.sessions for t in s.turns[1:]]
+    assert len(pauses) == 80 and all(0.5 <= p <= 10.0 for p in pauses)
+    assert min(pauses) < 2.0 and max(pauses) > 8.5              # spread over the range, not a mean
+    assert all(s.turns[0].think_time_s == 0.0 for s in wl.sessions)
+    fixed = agentic_workload(AgenticConfig(num_sessions=2, turns=3, think_time_range_s=(3.0, 3.0)))
+    assert {t.think_time_s for s in fixed.sessions for t in s.turns[1:]} == {3.0}
+    with pytest.raises(ValueError, match="think time range"):
+        agentic_workload(AgenticConfig(think_time_range_s=(5.0, 1.0)))
+
+
+def test_sessions_without_the_affinity_header():
+    wl = agentic_workload(AgenticConfig(num_sessions=3, affinity_header=False))
+    assert not any(s.affinity for s in wl.sessions)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import orjson
+import pytest
 
 from tandem.cli import main
 from tests.bench.fake_server import FakeServer, FakeState
@@ -67,6 +68,13 @@ def test_flags_become_configs():
     assert cfg.slo.ttft_s == 0.25 and cfg.ignore_eos is False
     a = parser.parse_args(["bench", "serve", "--url", "u", "--agentic"])
     assert config_from_args(a).load.concurrency == 4           # agentic default: closed loop
+    assert config_from_args(a).agentic.think_time_range_s is None
+    a = parser.parse_args(["bench", "serve", "--url", "u", "--agentic", "--think-time-range", "0.5:10",
+                           "--no-session-header"])
+    assert config_from_args(a).agentic.think_time_range_s == (0.5, 10.0)
+    assert config_from_args(a).agentic.affinity_header is False
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "serve", "--url", "u", "--agentic", "--think-time-range", "10:1"])
     a = parser.parse_args(["bench", "serve", "--url", "u", "--trace", "t.jsonl", "--time-scale", "0.1"])
     cfg = config_from_args(a)
     assert cfg.load.concurrency is None and cfg.trace.time_scale == 0.1   # trace default: open loop

@@ -219,3 +219,12 @@ def test_agent_hints_announce_each_sessions_next_think_time():
         for session in wl.sessions:
             want = [f"{t.think_time_s:.3f}" for t in session.turns[1:]] + ["0.000"]
             assert sent[session.session_id] == (want if hints else [None] * 3)
+
+
+def test_extra_body_fields_go_into_every_request_but_never_replace_its_own():
+    client = StreamingClient.__new__(StreamingClient)
+    client.cfg = ClientConfig(base_url="http://127.0.0.1:1", model="m", endpoint="chat",
+                              extra_body=(("priority", 10), ("cache_salt", "run-1"), ("max_tokens", 999)))
+    body = client.build_body(4, messages=[{"role": "user", "content": "hi"}])
+    assert body["priority"] == 10 and body["cache_salt"] == "run-1"
+    assert body["max_tokens"] == 4 and body["model"] == "m" and body["stream"] is True
