@@ -29,7 +29,7 @@ from tandem.types import FinishReason, RequestDelta, TraceParent
 _SPAN = "tandem.span"   # scope key: this request's server span
 _HEADER = HEADER.encode()
 _TRACED_INTERNAL = ("/internal/generate", "/internal/kv_release")
-_UNTRACED = ("/health", "/metrics", "/version")
+_UNTRACED = ("/health", "/livez", "/metrics", "/version")
 # response headers the gateway sets (tandem/gateway/pd_flow.py) that name the workers it chose
 _WORKER_HEADERS = {b"x-tandem-prefill": "tandem.worker.prefill",
                    b"x-tandem-decode": "tandem.worker.decode"}

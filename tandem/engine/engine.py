@@ -135,7 +135,7 @@ class Engine:
         self.requests[req.request_id] = req
         now = time.monotonic()
         self.retention.expire(now)
-        self.retention.arrived(session_key(req.context, req.cache_keys), req.context.tenant, now)
+        self.retention.arrived(session_key(req.context), req.context.tenant, now)
         self.scheduler.add(req)
 
     def validate(self, er: EngineRequest) -> None:
@@ -385,7 +385,7 @@ class Engine:
         """Tell the retainer how the session's turn ended, with the blocks the next turn resends."""
         if not self.retention.enabled:
             return
-        key = session_key(req.context, req.cache_keys)
+        key = session_key(req.context)
         text = req.detokenizer.text if req.detokenizer is not None else ""
         end = turn_end(reason, text, req.context.agent, key is not None)
         if end is TurnEnd.NONE:

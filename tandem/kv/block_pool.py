@@ -224,11 +224,13 @@ class BlockPool:
         if cold:
             self.mark_cold(released)
 
-    def mark_cold(self, blocks: Sequence[KVBlock]) -> None:
-        """Their session ended: unretained blocks among them go first under pressure (now if free,
-        else once released), the sequence's last block first."""
+    def mark_cold(self, blocks: Sequence[KVBlock], own_refs: int = 0) -> None:
+        """Their session ended: blocks no other request or hold uses (at most `own_refs`
+        references: the caller's) go first under pressure (now if free, else once released), the
+        sequence's last block first. A block another session shares (a system prompt) is left
+        where it is."""
         for block in blocks:
-            if not block.retained:
+            if not block.retained and block.ref_count <= own_refs:
                 block.cold = True
         self._to_head(blocks)
 

@@ -6,8 +6,8 @@ the scheduler frees them), `arrived` when the next one comes, `expire` each step
 (tandem/kv/block_pool.py) keeps the books. One hold per session, named by its key.
 
 A session's key is its `session_id` (x-session-affinity, or the gateway's conversation
-fingerprint) scoped by the request's KV partition (`cache_keys`: tenant and cache salt), so two
-tenants' equal ids are two sessions. Gaps are learned per session and per tenant; both tables
+fingerprint) scoped by the request's tenant and cache salt, so two tenants' equal ids are two
+sessions, also where their KV is shared (--share-prefix-cache, --shared-prefixes). Gaps are learned per session and per tenant; both tables
 are bounded (`max_sessions`, least recently used forgotten first).
 
 Engine thread only.
@@ -27,11 +27,12 @@ from tandem.kv.retention import (GapEstimate, TurnEnd, first_to_release, observe
 from tandem.types import TURN_GAP_BUCKETS, AgentTurn, RequestContext
 
 
-def session_key(context: RequestContext, cache_keys: tuple) -> str | None:
-    """The session's key on this worker: its id within its KV partition; None without an id."""
+def session_key(context: RequestContext) -> str | None:
+    """The session's key on this worker: its id within its tenant and cache salt (never the KV
+    partition, which leaves the tenant out where the operator shares KV); None without an id."""
     if context.session_id is None:
         return None
-    return f"{cache_keys!r}|{context.session_id}"
+    return repr((context.tenant, context.cache_salt, context.session_id))
 
 
 @dataclass
@@ -101,7 +102,7 @@ class SessionRetainer:
         self._trim(self._sessions)
         if end is TurnEnd.ENDED:
             s.ended_at = None
-            self.pool.mark_cold(blocks)
+            self.pool.mark_cold(blocks, own_refs=1)   # the ending request still holds its blocks
             return
         s.ended_at = now
         blocks = self._fit_share(blocks, now)

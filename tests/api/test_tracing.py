@@ -50,7 +50,7 @@ def test_errors_are_answered_with_the_trace_too(client):
 
 
 def test_probes_are_not_traced(client):
-    for path in ("/health", "/metrics", "/internal/stats"):
+    for path in ("/health", "/livez", "/metrics", "/internal/stats"):
         assert "traceparent" not in client.get(path, headers={"traceparent": CLIENT}).headers
 
 

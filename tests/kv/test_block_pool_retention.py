@@ -53,7 +53,7 @@ def test_an_ended_sessions_blocks_go_first_even_when_released_later():
     pool = BlockPool(6)
     blocks = pool.take(3)
     pool.cache(blocks, [1, 2, 3])
-    pool.mark_cold(blocks)               # still referenced: cold once released
+    pool.mark_cold(blocks, own_refs=1)   # still referenced by the ending turn: cold once released
     pool.release(blocks)
     assert [x.block_id for x in pool.take(3)] == [2, 1, 0]
     pool.release(blocks)                 # taking cleared the mark: to the tail as usual
@@ -63,6 +63,17 @@ def test_an_ended_sessions_blocks_go_first_even_when_released_later():
     pool.touch([blocks[2]])              # a hit warms it again
     pool.release([blocks[2]])
     assert [x.block_id for x in pool.take(6)] == [1, 0, 3, 4, 5, 2]
+
+
+def test_an_ended_session_leaves_the_blocks_another_request_shares_where_they_are():
+    pool = BlockPool(6)
+    a = pool.take(3)
+    pool.cache(a, [1, 2, 3])
+    pool.touch(a[:2])                    # another session shares the first two (a system prompt)
+    pool.mark_cold(a, own_refs=1)        # a's session ended: only its own last block goes first
+    pool.release(a)
+    pool.release(a[:2])                  # the other session's turn ends normally
+    assert [x.block_id for x in pool.take(6)] == [2, 3, 4, 5, 1, 0]
 
 
 def test_a_block_shared_by_two_holds_stays_retained_until_both_end():

@@ -21,10 +21,15 @@ def _blocks(pool, n, base):
 def test_a_session_key_is_scoped_by_tenant_and_salt():
     a = RequestContext(session_id="agent-1", tenant="key-0")
     b = RequestContext(session_id="agent-1", tenant="key-1")
-    assert session_key(a, cache_keys(a)) != session_key(b, cache_keys(b))
+    assert session_key(a) != session_key(b)
     salted = RequestContext(session_id="agent-1", tenant="key-0", cache_salt="s")
-    assert session_key(salted, cache_keys(salted)) != session_key(a, cache_keys(a))
-    assert session_key(RequestContext(), ()) is None
+    assert session_key(salted) != session_key(a)
+    assert session_key(RequestContext()) is None
+    # tenants sharing KV (--share-prefix-cache) have one partition, never one session
+    shared_a = RequestContext(session_id="agent-1", tenant="key-0", share_prefix_cache=True)
+    shared_b = RequestContext(session_id="agent-1", tenant="key-1", share_prefix_cache=True)
+    assert cache_keys(shared_a) == cache_keys(shared_b)
+    assert session_key(shared_a) != session_key(shared_b)
 
 
 def test_next_turn_learns_the_gap_counts_a_hit_and_ends_the_hold():
@@ -107,7 +112,7 @@ def test_another_tenants_session_with_the_same_id_never_touches_the_hold():
     r = SessionRetainer(pool, CFG)
     a = RequestContext(session_id="agent-1", tenant="key-0")
     b = RequestContext(session_id="agent-1", tenant="key-1")
-    ka, kb = session_key(a, cache_keys(a)), session_key(b, cache_keys(b))
+    ka, kb = session_key(a), session_key(b)
     r.finished(ka, "key-0", TurnEnd.RETAIN, 60.0, _blocks(pool, 2, 100), cache_keys(a), now=0.0)
     r.arrived(kb, "key-1", now=1.0)                   # key-1's "agent-1": no hold, nothing learned
     r.finished(kb, "key-1", TurnEnd.ENDED, 0.0, [], cache_keys(b), now=1.0)
