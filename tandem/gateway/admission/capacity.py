@@ -7,6 +7,12 @@ The fleet has capacity when some live worker of the pool that serves a request's
 (colocated: role both; disaggregated: decode, or both; one pool left: that pool) is not
 saturated, or when no worker is live at all: then the router answers 503 at once rather than
 the request waiting for workers that may never come.
+
+Disaggregated, a released request is counted on its prefill worker first and reaches the decode
+pool only when its prefill is done: the requests open on prefill workers are headed for decode,
+so the pool has capacity only while its unsaturated workers' room (`max_in_flight` less what
+the gateway has open on each) exceeds them. Without that, every waiting request would be
+released while the first ones prefill, and be refused at its decode pass.
 """
 
 from __future__ import annotations
@@ -37,4 +43,11 @@ def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
     except NoHealthyWorker:
         return True
     live = [w for role in _POOLS[mode] for w in registry.pool(role) if w.healthy and not w.draining]
-    return not live or any(not _saturated(w.url, w.stats, tracker, limits) for w in live)
+    if not live:
+        return True
+    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits)]
+    if mode != "pd" or not free:
+        return bool(free)
+    headed = sum(tracker.load(w.url).in_flight for w in registry.pool("prefill"))
+    room = sum(max(0, limits.max_in_flight - tracker.load(w.url).in_flight) for w in free)
+    return headed < room
