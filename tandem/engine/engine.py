@@ -388,10 +388,8 @@ class Engine:
         key = session_key(req.context)
         text = req.detokenizer.text if req.detokenizer is not None else ""
         end = turn_end(reason, text, req.context.agent, key is not None)
-        if end is TurnEnd.NONE:
-            return
-        blocks = self.kv.cached_blocks(req.request_id, req.all_token_ids, req.num_computed_tokens,
-                                       req.cache_keys)
+        blocks = () if end is TurnEnd.NONE else self.kv.cached_blocks(
+            req.request_id, req.all_token_ids, req.num_computed_tokens, req.cache_keys)
         tenant = req.context.tenant
         self.retention.finished(key, tenant, end, self.retention.retain_seconds(key, tenant, req.context.agent),
                                 blocks, req.cache_keys, time.monotonic())

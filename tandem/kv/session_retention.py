@@ -66,8 +66,10 @@ class SessionRetainer:
 
     # --- a session's turns -----------------------------------------------------------------
     def arrived(self, key: str | None, tenant: str | None, now: float) -> None:
-        """A turn of session `key` arrives: learn the gap since its retained turn ended; its hold
-        ends (the blocks rejoin the free queue at its tail, about to be hit)."""
+        """A turn of session `key` arrives: learn the gap since its retained turn ended. Its hold
+        stays until the turn finishes (and supersedes it) or `default_gap_s` from now passes: a
+        turn may wait to be scheduled, and under the pressure retention exists for, unheld blocks
+        would be taken meanwhile."""
         if key is None or not self.enabled:
             return
         s = self._sessions.get(key)
@@ -83,19 +85,23 @@ class SessionRetainer:
         self._trim(self._tenants)
         self.gap_counts[bisect.bisect_left(TURN_GAP_BUCKETS, gap)] += 1
         self.gap_sum += gap
-        if key in self._holds:
+        hold = self._holds.get(key)
+        if hold is not None:
             if self.pool.hold_blocks(key):
                 self.hits += 1
-            self._release(key, cold=False)
+            hold.deadline = max(hold.deadline, now + self.config.default_gap_s)
+            self._next_deadline = min(self._next_deadline, hold.deadline)
 
     def finished(self, key: str | None, tenant: str | None, end: TurnEnd, retain_s: float,
                  blocks: Sequence[KVBlock], tag: object, now: float) -> None:
         """A turn of session `key` ended as `end`; `blocks`: its cached blocks in sequence order
         (prompt and output); `retain_s`: how long to hold them (RETAIN); `tag`: passed back with
         any of them demoted (its KV partition)."""
-        if key is None or not self.enabled or end is TurnEnd.NONE:
+        if key is None or not self.enabled:
             return
         self._release(key, cold=False)   # an earlier hold of the session: this turn supersedes it
+        if end is TurnEnd.NONE:
+            return
         s = self._sessions.get(key) or _Session()
         self._sessions[key] = s
         self._sessions.move_to_end(key)

@@ -39,7 +39,9 @@ def test_next_turn_learns_the_gap_counts_a_hit_and_ends_the_hold():
     r.finished("s", "key-0", TurnEnd.RETAIN, r.retain_seconds("s", "key-0", _tools()), blocks, (), now=10.0)
     assert pool.num_retained == 4
     r.arrived("s", "key-0", now=12.0)
-    assert r.hits == 1 and pool.num_retained == 0
+    assert r.hits == 1 and pool.num_retained == 4                      # held until it is scheduled
+    r.finished("s", "key-0", TurnEnd.NONE, 0.0, (), (), now=12.5)      # it ran: the hold ends
+    assert pool.num_retained == 0 and pool.num_holds == 0
     assert r.retain_seconds("s", "key-0", _tools()) == 4.0             # 2 + 2 x 1
     assert r.retain_seconds("other", "key-0", _tools()) == 4.0         # the tenant's
     assert r.retain_seconds("other", "key-1", _tools()) == 5.0         # the default
@@ -118,5 +120,18 @@ def test_another_tenants_session_with_the_same_id_never_touches_the_hold():
     r.finished(kb, "key-1", TurnEnd.ENDED, 0.0, [], cache_keys(b), now=1.0)
     assert pool.hold_blocks(ka) == 2 and r.hits == 0 and sum(r.gap_counts) == 0
     r.arrived(ka, "key-0", now=2.0)
-    assert r.hits == 1 and pool.num_retained == 0
+    assert r.hits == 1 and pool.num_retained == 2
     assert r.retain_seconds(kb, "key-1", _tools()) == 5.0   # key-1 learned nothing from key-0
+
+
+def test_an_arrived_turn_keeps_its_hold_until_scheduled_or_a_grace_passes():
+    """Under pressure the next turn may wait: its blocks stay retained meanwhile, for at most
+    default_gap_s after it arrived (an aborted turn never finishes)."""
+    pool = BlockPool(16)
+    r = SessionRetainer(pool, CFG)
+    r.finished("s", "key-0", TurnEnd.RETAIN, 3.0, _blocks(pool, 4, 100), (), now=10.0)
+    r.arrived("s", "key-0", now=12.9)
+    r.expire(13.5)                                   # past the turn's own deadline (13.0)
+    assert pool.num_retained == 4
+    r.expire(12.9 + CFG.default_gap_s + 0.01)
+    assert pool.num_retained == 0 and r.expired == 1
