@@ -35,8 +35,8 @@ def add_fair_queue_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fair-queue-max-wait", type=float, default=_D.max_wait_s, metavar="S",
                    help="a request that waited this long at the gateway gets 503")
     p.add_argument("--fair-queue-aging", type=float, default=_D.aging_s, metavar="S",
-                   help="starvation bound across priorities: a waiting request counts one priority "
-                        "level better per S seconds waited")
+                   help="starvation bound across one tenant's priorities: a waiting request counts one "
+                        "priority level better per S seconds waited")
     p.add_argument("--fair-queue-output-estimate", type=int, default=_D.output_estimate, metavar="N",
                    help="a request's cost in the fair queue is its prompt tokens plus max_tokens, "
                         "counted at most N")

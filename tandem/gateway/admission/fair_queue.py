@@ -1,19 +1,25 @@
 """Who leaves the gateway's queue next while every worker is at capacity: a pure policy.
 
-Order: priority bands first (vLLM's convention: lower `priority` first), then, inside a band,
-weighted fair queueing across tenants by tokens. A request costs `prompt tokens + min(max_tokens,
-output_estimate)`. Each tenant of a band has a virtual clock; the tenant whose head request would
-finish first in virtual time (`clock + cost / weight`) goes next, and its clock moves to that
-finish. A tenant that starts waiting joins at the band's current virtual time (never behind it),
-so idleness earns no credit. Over any interval in which two tenants both have requests waiting,
-the tokens served to them differ from their weights' shares by at most one request's cost.
-Tags are computed for heads only, so removing a waiting request (its client left) shifts nothing.
+Order: weighted fair queueing across tenants by tokens first, then, inside the chosen tenant's
+own queue, its priority order. A request's `priority` comes from its client, so it orders only
+that tenant's own requests: no priority buys a tenant more than its weighted share.
 
-Starvation bound across bands (as the engine's --priority-aging-s): a band's effective priority is
-its priority minus one level per whole `aging_s` its oldest request has waited, never better
-than the best priority waiting; the best effective priority goes next, ties by arrival (the band
-whose oldest request came first). A request of priority p therefore waits behind any flood of
-priority q < p for at most (p - q) * aging_s, then one release.
+Across tenants: a request costs `prompt tokens + min(max_tokens, output_estimate)`. Each tenant
+has a virtual clock; the tenant whose head request (below) would finish first in virtual time
+(`clock + cost / weight`) goes next, ties by the head's arrival, and its clock moves to that
+finish. The queue's virtual time is the start of the last request served (forgotten, with the
+clocks, when the queue empties); a tenant that starts waiting joins at it (never behind it), so
+idleness earns no credit. Over any interval in which
+two tenants both have requests waiting, the tokens served to them, each over its weight, differ
+by at most one request's cost over each weight. Tags are computed for heads only, when popping,
+so removing a waiting request (its client left) shifts nothing.
+
+Inside a tenant: lower `priority` first (vLLM's convention), ties by arrival, with aging (as the
+engine's --priority-aging-s): a request's effective priority is its priority minus one level per
+whole `aging_s` it has waited, never better than the best priority that tenant has waiting; the
+tenant's head is its best effective priority, ties by arrival. A request of priority p therefore waits behind its own tenant's flood of
+priority q < p for at most (p - q) * aging_s, then until its tenant's next turn; other tenants'
+requests never delay it more than their weighted share.
 
 Bounds: per tenant at most `max_requests` waiting and `max_tokens` of waiting cost; beyond
 either, `push` refuses (the caller answers 429 with Retry-After). `expired` lists requests that
@@ -25,7 +31,6 @@ No I/O, no clock of its own: every call that needs the time takes `now`.
 from __future__ import annotations
 
 import itertools
-from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -75,27 +80,24 @@ class Entry:
 
 @dataclass
 class _Tenant:
-    queue: deque = field(default_factory=deque)
-    clock: float = 0.0      # virtual time its next request starts at (band's scale)
-
-
-@dataclass
-class _Band:
-    vtime: float = 0.0
-    tenants: dict[str, _Tenant] = field(default_factory=dict)
-    by_arrival: dict[int, Entry] = field(default_factory=dict)   # seq -> entry, oldest first
+    clock: float = 0.0     # virtual time its next request starts at
+    # priority -> (seq -> entry), oldest first; an emptied priority is dropped
+    bands: dict[int, dict[int, Entry]] = field(default_factory=dict)
 
 
 class FairQueue:
     def __init__(self, config: FairQueueConfig) -> None:
         self.config = config
-        self._bands: dict[int, _Band] = {}
-        self._depth: dict[str, int] = {}     # tenant -> waiting requests (all bands)
-        self._tokens: dict[str, int] = {}    # tenant -> waiting cost
+        self._vtime = 0.0                        # start of the last request served
+        self._tenants: dict[str, _Tenant] = {}   # waiting tenants, and idle ones whose clock is
+                                                 # still ahead of the virtual time
+        self._by_arrival: dict[int, Entry] = {}  # seq -> every waiting entry, oldest first
+        self._depth: dict[str, int] = {}         # tenant -> waiting requests
+        self._tokens: dict[str, int] = {}        # tenant -> waiting cost
         self._seq = itertools.count()
 
     def __len__(self) -> int:
-        return sum(self._depth.values())
+        return len(self._by_arrival)
 
     def depth(self, tenant: str) -> int:
         return self._depth.get(tenant, 0)
@@ -118,76 +120,76 @@ class FairQueue:
         if not self.admits(entry.tenant, entry.cost):
             return False
         entry.seq = next(self._seq)
-        band = self._bands.setdefault(entry.priority, _Band())
-        t = band.tenants.get(entry.tenant)
+        t = self._tenants.get(entry.tenant)
         if t is None:
-            t = band.tenants[entry.tenant] = _Tenant(clock=band.vtime)
-        elif not t.queue:
-            t.clock = max(t.clock, band.vtime)
-        t.queue.append(entry)
-        band.by_arrival[entry.seq] = entry
+            t = self._tenants[entry.tenant] = _Tenant(clock=self._vtime)
+        elif not t.bands:
+            t.clock = max(t.clock, self._vtime)   # joins at the current virtual time: no credit
+        t.bands.setdefault(entry.priority, {})[entry.seq] = entry
+        self._by_arrival[entry.seq] = entry
         self._depth[entry.tenant] = self.depth(entry.tenant) + 1
         self._tokens[entry.tenant] = self.queued_tokens(entry.tenant) + entry.cost
         return True
 
     def remove(self, entry: Entry) -> bool:
         """Take a waiting entry out (its client left, or it expired); False if not waiting."""
-        band = self._bands.get(entry.priority)
-        if band is None or band.by_arrival.pop(entry.seq, None) is None:
+        if self._by_arrival.get(entry.seq) is not entry:
             return False
-        t = band.tenants[entry.tenant]
-        t.queue.remove(entry)
-        self._forget(band, entry)
+        self._take(entry)
         return True
 
     def pop(self, now: float) -> Entry | None:
         """The next request to serve, or None when nothing waits."""
-        band = self._next_band(now)
-        if band is None:
+        heads = [(name, t, self._head(t, now)) for name, t in self._tenants.items() if t.bands]
+        if not heads:
             return None
-        b = self._bands[band]
-        name, t = min(((n, t) for n, t in b.tenants.items() if t.queue),
-                      key=lambda nt: (self._finish(nt[0], nt[1]), nt[1].queue[0].seq))
-        entry = t.queue.popleft()
-        b.vtime = max(b.vtime, t.clock)          # the band's time: the start of what it serves
+        name, t, entry = min(heads, key=lambda h: (self._finish(h[0], h[1], h[2]), h[2].seq))
+        self._vtime = max(self._vtime, t.clock)   # the start of what it serves
         t.clock = self._finish(name, t, entry)
-        del b.by_arrival[entry.seq]
-        self._forget(b, entry)
+        self._take(entry)
+        for idle in [n for n, x in self._tenants.items() if not x.bands and x.clock <= self._vtime]:
+            del self._tenants[idle]                # it would rejoin at the virtual time anyway
         return entry
 
     def expired(self, now: float) -> list[Entry]:
         """Waiting entries older than max_wait_s (still queued: the caller removes them)."""
         limit = now - self.config.max_wait_s
         out = []
-        for b in self._bands.values():
-            for e in b.by_arrival.values():   # oldest first
-                if e.arrival > limit:
-                    break
-                out.append(e)
+        for e in self._by_arrival.values():   # oldest first
+            if e.arrival > limit:
+                break
+            out.append(e)
         return out
 
-    def _finish(self, name: str, t: _Tenant, entry: Entry | None = None) -> float:
-        e = entry or t.queue[0]
-        return t.clock + e.cost / self.config.weight(name)
+    def _finish(self, name: str, t: _Tenant, entry: Entry) -> float:
+        return t.clock + entry.cost / self.config.weight(name)
 
-    def _next_band(self, now: float) -> int | None:
-        bands = [(p, b) for p, b in self._bands.items() if b.by_arrival]
-        if not bands:
-            return None
-        best_present = min(p for p, _ in bands)
+    def _head(self, t: _Tenant, now: float) -> Entry:
+        """The tenant's next request: best aged priority, ties by arrival. Within one priority the
+        oldest entry has both the best aged priority and the earliest arrival, so only each
+        priority's oldest entry is a candidate."""
+        best_present = min(t.bands)
+        aging_s = self.config.aging_s
 
-        def key(pb: tuple[int, _Band]) -> tuple[float, int]:
-            p, b = pb
-            oldest = next(iter(b.by_arrival.values()))
-            aged = p - (now - oldest.arrival) // self.config.aging_s
-            return max(best_present, aged), oldest.seq
+        def key(e: Entry) -> tuple[int, int]:
+            levels = int(max(0.0, now - e.arrival) // aging_s)
+            return max(best_present, e.priority - levels), e.seq
 
-        return min(bands, key=key)[0]
+        return min((next(iter(b.values())) for b in t.bands.values()), key=key)
 
-    def _forget(self, band: _Band, entry: Entry) -> None:
+    def _take(self, entry: Entry) -> None:
+        del self._by_arrival[entry.seq]
+        t = self._tenants[entry.tenant]
+        band = t.bands[entry.priority]
+        del band[entry.seq]
+        if not band:
+            del t.bands[entry.priority]
         self._depth[entry.tenant] -= 1
         self._tokens[entry.tenant] -= entry.cost
         if not self._depth[entry.tenant]:
             del self._depth[entry.tenant], self._tokens[entry.tenant]
-        if not band.by_arrival:      # an empty band is forgotten, its virtual time with it
-            del self._bands[entry.priority]
+            if t.clock <= self._vtime:   # it would rejoin at the virtual time anyway
+                del self._tenants[entry.tenant]
+        if not self._by_arrival:         # an empty queue forgets its virtual time and clocks
+            self._vtime = 0.0
+            self._tenants.clear()

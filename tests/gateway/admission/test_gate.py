@@ -72,7 +72,7 @@ def test_passes_at_once_when_there_is_room_and_waits_when_full():
     asyncio.run(main())
 
 
-def test_small_tenant_overtakes_a_flood_and_priority_goes_first():
+def test_small_tenant_overtakes_a_flood_and_priority_orders_within_a_tenant():
     async def main():
         fleet = Fleet(1)
         gate = AdmissionGate(FairQueueConfig(), fleet.has_capacity, tick_s=0.01)
@@ -87,14 +87,15 @@ def test_small_tenant_overtakes_a_flood_and_priority_goes_first():
         await settle()
         tasks += [go(f"A{i}", "A") for i in range(1, 6)]
         await settle()
-        tasks += [go("B0", "B"), go("B1", "B"), go("U", "C", priority=-1)]
+        tasks += [go("B0", "B"), go("B1", "B"), go("U", "A", priority=-1)]
         await settle()
         for _ in range(9):           # finish whatever runs, one at a time
             await settle()
             releases[fleet.started[-1]].set()
         await asyncio.gather(*tasks)
-        # the urgent one first, then A and B alternate while both wait
-        assert fleet.started == ["A0", "U", "A1", "B0", "A2", "B1", "A3", "A4", "A5"]
+        # A and B alternate while both wait (equal tags: the earlier head first); A's urgent
+        # request is A's next, ahead of A's own earlier ones, but takes A's turn, not B's
+        assert fleet.started == ["A0", "B0", "U", "A1", "B1", "A2", "A3", "A4", "A5"]
         await gate.close()
     asyncio.run(main())
 
