@@ -160,3 +160,21 @@ def test_the_checks_find_a_service_monitor_that_scrapes_nothing():
         "ServiceMonitor tandem: endpoint port 'metrics' is named on none of its Services"]
     assert k8s_checks.schema_problems([monitor]) == [
         "ServiceMonitor tandem: its selector {'tandem-metrics': 'true'} matches no Service"]
+
+
+def test_only_the_gateway_reaches_redis(kubectl):
+    """Redis (every tenant's queued work, the ledger) has no password: a NetworkPolicy admits the
+    gateway's pods alone."""
+    docs = render(kubectl, K8S / "overlays" / "cpu-small")
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+            for d in docs if d["kind"] == "Deployment"}
+
+    def selects(selector: dict, labels: dict) -> bool:
+        return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"
+                and selects(d["spec"]["podSelector"], pods["tandem-redis"])]
+    assert len(policies) == 1 and policies[0]["spec"]["policyTypes"] == ["Ingress"]
+    admitted = {name for rule in policies[0]["spec"]["ingress"] for peer in rule["from"]
+                for name, labels in pods.items() if selects(peer["podSelector"], labels)}
+    assert admitted == {"tandem-gateway"}
