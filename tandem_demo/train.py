@@ -30,6 +30,7 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from tandem.models.checksums import write_manifest
 from tandem_demo.corpus import PARTS, load_texts
 from tandem_demo.loss_curve import plot_loss_curve
 from tandem_demo.model_card import write_card
@@ -270,6 +271,7 @@ def finalize(cfg: TrainConfig, model, state: TrainState, heldout: dict, rows_per
                        "total_minutes_with_init": round(prev.get("train_minutes", 0) + state.elapsed / 60, 2)}
     (out / "train_log.json").write_text(json.dumps(log, indent=1) + "\n")
     write_card(out, cfg.size)
+    write_manifest(out)   # last: the files as shipped (tandem refuses a checkpoint that differs)
     return log
 
 
