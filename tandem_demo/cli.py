@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tandem_demo import evaluate, train
+from tandem_demo import evaluate, train, v3
 from tandem_demo.corpus import CorpusConfig, build_corpus
 from tandem_demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
 
@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="perplexity, tool-call validity, draft agreement; updates model cards")
     evaluate.add_eval_args(p)
     p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("v3", help="the v3 models in one GPU run: corpora, target, draft, EAGLE-3 head, "
+                                  "held-out evaluation, cards, checksums (scripts/train-demo-v3.sh)")
+    v3.add_args(p)
+    p.set_defaults(func=_v3)
     return parser
 
 
@@ -91,6 +96,10 @@ def _train_tokenizer(a: argparse.Namespace) -> None:
 
 def _train(a: argparse.Namespace) -> None:
     train.train(train.config_from_args(a))
+
+
+def _v3(a: argparse.Namespace) -> None:
+    v3.run(v3.config_from_args(a))
 
 
 def _evaluate(a: argparse.Namespace) -> None:

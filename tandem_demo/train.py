@@ -293,6 +293,8 @@ def train(cfg: TrainConfig) -> dict:
                              + [_docs(cfg, tok, "agent", "train", d) for d in cfg.extra_corpus_dirs])
     heldout = {p: torch.from_numpy(fixed_rows(_docs(cfg, tok, p, "heldout"), cfg.seq_len, cfg.eval_rows))
                for p in PARTS}
+    # a held-out split shorter than one row (a small corpus at a long seq_len) is not evaluated
+    heldout = {p: rows for p, rows in heldout.items() if len(rows)}
     device = torch.device(cfg.device)
     model = build_model(cfg, tok).to(device)
     opt = make_optimizer(cfg, model)
