@@ -167,18 +167,24 @@ def loss_weights(cfg: TrainConfig, rows: np.ndarray, tok: Tokenizer) -> torch.Te
 
 def span_mask(rows: np.ndarray, header: list[int], end_id: int) -> np.ndarray:
     """bool [B, T]: tokens after each `header` sequence (e.g. `<|im_start|>assistant\\n`) up to and including
-    the next `end_id`. A row that starts inside a span counts those first tokens out (they lack the header)."""
-    mask = np.zeros(rows.shape, dtype=bool)
+    the next `end_id`. A row that starts inside a span counts those first tokens out (they lack the header).
+    Vectorized (a 16k-token row costs no Python loop): a token is inside when the last header that ended
+    before it came after the last `end_id` before it."""
+    rows = np.asarray(rows)
+    b, t = rows.shape
     h = len(header)
-    for b, row in enumerate(rows.tolist()):
-        inside = False
-        for j, t in enumerate(row):
-            if inside:
-                mask[b, j] = True
-                inside = t != end_id
-            elif j >= h - 1 and row[j - h + 1: j + 1] == header:
-                inside = True
-    return mask
+    ended = np.zeros((b, t), dtype=bool)          # a header's last token
+    if t >= h:
+        match = np.ones((b, t - h + 1), dtype=bool)
+        for k, tok in enumerate(header):
+            match &= rows[:, k: t - h + 1 + k] == tok
+        ended[:, h - 1:] = match
+    idx = np.arange(t)
+    last_start = np.maximum.accumulate(np.where(ended, idx, -1), axis=1)
+    last_end = np.maximum.accumulate(np.where(rows == end_id, idx, -1), axis=1)
+    before = np.full((b, 1), -1)
+    # strictly before each position: the end token itself is still inside its span
+    return np.concatenate([before, last_start[:, :-1]], 1) > np.concatenate([before, last_end[:, :-1]], 1)
 
 
 def weighted_loss(logits: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
