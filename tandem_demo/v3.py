@@ -4,7 +4,8 @@ Steps, each a pure function of the config (the data is generated on the host fro
 1. three corpora, in parallel processes: `dense` (the catalog tools and the KJV), `pool` (tools
    generated per transcript: names, argument names and values never fixed; every value stated in
    the user's words; tool results quoted in the next answer; transcripts with and without tools)
-   and `pool-drill` (one exchange over 1-3 generated tools, mostly a call);
+   `pool-drill` (one exchange over 1-3 generated tools, mostly a call) and `pool-wide` (6-12 tools
+   offered, as agent harnesses do);
 2. the target (`sizes.SIZES["target-v3"]`, 16k context) on rows of `seq_len` tokens packed from
    whole transcripts (`--packing aligned`), so long contexts hold many tool lists and answers;
 3. the draft model on the same data, on the GPU, while the EAGLE-3 head trains against the new
@@ -35,7 +36,7 @@ from tandem_demo.corpus import CorpusConfig, build_corpus
 from tandem_demo.kjv import read_bible_text
 from tandem_demo.unseen_eval import EVAL_SEED
 
-LAYOUTS = ("dense", "pool", "pool-drill")
+LAYOUTS = ("dense", "pool", "pool-drill", "pool-wide")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class V3Config:
     seed: int = 3301                            # of the corpora (layout i uses seed + i); never EVAL_SEED
     tokenizer_dir: str = "models/tandem-demo-target"   # v2's 4096-token vocabulary, kept
     bible_text: str | None = None               # a file holding `bible Gen1:1-Rev22:21`'s output; None: run it
-    transcripts: tuple[int, int, int] = (20000, 40000, 40000)   # per layout, training split
+    transcripts: tuple[int, ...] = (20000, 40000, 40000, 15000)   # per layout of LAYOUTS, training split
     heldout: int = 300
     target_size: str = "target-v3"
     draft_size: str = "draft-v3"
@@ -64,6 +65,8 @@ class V3Config:
     threads: int = 1                            # torch threads of this process (the GPU run needs few)
 
     def __post_init__(self) -> None:
+        if len(self.transcripts) != len(LAYOUTS):
+            raise ValueError(f"transcripts: one count per layout of {LAYOUTS}, got {self.transcripts}")
         if EVAL_SEED in range(self.seed, self.seed + len(LAYOUTS)):
             raise ValueError(f"seed {self.seed}: the held-out evaluation's seed {EVAL_SEED} must stay unseen")
 
@@ -95,7 +98,7 @@ def lm_config(cfg: V3Config, role: str) -> target_train.TrainConfig:
     size = cfg.target_size if role == "target" else cfg.draft_size
     return target_train.TrainConfig(
         out_dir=str(cfg.model(role)), size=size, corpus_dir=str(cfg.corpus("dense")),
-        extra_corpus_dirs=(str(cfg.corpus("pool")), str(cfg.corpus("pool-drill"))),
+        extra_corpus_dirs=tuple(str(cfg.corpus(layout)) for layout in LAYOUTS[1:]),
         tokenizer_dir=cfg.tokenizer_dir, work_dir=str(Path(cfg.work) / f"work-{role}"),
         token_cache=str(Path(cfg.work) / "tokens"),
         minutes=cfg.target_minutes if role == "target" else cfg.draft_minutes, steps=cfg.steps,

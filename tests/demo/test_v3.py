@@ -33,7 +33,7 @@ def test_v3_recipe_at_tiny_scale_trains_evaluates_and_serves(tmp_path, bible_tex
     (tmp_path / "kjv.txt").write_text(bible_text)
     cfg = V3Config(out_root=str(tmp_path / "models"), work=str(tmp_path / "work"), device="cpu",
                    tokenizer_dir=str(REPO / "models" / "tandem-demo-target"), bible_text=str(tmp_path / "kjv.txt"),
-                   transcripts=(20, 30, 30), heldout=3, target_size="tiny", draft_size="tiny", seq_len=512,
+                   transcripts=(20, 30, 30, 10), heldout=3, target_size="tiny", draft_size="tiny", seq_len=512,
                    batch_size=2, lr=3e-3, steps=12, head_minutes=0.02, head_threads=1, head_max_len=64,
                    eval_transcripts=1, max_shard_mib=0.1)
     out = run(cfg)
@@ -89,5 +89,5 @@ def test_the_gpu_script_passes_only_flags_the_recipe_knows():
     add_args(p)
     known = {s for a in p._actions for s in a.option_strings}
     assert flags and flags <= known, flags - known
-    cfg = config_from_args(p.parse_args(["--device", "cuda", "--target-minutes", "3.5", "--transcripts", "1,2,3"]))
-    assert cfg.transcripts == (1, 2, 3) and cfg.target_minutes == 3.5 and cfg.seq_len >= 16384
+    cfg = config_from_args(p.parse_args(["--device", "cuda", "--target-minutes", "3.5", "--transcripts", "1,2,3,4"]))
+    assert cfg.transcripts == (1, 2, 3, 4) and cfg.target_minutes == 3.5 and cfg.seq_len >= 16384
