@@ -18,9 +18,9 @@ log="$(dirname "$out")/train-demo-v3.log"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$log"
 "$py" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__)" | tee -a "$log"
 cores=$(nproc)
-# the head trains on the CPU while the draft trains on the GPU: all cores but two
+# the head trains on the CPU while the draft trains and the evaluation runs on the GPU: all cores but two
 head_threads=$(( cores > 4 ? cores - 2 : 2 ))
 # shellcheck disable=SC2086
 timeout -k 10 470 "$py" -m tandem_demo v3 --out-root "$out" --device cuda --head-threads "$head_threads" \
-  --target-minutes 3.5 --draft-minutes 1.5 --head-minutes 1.5 \
+  --target-minutes 3.5 --draft-minutes 1.5 --head-minutes 2.5 \
   ${KJV_TEXT:+--bible-text "$KJV_TEXT"} ${V3_ARGS:-} 2>&1 | tee -a "$log"
