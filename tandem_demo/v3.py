@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ from tandem.models.checksums import write_manifest
 from tandem_demo import train as target_train
 from tandem_demo.corpus import CorpusConfig, build_corpus
 from tandem_demo.kjv import read_bible_text
+from tandem_demo.tokenizer_train import TOKENIZER_FILES
 from tandem_demo.unseen_eval import EVAL_SEED
 
 LAYOUTS = ("dense", "pool", "pool-drill", "pool-wide")
@@ -42,7 +44,7 @@ LAYOUTS = ("dense", "pool", "pool-drill", "pool-wide")
 
 @dataclass(frozen=True)
 class V3Config:
-    out_root: str = "models"                    # writes tandem-demo-{target,draft,eagle3} there
+    out_root: str = "/tmp/tandem-demo-v3/models"   # writes tandem-demo-{target,draft,eagle3} there (new dirs)
     work: str = "/tmp/tandem-demo-v3"           # corpora, token caches, checkpoints
     device: str = "cuda"
     seed: int = 3301                            # of the corpora (layout i uses seed + i); never EVAL_SEED
@@ -77,6 +79,23 @@ class V3Config:
     def model(self, role: str) -> Path:
         return Path(self.out_root) / f"tandem-demo-{role}"
 
+    @property
+    def tokenizer(self) -> Path:
+        """The tokenizer files copied into the work directory (the out directory may be their source)."""
+        return Path(self.work) / "tokenizer"
+
+
+def prepare(cfg: V3Config) -> None:
+    """Refuse to write over model directories that hold files (e.g. the committed v2 models: write
+    elsewhere, compare, then copy); copy the tokenizer files aside."""
+    for role in ("target", "draft", "eagle3"):
+        d = cfg.model(role)
+        if d.is_dir() and any(d.iterdir()):
+            raise ValueError(f"{d} is not empty: give --out-root a new directory (then copy the models over)")
+    cfg.tokenizer.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(Path(cfg.tokenizer_dir) / name, cfg.tokenizer / name)
+
 
 def _build(out: str, corpus: CorpusConfig, text_path: str) -> dict:
     return build_corpus(out, corpus, bible_text=Path(text_path).read_text())
@@ -100,7 +119,7 @@ def lm_config(cfg: V3Config, role: str) -> target_train.TrainConfig:
     return target_train.TrainConfig(
         out_dir=str(cfg.model(role)), size=size, corpus_dir=str(cfg.corpus("dense")),
         extra_corpus_dirs=tuple(str(cfg.corpus(layout)) for layout in LAYOUTS[1:]),
-        tokenizer_dir=cfg.tokenizer_dir, work_dir=str(Path(cfg.work) / f"work-{role}"),
+        tokenizer_dir=str(cfg.tokenizer), work_dir=str(Path(cfg.work) / f"work-{role}"),
         token_cache=str(Path(cfg.work) / "tokens"),
         minutes=cfg.target_minutes if role == "target" else cfg.draft_minutes, steps=cfg.steps,
         seq_len=cfg.seq_len, packing="aligned", batch_size=cfg.batch_size,
@@ -178,6 +197,7 @@ def run(cfg: V3Config) -> dict:
         return time.monotonic()
 
     t = time.monotonic()
+    prepare(cfg)
     build_corpora(cfg)
     t = lap("corpora", t)
     target_train.train(lm_config(cfg, "target"))

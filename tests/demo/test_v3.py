@@ -91,3 +91,11 @@ def test_the_gpu_script_passes_only_flags_the_recipe_knows():
     assert flags and flags <= known, flags - known
     cfg = config_from_args(p.parse_args(["--device", "cuda", "--target-minutes", "3.5", "--transcripts", "1,2,3,4"]))
     assert cfg.transcripts == (1, 2, 3, 4) and cfg.target_minutes == 3.5 and cfg.seq_len >= 16384
+
+
+def test_the_recipe_never_writes_over_existing_models(tmp_path):
+    from tandem_demo.v3 import prepare
+    (tmp_path / "models" / "tandem-demo-draft").mkdir(parents=True)
+    (tmp_path / "models" / "tandem-demo-draft" / "model.safetensors").write_text("v2")
+    with pytest.raises(ValueError, match="tandem-demo-draft is not empty"):
+        prepare(V3Config(out_root=str(tmp_path / "models"), work=str(tmp_path / "work")))
