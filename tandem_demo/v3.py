@@ -85,6 +85,24 @@ class V3Config:
         return Path(self.work) / "tokenizer"
 
 
+def preflight(cfg: V3Config) -> None:
+    """Fail in seconds, not after minutes of training: every package a step needs, and the device."""
+    import importlib
+
+    import torch
+
+    missing = []
+    for name in ("transformers", "tokenizers", "safetensors", "matplotlib", "numpy", "tqdm", "jinja2"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise RuntimeError(f"python -m tandem_demo v3 needs {', '.join(missing)} (pip install -e '.[demo]')")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"--device {cfg.device}: torch {torch.__version__} sees no CUDA device")
+
+
 def prepare(cfg: V3Config) -> None:
     """Refuse to write over model directories that hold files (e.g. the committed v2 models: write
     elsewhere, compare, then copy); copy the tokenizer files aside."""
@@ -197,6 +215,7 @@ def run(cfg: V3Config) -> dict:
         return time.monotonic()
 
     t = time.monotonic()
+    preflight(cfg)
     prepare(cfg)
     build_corpora(cfg)
     t = lap("corpora", t)

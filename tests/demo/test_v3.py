@@ -99,3 +99,13 @@ def test_the_recipe_never_writes_over_existing_models(tmp_path):
     (tmp_path / "models" / "tandem-demo-draft" / "model.safetensors").write_text("v2")
     with pytest.raises(ValueError, match="tandem-demo-draft is not empty"):
         prepare(V3Config(out_root=str(tmp_path / "models"), work=str(tmp_path / "work")))
+
+
+def test_preflight_names_a_missing_cuda_device_before_any_work(tmp_path, monkeypatch):
+    import torch
+
+    from tandem_demo.v3 import preflight
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
+        preflight(V3Config(device="cuda", work=str(tmp_path)))
+    preflight(V3Config(device="cpu", work=str(tmp_path)))
