@@ -66,6 +66,9 @@ class ModelConfig:
     # kernels (tandem.kernels.fused_ops, compiled on first use); torch ops when off, on other
     # devices or without a C compiler
     fused_layers: bool = True
+    # a checkpoint with a checksums.sha256 manifest (tandem/models/checksums.py) is refused when a
+    # listed file's SHA-256 differs; False skips the check (it reads every byte once: ~1-2 GB/s)
+    verify_checksums: bool = True
 
 
 CPU_KV_CACHE_BYTES = 512 * 2**20    # a CPU worker's KV memory unless told (--kv-cache-memory)

@@ -23,6 +23,9 @@ bfloat16 units within the demo's budget (the target's card lists the attempts):
     python -m tandem_demo train --init-from models/tandem-demo-target --tokenizer models/tandem-demo-target \
         --packing aligned --corpus /tmp/t/pool-drill --extra-corpus /tmp/t/pool ...
     python -m tandem_demo evaluate ... --baseline DIR-OF-THE-PREVIOUS-TARGET   (unseen-tool figures, old vs new)
+
+v3 (issue 33: 16k context, a larger target, for one GPU): every step in one command,
+`scripts/train-demo-v3.sh` (python -m tandem_demo v3 --device cuda ...; tandem_demo/v3.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tandem_demo import evaluate, train
+from tandem_demo import evaluate, train, v3
 from tandem_demo.corpus import CorpusConfig, build_corpus
 from tandem_demo.tokenizer_train import corpus_texts, save_tokenizer_files, train_tokenizer
 
@@ -45,11 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--agent-train", type=int, default=6000)
     p.add_argument("--agent-heldout", type=int, default=300)
-    p.add_argument("--layout", default="dense", choices=["dense", "drill", "sparse", "pool", "pool-drill"],
+    p.add_argument("--layout", default="dense", choices=["dense", "drill", "sparse", "pool", "pool-drill", "pool-wide"],
                    help="sparse: 1-3 requests, 2-5 tools; dense: 1-5 requests over 2-4 tools; "
                         "drill: 1-2 requests over 1-3 tools (these three over the fixed catalog); "
                         "pool: generated tools, held-out tools from disjoint name pools; "
-                        "pool-drill: pool's tools, one exchange over 1-3 tools, mostly a call")
+                        "pool-drill: pool's tools, one exchange over 1-3 tools, mostly a call; "
+                        "pool-wide: pool over 6-12 tools (long tool lists, as agent harnesses send)")
     p.set_defaults(func=_build_corpus)
 
     p = sub.add_parser("train-tokenizer", help="byte-level BPE on the training split")
@@ -68,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="perplexity, tool-call validity, draft agreement; updates model cards")
     evaluate.add_eval_args(p)
     p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("v3", help="the v3 models in one GPU run: corpora, target, draft, EAGLE-3 head, "
+                                  "held-out evaluation, cards, checksums (scripts/train-demo-v3.sh)")
+    v3.add_args(p)
+    p.set_defaults(func=_v3)
     return parser
 
 
@@ -91,6 +100,10 @@ def _train_tokenizer(a: argparse.Namespace) -> None:
 
 def _train(a: argparse.Namespace) -> None:
     train.train(train.config_from_args(a))
+
+
+def _v3(a: argparse.Namespace) -> None:
+    v3.run(v3.config_from_args(a))
 
 
 def _evaluate(a: argparse.Namespace) -> None:

@@ -32,7 +32,7 @@ class CorpusConfig:
     agent_train: int = 6000            # transcripts; ~75% of training tokens with the KJV's ~1.1M
     agent_heldout: int = 300
     kjv_heldout_fraction: float = 0.03  # of the 1189 chapters
-    layout: str = "dense"              # a key of agent_transcripts.LAYOUTS, "pool" or "pool-drill"
+    layout: str = "dense"              # a key of agent_transcripts.LAYOUTS, "pool", "pool-drill" or "pool-wide"
 
 
 def split_chapters(chapters: list[Chapter], cfg: CorpusConfig) -> tuple[list[Chapter], list[Chapter]]:
@@ -49,8 +49,9 @@ def _digest(text: str) -> str:
 
 def _transcript(cfg: CorpusConfig, split: str, index: int, verses) -> dict:
     """Layout "pool" (tool_pool's generated tools; held-out tools from disjoint pools) or a catalog layout."""
-    if cfg.layout in ("pool", "pool-drill"):
-        return make_pool_transcript(cfg.seed, split, index, verses, drill=cfg.layout == "pool-drill")
+    if cfg.layout in ("pool", "pool-drill", "pool-wide"):
+        return make_pool_transcript(cfg.seed, split, index, verses, drill=cfg.layout == "pool-drill",
+                                    wide=cfg.layout == "pool-wide")
     return make_transcript(cfg.seed, split, index, verses, cfg.layout)
 
 

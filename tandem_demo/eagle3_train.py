@@ -36,6 +36,7 @@ from tandem.kv.layout import KVLayout
 from tandem.layers.attention_batch import AttentionBatch, SeqSlice
 from tandem.models.loader import load_model
 from tandem.spec.eagle3_head import Eagle3Head, init_head
+from tandem.models.checksums import write_manifest
 from tandem.spec.eagle3_loader import WEIGHTS_FILE, config_for_target, save_head
 from tandem.spec.eagle3_ttt import step_losses, unroll
 from tandem.tokenization.tokenizer import Tokenizer
@@ -236,6 +237,7 @@ def train(cfg: TrainConfig) -> dict:
               "versions": {"torch": torch.__version__}}
     head.cfg = replace(head.cfg, training=record)
     save_head(head, cfg.out)
+    write_manifest(cfg.out)   # tandem refuses a head whose files differ from it
     (Path(cfg.out) / "train_log.json").write_text(json.dumps(log) + "\n")
     print(f"wrote {cfg.out} in {(time.monotonic() - started) / 60:.1f} minutes", flush=True)
     return record

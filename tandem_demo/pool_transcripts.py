@@ -169,11 +169,12 @@ def _offered_tools(rng: random.Random, v: Vocab, n: int) -> list[GenTool]:
 
 
 def make_pool_transcript(seed: int, split: str, index: int, verses: tuple[Verse, ...],
-                         drill: bool = False) -> dict:
+                         drill: bool = False, wide: bool = False) -> dict:
     """`drill` (layout pool-drill): short transcripts, one to three tools and one exchange, mostly a
     call. Every call is then a transcript's first, which must read the tool list (a later call may
-    copy an earlier one): ~1.45x more of them per character than in the full layout."""
-    rng = random.Random(f"{seed}:pool{'-drill' if drill else ''}:{split}:{index}")
+    copy an earlier one): ~1.45x more of them per character than in the full layout. `wide` (layout
+    pool-wide): the full layout over six to twelve tools, as agent harnesses offer (OpenCode: ten)."""
+    rng = random.Random(f"{seed}:pool{'-drill' if drill else ''}{'-wide' if wide else ''}:{split}:{index}")
     v = vocab("heldout" if split == "heldout" else "train")
     if rng.random() < (0.08 if drill else 0.15):    # no tools offered: prose only, never a call
         exchanges = [rng.choices([lambda: _verse_exchange(rng, verses), lambda: _chat_exchange(rng, []),
@@ -183,6 +184,8 @@ def make_pool_transcript(seed: int, split: str, index: int, verses: tuple[Verse,
         return {"tools": None, "messages": [{"role": "system", "content": system}]
                 + [m for ex in exchanges for m in _messages(ex)]}
     counts = ([1, 2, 3], [0.3, 0.4, 0.3]) if drill else ([1, 2, 3, 4, 5], [0.3, 0.3, 0.2, 0.13, 0.07])
+    if wide:
+        counts = (list(range(6, 13)), [1.0] * 7)
     tools = _offered_tools(rng, v, rng.choices(*counts)[0])
     specs = [t.spec(describe(rng, t)) for t in tools]
     names = [t.name for t in tools]

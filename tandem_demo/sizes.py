@@ -22,6 +22,16 @@ class ModelSize:
 SIZES = {
     "target": ModelSize(hidden_size=256, intermediate_size=768, num_layers=6, num_heads=8, num_kv_heads=4),
     "draft": ModelSize(hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4, num_kv_heads=2),
+    # v3 (issue 33): trained on one GPU at 16k tokens a row. The target's shape was chosen for
+    # `make run`'s speed on the project's 2-core CPU: a random-weight model of it decodes at 11.8
+    # ms/token at batch 1 in bfloat16 (~85 tokens/s; `tandem bench engine --dtypes bfloat16
+    # --threads 2 --hidden-size 512 --num-layers 6 --num-heads 8 --num-kv-heads 4
+    # --intermediate-size 1536 --vocab-size 4096 --parts decode`, measured on a shared, loaded
+    # machine, where the v2 target's shape took 4.75 ms); ~21M parameters, 3.6x v2's.
+    "target-v3": ModelSize(hidden_size=512, intermediate_size=1536, num_layers=6, num_heads=8, num_kv_heads=4,
+                           max_position_embeddings=16384, rope_theta=100000.0),
+    "draft-v3": ModelSize(hidden_size=128, intermediate_size=384, num_layers=2, num_heads=4, num_kv_heads=2,
+                          max_position_embeddings=16384, rope_theta=100000.0),
     # for tests only
     "tiny": ModelSize(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, num_kv_heads=1),
 }

@@ -13,6 +13,9 @@ the calls equal the reference's. A no-call turn passes when the reply holds no <
 
 from __future__ import annotations
 
+import json
+import re
+
 import torch
 
 from tandem_demo.agent_transcripts import tool_call_turns
@@ -97,12 +100,59 @@ def _share(n: int, d: int) -> float:
     return round(n / max(d, 1), 4)
 
 
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def result_values(content: str) -> list[str]:
+    """The scalar values of a tool result (JSON), as text; its whole text when it is not JSON."""
+    try:
+        data = json.loads(content)
+    except (json.JSONDecodeError, TypeError):
+        return [content.strip()] if content.strip() else []
+    out: list[str] = []
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            stack += list(x.values())
+        elif isinstance(x, list):
+            stack += x
+        elif isinstance(x, bool) or x is None:
+            continue
+        elif str(x).strip():
+            out.append(str(x))
+    return out
+
+
+def english_share(text: str, words: frozenset[str]) -> float:
+    """Share of the alphabetic words of `text` found in `words` (1.0 for a text without words)."""
+    found = [w.lower() for w in _WORD.findall(text)]
+    return sum(w in words for w in found) / len(found) if found else 1.0
+
+
+def required_args_equal(checks, reference: list[tuple[str, dict]], tools: list[dict]) -> bool:
+    """Every call names the reference's tool and gives each of its required arguments the
+    reference's value (values the request states verbatim)."""
+    by_name = tools_by_name(tools)
+    if len(checks) != len(reference):
+        return False
+    for c, (name, args) in zip(checks, reference):
+        if c.name != name or not isinstance(c.arguments, dict):
+            return False
+        required = by_name[name].get("required", [])
+        if any(c.arguments.get(k) != args.get(k) for k in required):
+            return False
+    return True
+
+
 class _Tally:
     """Counts of one set of turns."""
 
     def __init__(self) -> None:
-        self.calls = self.valid = self.right = self.exact = 0
+        self.calls = self.valid = self.right = self.exact = self.required = 0
         self.words = self.no_call = 0
+        self.answers = self.quoted = 0     # answers after a tool result; those quoting its values
+        self.prose = self.english = 0      # prose replies; those in English words
         self.failures: list[dict] = []
 
     def call(self, text: str, tools: list[dict], reference: list[tuple[str, dict]]) -> None:
@@ -112,6 +162,7 @@ class _Tally:
         self.valid += ok
         self.right += [c.name for c in checks] == [n for n, _ in reference]
         self.exact += ok and [(c.name, c.arguments) for c in checks] == reference
+        self.required += ok and required_args_equal(checks, reference, tools)
         if not ok and len(self.failures) < 6:
             self.failures.append({"output": text, "reasons": [c.reason for c in checks if not c.ok]})
 
@@ -121,11 +172,28 @@ class _Tally:
         if "<tool_call>" in text and len(self.failures) < 12:
             self.failures.append({"output": text, "reasons": [f"a call where words were right ({where})"]})
 
+    def answer(self, text: str, values: list[str]) -> None:
+        """An answer after a tool result: it should quote `values` (those the reference answer quotes)."""
+        self.answers += 1
+        ok = "<tool_call>" not in text and all(v in text for v in values)
+        self.quoted += ok
+        if not ok and len(self.failures) < 12:
+            self.failures.append({"output": text, "reasons": [f"does not quote the result's values {values}"]})
+
+    def prose_reply(self, text: str, words: frozenset[str], at_least: float = 0.8) -> None:
+        self.prose += 1
+        self.english += "<tool_call>" not in text and english_share(text, words) >= at_least
+
     def summary(self) -> dict:
         out = {}
         if self.calls:
             out |= {"call_turns": self.calls, "valid_share": _share(self.valid, self.calls),
-                    "right_tool_share": _share(self.right, self.calls), "exact_share": _share(self.exact, self.calls)}
+                    "right_tool_share": _share(self.right, self.calls), "exact_share": _share(self.exact, self.calls),
+                    "required_args_equal_share": _share(self.required, self.calls)}
+        if self.answers:
+            out |= {"answers_after_results": self.answers, "quotes_result_share": _share(self.quoted, self.answers)}
+        if self.prose:
+            out |= {"prose_replies": self.prose, "english_share": _share(self.english, self.prose)}
         if self.words:
             out |= {"word_turns": self.words, "no_call_share": _share(self.no_call, self.words)}
         return out | {"sample_failures": self.failures}
@@ -135,11 +203,41 @@ def _reference(message: dict) -> list[tuple[str, dict]]:
     return [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
 
 
-def unseen_tools(model, tok, verses: tuple[Verse, ...], transcripts: int = 60, max_new_tokens: int = 160) -> dict:
+def result_turns(transcript: dict) -> list[int]:
+    """Indices of assistant messages in words that answer a tool result."""
+    ms = transcript["messages"]
+    return [i for i, m in enumerate(ms)
+            if m["role"] == "assistant" and not m.get("tool_calls") and ms[i - 1]["role"] == "tool"]
+
+
+def quoted_values(transcript: dict, i: int) -> list[str]:
+    """The values of the tool results just before answer `i` that its reference text quotes."""
+    ms, values, j = transcript["messages"], [], i - 1
+    while j >= 0 and ms[j]["role"] == "tool":
+        values += result_values(ms[j]["content"])
+        j -= 1
+    return [v for v in dict.fromkeys(values) if v in ms[i]["content"]]
+
+
+def english_words(verses: tuple[Verse, ...], transcripts: list[dict]) -> frozenset[str]:
+    """The words of the verses and of the reference messages: the English the model was taught."""
+    texts = [v.text for v in verses] + [m.get("content") or "" for t in transcripts for m in t["messages"]]
+    return frozenset(w.lower() for t in texts for w in _WORD.findall(t))
+
+
+def unseen_tools(model, tok, verses: tuple[Verse, ...], transcripts: int = 60, max_new_tokens: int = 160,
+                 seed: int = EVAL_SEED) -> dict:
+    """`seed`: of the generated transcripts; never a training corpus's seed (tandem_demo/v3.py checks)."""
     template = compile_template()
     gen, offered_words, hand, none = _Tally(), _Tally(), _Tally(), _Tally()
-    for i in range(transcripts):
-        tr = make_pool_transcript(EVAL_SEED, "heldout", i, verses)
+    generated = [make_pool_transcript(seed, "heldout", i, verses) for i in range(transcripts)]
+    words = english_words(verses, generated)
+    for tr in generated:
+        for j in result_turns(tr):
+            values = quoted_values(tr, j)
+            if values:
+                gen.answer(greedy_reply(model, tok, template, tr["messages"][:j], tr["tools"], max_new_tokens),
+                           values)
         for j in tool_call_turns(tr):
             gen.call(greedy_reply(model, tok, template, tr["messages"][:j], tr["tools"], max_new_tokens),
                      tr["tools"], _reference(tr["messages"][j]))
@@ -155,13 +253,19 @@ def unseen_tools(model, tok, verses: tuple[Verse, ...], transcripts: int = 60, m
         offered_words.word(greedy_reply(model, tok, template, msgs, HANDWRITTEN_TOOLS, max_new_tokens), ask)
     for ask in NO_TOOL_ASKS:
         msgs = [SYSTEM, {"role": "user", "content": ask}]
-        none.word(greedy_reply(model, tok, template, msgs, None, max_new_tokens), ask)
+        reply = greedy_reply(model, tok, template, msgs, None, max_new_tokens)
+        none.word(reply, ask)
+        none.prose_reply(reply, words)
     all_calls = gen.calls + hand.calls
     return {
+        "seed": seed,
         "call_turns": all_calls,
         "valid_share": _share(gen.valid + hand.valid, all_calls),
         "right_tool_share": _share(gen.right + hand.right, all_calls),
         "exact_share": _share(gen.exact + hand.exact, all_calls),
+        "required_args_equal_share": _share(gen.required + hand.required, all_calls),
+        "quotes_result_share": _share(gen.quoted, gen.answers),
+        "english_share": _share(none.english, none.prose),
         "generated": gen.summary(), "handwritten": hand.summary(),
         "tools_offered_no_call": offered_words.summary(), "no_tools_offered": none.summary(),
     }

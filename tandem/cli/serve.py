@@ -50,6 +50,8 @@ from tandem.config import (
     TransferConfig,
 )
 from tandem.engine.async_engine import AsyncEngine
+from tandem.engine.engine import Engine
+from tandem.errors import ModelLoadError
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.launch import parallel_engine
 from tandem.spec.registry import methods_help, parse_speculative_config
@@ -102,6 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-pack-weights", dest="pack_weights", action="store_false",
                    help="CPU bfloat16: keep the checkpoint's memory-mapped weights instead of packing "
                         "them into oneDNN's layout (less RAM, slower matrix products)")
+    p.add_argument("--no-verify-checksums", dest="verify_checksums", action="store_false",
+                   help="load a checkpoint even when its files differ from its checksums.sha256 "
+                        "manifest (checking reads every byte once, ~1-2 GB/s; no manifest: no check)")
     p.add_argument("--no-fused-layers", dest="fused_layers", action="store_false",
                    help="CPU: run RMSNorm, SiLU-mul and rotary as torch ops instead of single-pass C "
                         "kernels (compiled on first use like the attention kernels)")
@@ -270,7 +275,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                           served_name=args.served_model_name, max_model_len=args.max_model_len,
                           chat_template=args.chat_template,
                           pack_weights=args.pack_weights, attention=args.attention,
-                          fused_layers=args.fused_layers, **gpu_settings(args, device)),
+                          fused_layers=args.fused_layers, verify_checksums=args.verify_checksums,
+                          **gpu_settings(args, device)),
         cache=CacheConfig(block_size=args.block_size, kv_cache_bytes=args.kv_cache_memory,
                           gpu_memory_utilization=args.gpu_memory_utilization,
                           num_blocks=args.num_kv_blocks, kv_cache_dtype=args.kv_cache_dtype,
@@ -333,6 +339,15 @@ def _parallel_engine(args: argparse.Namespace, engine_config: EngineConfig):
         raise SystemExit(f"tandem serve: {exc}") from None
 
 
+def _load_engine(config: EngineConfig) -> Engine:
+    """The engine, loaded before the HTTP server starts (it would only start once the engine is
+    up anyway): a checkpoint that cannot load ends the command with its reason, not a traceback."""
+    try:
+        return Engine.from_config(config)
+    except ModelLoadError as exc:
+        raise SystemExit(f"tandem serve: cannot load the model: {exc}") from None
+
+
 def transfer_config(args: argparse.Namespace, cluster_secret: str | None = None) -> TransferConfig:
     advertised = args.kv_advertise_host or (
         args.host if args.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
@@ -356,6 +371,9 @@ def serve(args: argparse.Namespace) -> int:
         log.warning("%s", warning)
     queue_config = _queue_config(args)
     server_config = replace(server_config, usage=usage_config_from_args(args, queue_config is not None))
-    run_worker(AsyncEngine(engine_config, _parallel_engine(args, engine_config)), server_config, queue_config,
+    engine = _parallel_engine(args, engine_config)
+    if engine is None:
+        engine = _load_engine(engine_config)
+    run_worker(AsyncEngine(engine_config, engine), server_config, queue_config,
                DrainConfig(timeout_s=args.drain_timeout))
     return 0

@@ -24,6 +24,7 @@ from tandem.errors import ModelLoadError
 from tandem.layers.linear import PackingThread, can_pack
 from tandem.models.arch import ModelArch
 from tandem.models.attention_choice import attention_workspace
+from tandem.models.checksums import verify_checkpoint
 from tandem.models.fingerprint import weights_fingerprint
 from tandem.models.fused_choice import fused_ops
 from tandem.models.llama import DecoderForCausalLM
@@ -69,6 +70,11 @@ def load_model(cfg: ModelConfig, shard: Callable[[DecoderForCausalLM], ShardPlan
     path = Path(cfg.path)
     if not path.is_dir():
         raise ModelLoadError(f"model directory not found: {path}")
+    if cfg.verify_checksums:   # before any file is parsed
+        checked = verify_checkpoint(path)
+        if checked.files:
+            log.info("checksums: %d files, %.1f MB verified in %.2f s", checked.files,
+                     checked.bytes / 1e6, checked.seconds)
     arch = ModelArch.from_dir(path)
     cls = model_class(arch.architecture)
     device = torch.device(cfg.device)

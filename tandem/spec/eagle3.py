@@ -67,7 +67,8 @@ class Eagle3Proposer:
         self.target = target.loaded.model
         self.device = torch.device(target.config.model.device)
         self.dtype = target.loaded.dtype
-        self.head = load_head(head_path, self.target, self.dtype, self.device)
+        self.head = load_head(head_path, self.target, self.dtype, self.device,
+                              verify=target.config.model.verify_checksums)
         hc = self.head.cfg
         arch = target.loaded.arch
         if (hc.num_heads, hc.num_kv_heads, hc.head_dim) == (arch.num_heads, arch.num_kv_heads, arch.head_dim):

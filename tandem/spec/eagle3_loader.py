@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tandem.errors import ModelLoadError
+from tandem.models.checksums import verify_checkpoint
 from tandem.spec.eagle3_head import Eagle3Config, Eagle3Head, TargetSignature, default_aux_layers
 
 CONFIG_FILE = "config.json"
@@ -65,8 +66,11 @@ def check_target(cfg: Eagle3Config, model: torch.nn.Module, head_path: str) -> N
 
 
 def load_head(path: str, target_model: torch.nn.Module, dtype: torch.dtype,
-              device: torch.device) -> Eagle3Head:
+              device: torch.device, verify: bool = True) -> Eagle3Head:
+    """`verify`: check the files its checksums.sha256 lists, when it has one (tandem/models/checksums.py)."""
     root = Path(path)
+    if verify and root.is_dir():
+        verify_checkpoint(root)
     if not (root / CONFIG_FILE).is_file() or not (root / WEIGHTS_FILE).is_file():
         raise ModelLoadError(f"{path} is not an EAGLE-3 head directory (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
     cfg = Eagle3Config.from_file(root / CONFIG_FILE)

@@ -102,3 +102,24 @@ def test_the_drill_layout_is_short_and_mostly_one_call():
     held = {f["function"]["name"] for i in range(200)
             for f in make_pool_transcript(3, "heldout", i, VERSES, drill=True)["tools"] or []}
     assert held and not held & {f["function"]["name"] for t in with_tools for f in t["tools"]}
+
+
+def test_the_wide_layout_offers_six_to_twelve_distinct_tools_and_calls_copy_the_request():
+    wide = [make_pool_transcript(3, "train", i, VERSES, wide=True) for i in range(150)]
+    with_tools = [t for t in wide if t["tools"]]
+    assert len(with_tools) > 100
+    counts = {len(t["tools"]) for t in with_tools}
+    assert min(counts) >= 6 and max(counts) <= 12 and len(counts) >= 4
+    calls = 0
+    for t in with_tools:
+        names = [s["function"]["name"] for s in t["tools"]]
+        assert len(set(names)) == len(names)
+        for i in tool_call_turns(t):
+            for c in t["messages"][i]["tool_calls"]:
+                body = json.dumps({"name": c["function"]["name"], "arguments": c["function"]["arguments"]})
+                assert check_tool_call(body, tools_by_name(t["tools"])).ok, body
+                for value in c["function"]["arguments"].values():
+                    if not isinstance(value, bool):
+                        assert str(value) in t["messages"][i - 1]["content"], value
+                calls += 1
+    assert calls > 100

@@ -130,3 +130,29 @@ def test_loss_weights_rank_tool_calls_over_replies_over_the_rest():
     w = loss_weights(TrainConfig(out_dir="x", assistant_loss_weight=4.0, tool_call_loss_weight=8.0), rows, Tok())
     assert w.tolist() == [[1, 1, 1, 4, 4, 8, 8, 4, 1]]
     assert loss_weights(TrainConfig(out_dir="x"), rows, Tok()).tolist() == [[1.0] * 9]
+
+
+def test_span_mask_equals_the_token_by_token_reading():
+    """The vectorized mask against the plain reading: inside from after a header through the next end."""
+    import random
+
+    import numpy as np
+
+    from tandem_demo.train import span_mask
+
+    def loop(rows, header, end_id):
+        mask, h = np.zeros(rows.shape, dtype=bool), len(header)
+        for b, row in enumerate(rows.tolist()):
+            inside = False
+            for j, t in enumerate(row):
+                if inside:
+                    mask[b, j], inside = True, t != end_id
+                elif j >= h - 1 and row[j - h + 1: j + 1] == header:
+                    inside = True
+        return mask
+
+    rng = random.Random(0)
+    for _ in range(200):
+        rows = np.array([[rng.choice([1, 2, 3, 4, 9]) for _ in range(rng.randint(1, 40))]] * 1)
+        for header in ([1], [1, 2], [1, 2, 3]):
+            assert (span_mask(rows, header, 9) == loop(rows, header, 9)).all(), (rows, header)

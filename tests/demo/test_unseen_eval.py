@@ -61,3 +61,27 @@ def test_unseen_tools_runs_end_to_end_on_a_tiny_model(tmp_path):
     assert r["call_turns"] == r["generated"].get("call_turns", 0) + len(HANDWRITTEN_ASKS)
     assert r["valid_share"] == 0.0                      # four random tokens never make a call
     assert r["no_tools_offered"]["no_call_share"] == 1.0
+
+
+def test_required_args_quotes_and_english_are_scored():
+    from tandem_demo.unseen_eval import english_share, quoted_values, result_values
+    t = _Tally()
+    ok = '<tool_call>\n{"name": "lookup_invoice", "arguments": {"invoice_id": "INV-1"}}\n</tool_call>'
+    t.call(ok, HANDWRITTEN_TOOLS, [("lookup_invoice", {"invoice_id": "INV-1", "include_line_items": True})])
+    t.call(ok, HANDWRITTEN_TOOLS, [("lookup_invoice", {"invoice_id": "INV-2"})])   # the asked value not copied
+    t.answer("It is sunny, 21C in Oslo.", ["21C", "Oslo"])
+    t.answer("It is sunny, -2C in Oslo.", ["21C", "Oslo"])
+    words = frozenset({"in", "the", "beginning", "god", "created"})
+    t.prose_reply("In the beginning God created.", words)
+    t.prose_reply("Zq xv blorp the.", words)
+    s = t.summary()
+    assert s["required_args_equal_share"] == 0.5 and s["exact_share"] == 0.0
+    assert (s["answers_after_results"], s["quotes_result_share"]) == (2, 0.5)
+    assert (s["prose_replies"], s["english_share"]) == (2, 0.5)
+    assert sorted(result_values('{"temp": "21C", "city": {"name": "Oslo"}, "ok": true}')) == ["21C", "Oslo"]
+    assert english_share("the god zzz", words) == 2 / 3
+    tr = {"messages": [{"role": "user", "content": "weather in Oslo"},
+                       {"role": "assistant", "content": "", "tool_calls": [{}]},
+                       {"role": "tool", "content": '{"temp": "21C", "city": "Oslo", "id": 7}'},
+                       {"role": "assistant", "content": "Oslo: 21C."}]}
+    assert sorted(quoted_values(tr, 3)) == ["21C", "Oslo"]   # not the id, which the answer omits
