@@ -2,14 +2,18 @@
 real `tandem serve --role prefill --gateway URL` workers (tiny model, one core each). An ITL target
 no request can meet and a TTFT target every request meets make the planner move one prefill
 worker to decode; the gateway drains it, tells it to switch (POST /internal/role), and takes its
-new role. Four clients send requests to the gateway all along, and each worker also runs a long
+new role. Four clients send requests to the gateway all along, and each worker also streams a long
 request sent to it directly (which the gateway does not see), so the moved worker has work to
-drain: the switch waits for it. Every request succeeds with the same greedy text, the worker's
+drain: the switch waits for it. That stream is live at the drain by construction, not by speed: it
+asks for more tokens than the test lets it generate, and only the test ends it (closing the stream,
+which aborts it on the worker) once it has seen tokens still coming while the worker drains and the
+role unchanged. Every request succeeds with the same greedy text, the worker's
 role changed in /internal/workers and stays changed (its heartbeats still name the role it started
 with), and the switch is counted."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -43,7 +47,8 @@ def wait_for(cluster: LocalCluster, cond, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-LONG = 400   # tokens of the direct requests: still running when the planner decides
+LONG = 400     # tokens of the reference long answer
+ENDLESS = 1900  # max_tokens of the direct streams (within the model's 2048): only the test ends them
 
 
 def complete(base: str, max_tokens: int = 32) -> httpx.Response:
@@ -80,11 +85,27 @@ def test_gateway_switches_a_registered_worker_without_losing_a_request(llama_dir
             answers.append((r.status_code, r.json()["choices"][0]["text"] if ok else r.text,
                             r.headers.get("x-tandem-decode", "")))
 
-    direct: dict[str, tuple[int, str]] = {}   # worker url -> its long request's answer
+    direct: dict[str, tuple[int, str]] = {}   # worker url -> its long stream's status and text
+    streamed: dict[str, list[str]] = {w.url: [] for w in workers}   # text chunks so far
+    release = threading.Event()   # set by the test: the long streams stop reading and close
 
     def long_request(url: str) -> None:
-        r = complete(url, LONG)
-        direct[url] = (r.status_code, r.json()["choices"][0]["text"] if r.status_code == 200 else r.text)
+        body = {"model": "m", "prompt": PROMPT, "max_tokens": ENDLESS, "temperature": 0,
+                "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+            if r.status_code != 200:
+                direct[url] = (r.status_code, r.read().decode())
+                return
+            for line in r.iter_lines():
+                if release.is_set():
+                    break   # leaving the block closes the stream: the worker aborts the request
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    event = json.loads(line[6:])
+                    if "error" in event:
+                        direct[url] = (500, line)
+                        return
+                    streamed[url].extend(c["text"] for c in event["choices"] if c.get("text"))
+        direct[url] = (200, "".join(streamed[url]))
 
     threads = [threading.Thread(target=client) for _ in range(4)]
     longs = [threading.Thread(target=long_request, args=(w.url,)) for w in workers]
@@ -103,9 +124,16 @@ def test_gateway_switches_a_registered_worker_without_losing_a_request(llama_dir
             draining.extend(w["url"] for w in ws if w["switching_to"] == "decode" and w["draining"])
             return bool(draining)
 
-        wait_for(c, drain_seen, 60, "a drain")
-        # its long request still runs: the switch has work to wait for
-        assert draining[0] not in direct, "the long request ended before the switch began"
+        wait_for(c, drain_seen, 120, "a drain")
+        # its long stream still runs (only `release` ends it): the switch has work to wait for, and
+        # waits for it: tokens keep coming while the worker drains, its role unchanged
+        assert draining[0] not in direct, direct
+        seen = len(streamed[draining[0]])
+        wait_for(c, lambda: len(streamed[draining[0]]) >= seen + 5, 60, "tokens while draining")
+        role = httpx.get(draining[0] + "/internal/role", timeout=5).json()
+        assert (role["role"], role["switching_to"]) == ("prefill", "decode"), role
+        assert draining[0] not in direct, direct
+        release.set()
         wait_for(c, lambda: roles(gateway) == [("decode", True, False), ("prefill", True, False)],
                  150, "the role switch")
         ws = httpx.get(gateway + "/internal/workers", timeout=5).json()["workers"]
@@ -137,5 +165,9 @@ def test_gateway_switches_a_registered_worker_without_losing_a_request(llama_dir
         c.stop()
     bad = [a for a in answers if a[:2] != (200, want)]
     assert answers and not bad, bad[:3]
-    assert direct == {w.url: (200, want_long) for w in workers}   # the drained one's included
+    # both long streams were cut by the test, none failed, each a prefix of the same greedy text
+    assert sorted(direct) == sorted(w.url for w in workers), direct
+    for url, (status, text) in direct.items():
+        n_common = min(len(text), len(want_long))
+        assert status == 200 and n_common > 0 and text[:n_common] == want_long[:n_common], (url, text)
     assert any(a[2] == moved for a in answers[n:]), "no request was decoded by the moved worker"
