@@ -393,6 +393,15 @@ def smoke(a: argparse.Namespace, tmp: Path) -> argparse.Namespace:
                                  "worker_arg": [*a.worker_arg, "--device", "cpu"]})
 
 
+def write_report(out: Path, s, z, skipped: dict, readings: list[dict]) -> str:
+    table, figures = report(readings, skipped)
+    (out / "agentic_sched.md").write_text(table)
+    (out / "agentic_sched.json").write_text(json.dumps(
+        {"setup": asdict(s), "sizing": asdict(z), "skipped": skipped,
+         "figures": figures, "readings": readings}, indent=1))
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     out = Path(a.out)
@@ -414,15 +423,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"vllm skipped: {skipped['vllm']}", flush=True)
         systems = [x for x in systems if x not in skipped]
         readings: list[dict] = []
+        table = write_report(out, s, z, skipped, readings)
         for rep in range(s.reps):
             for system in (systems if rep % 2 == 0 else systems[::-1]):
                 readings += run_system(system, s, z, rep, vocab, out)
-    table, figures = report(readings, skipped)
+                table = write_report(out, s, z, skipped, readings)   # a cut run keeps what it took
     print(table)
-    (out / "agentic_sched.md").write_text(table)
-    (out / "agentic_sched.json").write_text(json.dumps(
-        {"setup": asdict(s), "sizing": asdict(z), "skipped": skipped,
-         "figures": figures, "readings": readings}, indent=1))
     bad = [r for r in readings if r["summary"]["completed"] == 0]
     return 1 if bad else 0
 
