@@ -141,8 +141,15 @@ def run_mode(s: Setup, mode: str, reps: int, vocab: int) -> list[dict]:
 
 
 def vocab_of(model: str) -> int:
+    """Token ids a prompt may hold: the model's rows, at most the tokenizer's vocabulary (a test
+    model's config may declare more rows than its tokenizer has; the server refuses those ids)."""
     cfg = json.loads((Path(model) / "config.json").read_text())
-    return int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size"))
+    rows = int(cfg.get("vocab_size") or cfg.get("text_config", {}).get("vocab_size"))
+    tokenizer = Path(model) / "tokenizer.json"
+    if tokenizer.exists():
+        from tokenizers import Tokenizer
+        rows = min(rows, Tokenizer.from_file(str(tokenizer)).get_vocab_size())
+    return rows
 
 
 def main() -> int:
