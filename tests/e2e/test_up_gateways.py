@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -17,25 +16,11 @@ import pytest
 
 from tandem.launcher.cluster import free_port
 from tests.e2e.test_up_supervision import SECRET, complete, wait_for, workers
+from tests.e2e.up_process import child_pid, stop_up
 
 pytestmark = pytest.mark.timeout(300)
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def gateway_pid(parent: int, port: int) -> int:
-    """The pid of `tandem up`'s gateway child listening on `port` (its command line names it)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent and b"gateway" in cmd and str(port).encode() in cmd:
-            return int(entry.name)
-    raise AssertionError(f"no gateway on port {port} under {parent}")
 
 
 def test_kill_9_one_of_two_gateways_under_load(llama_dir, tmp_path):
@@ -75,7 +60,7 @@ def test_kill_9_one_of_two_gateways_under_load(llama_dir, tmp_path):
         try:
             wait_for(lambda: len(answers) >= 6, 60, "requests before the kill")
             # killed while it has a request in flight (which the balancer then sends again)
-            pid = gateway_pid(up.pid, second)
+            pid = child_pid(up.pid, b"gateway", str(second).encode())
             wait_for(lambda: any(w["inflight_requests"] for w in workers(f"http://127.0.0.1:{second}").values()),
                      30, "a request in flight on gateway-1", poll_s=0.01)
             os.kill(pid, signal.SIGKILL)
@@ -92,12 +77,7 @@ def test_kill_9_one_of_two_gateways_under_load(llama_dir, tmp_path):
         assert all(a == (200, want) for a in answers), [a for a in answers if a != (200, want)][:3]
         assert up.poll() is None
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait(10)
+        stop_up(up)
         log.close()
     text = log_path.read_text()
     # what that gateway had in flight was most likely sent again (its last request may have

@@ -8,18 +8,16 @@ text."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tandem.launcher.cluster import free_port
 from tests.e2e.test_up_supervision import INTERNAL, ROOT, SECRET, complete, wait_for
+from tests.e2e.up_process import stop_up
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,12 +82,7 @@ def test_planner_moves_a_decode_worker_to_both_then_prefill_without_losing_a_req
             and planner["switch"]["to_role"] == "prefill"
         assert up.poll() is None
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait(10)
+        stop_up(up)
         log.close()
     text = (tmp_path / "up.log").read_text()
     assert "to switch it decode -> both (ttft)" in text and "restarted as both" in text, text[-2000:]

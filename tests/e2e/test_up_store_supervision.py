@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 
 from tandem.launcher.cluster import free_port
 from tests.e2e.test_up_supervision import SECRET, complete, wait_for, workers
+from tests.e2e.up_process import stop_up
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -98,13 +98,7 @@ def test_master_restarted_and_nothing_outlives_a_killed_tandem_up(llama_dir, tmp
         wait_for(lambda: not any(listening(p) for p in ports), 60, f"no child listening on {ports}")
         wait_for(lambda: all(state(pid) in ("gone", "Z") for pid in kids), 30, "every child ended")
     finally:
-        if up.poll() is None:
-            up.send_signal(signal.SIGINT)
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(up.pid, signal.SIGKILL)
-                up.wait(10)
+        stop_up(up)
         for pid, c in kids.items():
             if state(pid) not in ("gone", "Z") and Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") == c:
                 os.kill(pid, signal.SIGKILL)

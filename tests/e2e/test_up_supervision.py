@@ -19,6 +19,7 @@ import pytest
 
 from tandem import cluster_secret
 from tandem.launcher.cluster import free_port
+from tests.e2e.up_process import child_pid, stop_up
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -48,21 +49,6 @@ def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.2) -> None:
             pass
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(poll_s)
-
-
-def child_pid(parent: int, role: str) -> int:
-    """The pid of `tandem up`'s worker child of this role (from /proc: ppid and command line)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == parent and b"serve" in cmd and role.encode() in cmd:
-            return int(entry.name)
-    raise AssertionError(f"no {role} child of {parent}")
 
 
 def metric(base: str, name: str, worker: str) -> float:
@@ -118,7 +104,7 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
         probe.start()
         try:
             wait_for(lambda: len(answers) >= 2, 60, "requests before the kill")
-            os.kill(child_pid(up.pid, "prefill"), signal.SIGKILL)
+            os.kill(child_pid(up.pid, b"serve", b"prefill"), signal.SIGKILL)
             killed_at, kill_time = len(answers), time.monotonic()
             # the worker comes back: a new instance, healthy, counted by the gateway
             wait_for(lambda: metric(base, "tandem:gateway_worker_restarts", prefill_url) == 1
@@ -145,12 +131,7 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
         assert again.headers["x-tandem-prefill"] == prefill_url != again.headers["x-tandem-decode"]
         assert up.poll() is None   # tandem up, the gateway and the decode worker stayed up
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(up.pid, signal.SIGKILL)
-            up.wait(10)
+        stop_up(up)
         log.close()
     text = (tmp_path / "up.log").read_text()
     assert "prefill-0 exited with code -9; restarting in 1.0s (restart 1)" in text, text[-2000:]
