@@ -160,6 +160,12 @@ GATEWAY_ABORTS = ('sum(tandem:request_success_total{finished_reason="abort"} '
                   'and on(instance, job) tandem:server_role{role="gateway"})')
 DECODE_PULLS = ('sum(tandem:kv_handoff_seconds_count '
                 'and on(instance, job) tandem:server_role{role="decode"})')
+# a worker records a request's queue time when it finishes, after the gateway's first token: each
+# wave waits for these too, or a worker's histogram series could first be sampled with both waves
+# in it (rate() sees no increase: the quantile is NaN)
+WORKER_QUEUED = tuple(('sum(tandem:request_queue_time_seconds_count '
+                       f'and on(instance, job) tandem:server_role{{role="{role}"}})')
+                      for role in ("prefill", "decode"))
 
 
 def _try(fn, default):
@@ -212,13 +218,16 @@ def scraped(llama_dir, tmp_path_factory):
         for i in range(2):                                     # wave 1: the series appear
             _complete(gw, f"wave one {i}: " + PREFIX)
         if prom is not None:
-            _wait("prometheus scraped wave 1", lambda: _reached(prom, GATEWAY_TTFTS, 2), 20, prom_proc)
+            for expr in (GATEWAY_TTFTS, *WORKER_QUEUED):
+                _wait(f"prometheus scraped wave 1: {expr}", lambda e=expr: _reached(prom, e, 2), 20,
+                      prom_proc)
         for i in range(3):                                     # wave 2: shared prefix, an abort
             _complete(gw, PREFIX + f"question {i}?", max_tokens=6)
         _abort_a_stream(gw)
         if prom is not None:
             for what, expr, n in (("wave 2's first tokens", GATEWAY_TTFTS, 6),
-                                  ("the abort", GATEWAY_ABORTS, 1), ("wave 2's pulls", DECODE_PULLS, 5)):
+                                  ("the abort", GATEWAY_ABORTS, 1), ("wave 2's pulls", DECODE_PULLS, 5),
+                                  *(("wave 2's queue times", e, 5) for e in WORKER_QUEUED)):
                 _wait(f"prometheus scraped {what}", lambda e=expr, n=n: _reached(prom, e, n), 20, prom_proc)
         texts = {p.name: httpx.get(p.url + "/metrics", timeout=10).text for p in cluster.procs}
         yield texts, prom
