@@ -91,6 +91,7 @@ class Setup:
     worker_args: tuple[str, ...]
     reps: int
     start_timeout_s: float
+    workloads: tuple[str, ...] = ("A", "B")   # B's ratio needs A of the same system and repetition
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,7 @@ async def warm_up(base: str) -> None:
 
 def run_system(system: str, s: Setup, z: Sizing, rep: int, vocab: int, out: Path) -> list[dict]:
     workloads = ("A",) if system == "vllm" else (("A", "B") if rep % 2 == 0 else ("B", "A"))
+    workloads = tuple(w for w in workloads if w in s.workloads)
     cluster = proc = None
     try:
         if system == "vllm":
@@ -355,6 +357,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dtype", default=None, help="default: the checkpoint's")
     ap.add_argument("--worker-arg", action="append", default=[], help="passed to every tandem worker")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--workloads", default="A,B", help="A, B or both (B's ratio needs A)")
     ap.add_argument("--systems", default="on,off,vllm")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--start-timeout", type=float, default=600.0)
@@ -377,7 +380,7 @@ def setup_from(a: argparse.Namespace) -> Setup:
     return Setup(a.model, a.workers, agentic, a.concurrency, not a.no_agent_hints, a.oversubscription, a.block_size,
                  a.max_num_seqs, a.flood_concurrency or 2 * a.max_num_seqs * a.workers,
                  a.flood_prompt_tokens, a.flood_output_tokens, dtype, tuple(a.worker_arg), a.reps,
-                 a.start_timeout)
+                 a.start_timeout, tuple(x for x in a.workloads.split(",") if x))
 
 
 def smoke(a: argparse.Namespace, tmp: Path) -> argparse.Namespace:

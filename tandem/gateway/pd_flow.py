@@ -155,6 +155,8 @@ class _Flow:
         self.info = info
         # the session key for the routing policy: x-session-affinity, else the fingerprint
         self.session = session_key(req.prompt_token_ids, parts.marker, req.context)
+        # the agent's hint says no turn follows: placed as its session, which then leaves the table
+        self.session_ends = req.context.agent.expect_next_turn_s == 0
         # every output token the client has, a queued job's saved progress first (the engine
         # counts those toward max_tokens and does not emit them again); `resumed` of them came in
         self.sent: list[int] = list(req.resume_output_ids)
@@ -233,7 +235,8 @@ class _Flow:
         """Whole requests on `pool`: "both", or a disaggregated pool while the other is down."""
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, cache_keys(self.req.context))
-        route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude))
+        route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude),
+                                     session_ends=self.session_ends)
         async with aclosing(self._whole_pass(route, pool)) as deltas:
             async for d in deltas:
                 yield d
@@ -268,13 +271,15 @@ class _Flow:
         router = self.p.router
         # where to prefill: look at the decode and the prefill worker the router would pick
         decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False,
+                                             session_ends=self.session_ends,
                                              also=("both",))
         prefill: Route | None = None
         if decode.worker.role == "both":
             where = Placement(local=True, reason="both")
         else:
             try:
-                prefill = router.choose("prefill", memo, self.session, exclude, commit=False)
+                prefill = router.choose("prefill", memo, self.session, exclude, commit=False,
+                                        session_ends=self.session_ends)
             except (NoHealthyWorker, CapacityExceeded):
                 pass   # the decode worker serves it whole
             where = place(prefill.load if prefill else None, decode.load, decode.request,
@@ -308,7 +313,8 @@ class _Flow:
         got_token = False
         try:
             if decode is None:
-                decode = self.p.router.choose("decode", memo, self.session, exclude)
+                decode = self.p.router.choose("decode", memo, self.session, exclude,
+                                              session_ends=self.session_ends)
             d_url = decode.worker.url
             self._set_headers(p_url, d_url)
             yield self._rewrite(first, finished=False)

@@ -116,13 +116,14 @@ class Router:
 
     def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
                exclude: frozenset[str] = frozenset(), commit: bool = True,
-               also: tuple[str, ...] = ()) -> Route:
+               also: tuple[str, ...] = (), session_ends: bool = False) -> Route:
         """Pick a worker of role `pool` (or of a role in `also`, with `pool`'s policy and counter);
         raises NoHealthyWorker (503) or CapacityExceeded (429).
 
         `exclude` lists workers that just failed this request: avoided while another is live.
         `commit=False` only looks: the decision is neither counted nor advances the pool's
-        request counter (round robin) until `commit(pool, route)`.
+        request counter (round robin) until `commit(pool, route)`. `session_ends`: the request is
+        its session's last turn (RequestInfo.session_ends).
         """
         workers = [*self.registry.pool(pool), *(w for role in also for w in self.registry.pool(role))]
         live = [w for w in workers if w.healthy and not w.draining]
@@ -139,7 +140,8 @@ class Router:
             workers=tuple(self._load(w, matches, counts[w.url]) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
                                 block_size=block_size, shared_blocks=matches.get(STORE, 0),
-                                session_id=session_id, session_home=home, seq=seq))
+                                session_id=session_id, session_home=home, seq=seq,
+                                session_ends=session_ends and session_id is not None))
         snap = admit(snap, self.limits, pool)
         decision = self.policies[pool].choose(snap)
         chosen = snap.by_id(decision.worker_id)
@@ -155,10 +157,15 @@ class Router:
 
     def commit(self, pool: str, route: Route) -> None:
         """Count a decision taken: the pool's request counter moves on, the metric sees it, and
-        the request's session (if any) is bound to the chosen worker in this pool."""
+        the request's session (if any) is bound to the chosen worker in this pool, or, on its last
+        turn, leaves the table."""
         self._seq[pool] = self._seq.get(pool, 0) + 1
-        if route.request is not None and route.request.session_id is not None:
-            self.sessions.bind(pool, route.request.session_id, route.worker.url)
+        req = route.request
+        if req is not None and req.session_id is not None:
+            if req.session_ends:
+                self.sessions.end(pool, req.session_id)
+            else:
+                self.sessions.bind(pool, req.session_id, route.worker.url)
         if self.on_decision is not None:
             self.on_decision(pool, route.decision)
 

@@ -6,7 +6,8 @@ last committed request in a pool went to. The policy reads the binding as
 so it stays a pure function of the snapshot; the router writes the binding when it commits a
 decision (tandem/router/router.py).
 
-A session is live while it sent a request in the last `idle_s` seconds; the table keeps at most
+A session is live while it sent a request in the last `idle_s` seconds and its client did not say
+it ended (`end`: an agent's last turn, hint expect_next_turn_s = 0); the table keeps at most
 `capacity` sessions, forgetting the least recently used first. A forgotten session is placed as
 a new one (its history, if still cached, then counts through the prefix index).
 
@@ -51,6 +52,12 @@ class SessionTable:
         self._count.setdefault(pool, Counter())[worker] += 1
         while len(self._bound) > self.capacity:
             self._pop_oldest()
+
+    def end(self, pool: str, session: str) -> None:
+        """The session's last request was placed: forget it (unknown sessions are ignored)."""
+        old = self._bound.pop((pool, session), None)
+        if old is not None:
+            self._drop(pool, old[0])
 
     def __len__(self) -> int:
         self._expire()

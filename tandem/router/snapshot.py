@@ -57,6 +57,9 @@ class RequestInfo:
     # conversation.py); None for a request of no recognised conversation
     session_id: str | None = None
     session_home: str | None = None     # the worker this session's last request in this pool went to
+    # the client says no turn follows (agent hint expect_next_turn_s = 0): the session leaves the
+    # router's table once this request is placed (it no longer counts as a worker's live session)
+    session_ends: bool = False
     seq: int = 0                        # gateway's request counter (round robin)
 
 

@@ -145,3 +145,16 @@ def test_a_session_is_bound_when_committed_and_its_turns_follow():
     r = router.choose("both", HashMemo(list(range(100, 120)), ()), "conv-2")
     assert r.worker.url != home and r.decision.reason == "new_load"
     assert decisions == [("both", "new_load"), ("both", "affinity"), ("both", "new_load")]
+
+
+def test_a_sessions_last_turn_goes_home_and_then_the_session_no_longer_counts():
+    reg, index, tracker, router, decisions = cluster(["both", "both"])
+    first = list(range(20))
+    home = router.choose("both", HashMemo(first, ()), "conv-1").worker.url
+    last = router.choose("both", HashMemo(first + [7] * 12, ()), "conv-1", session_ends=True)
+    assert (last.worker.url, last.decision.reason) == (home, "affinity")
+    assert last.request.session_ends
+    assert router.sessions.home("both", "conv-1") is None and router.sessions.counts("both") == {}
+    # without a session there is nothing to end
+    r = router.choose("both", HashMemo(list(range(50, 70)), ()), None, session_ends=True)
+    assert not r.request.session_ends

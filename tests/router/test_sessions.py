@@ -42,3 +42,14 @@ def test_capacity_forgets_the_least_recently_used():
     for s, wkr in (("s1", "a"), ("s2", "b"), ("s3", "a")):
         t.bind("both", s, wkr)
     assert t.home("both", "s1") is None and t.counts("both") == {"a": 1, "b": 1}
+
+
+def test_an_ended_session_leaves_the_table_and_its_workers_count():
+    t = SessionTable()
+    t.bind("both", "s1", "a")
+    t.bind("both", "s2", "a")
+    t.end("both", "s1")
+    assert t.home("both", "s1") is None and t.counts("both") == {"a": 1} and len(t) == 1
+    t.end("both", "never-bound")    # ignored
+    t.end("prefill", "s2")          # another pool's binding: the "both" one stays
+    assert t.home("both", "s2") == "a"

@@ -16,10 +16,15 @@ tandem/router/sessions.py) and how many live sessions each worker holds (`Worker
    the bound ("session_*"), is placed among
    - the available workers within the load bound (all of them if none is),
    - holding fewer than `min sessions + new_session_slack` sessions: new sessions are spread
-     over the workers before any prefix counts, because a session's later turns are most of its
-     work and will follow it (with the default slack of 1, the workers' session counts never
-     differ by more than one through new sessions). The cost: a prefix shared by the sessions
-     (a tenant's system prompt) is computed once on each worker instead of once in all. Not in
+     over the workers, because a session's later turns are most of its work and will follow it
+     (with the default slack of 2, new sessions never make the workers' live session counts
+     differ by more than two). Within that, the prefix decides: with a slack of 1 the counts
+     alone placed every other session, so two tenants' sessions alternating over two workers
+     put both tenants' system prompts in each worker's cache, which on a tight cache evicted the
+     sessions' histories (docs/benchmarks.md 14: 0.81 of the ideal cached tokens against 0.96
+     with 2). The cost that remains: a prefix shared by more sessions than a worker takes (a
+     tenant's system prompt) is computed once on each worker it spreads to. A session whose
+     client said it ended (RequestInfo.session_ends) no longer counts. Not in
      a pool of prefill workers: a session's later turns follow its decode worker (placement.py,
      rule 5), so a prefill worker holds no session's future and prefix and load decide there;
    by prefix_aware's near-best rule (below), then the session's rendezvous order (affinity.py).
@@ -35,6 +40,14 @@ prompt) does not decide alone, while a session's whole history does.
 Reasons (metric labels): "affinity"; prefix_aware's ("prefix", "store", "load", "hotspot"), bare
 for requests of no session, prefixed "new_" for a session's first request and "session_" for a
 session moved from its home.
+
+Load: a worker's queued prefill tokens plus DECODE_WEIGHT (0.1) times the context tokens of its
+decoding requests, in the load bound, the hotspot guard and the cost alike. A decoding request
+delays a newcomer's prefill by its share of each step the prefill shares with it (attention over
+its context: about context / (6 x hidden size) prefill tokens a step), not by its whole context;
+weighted 1.0, two sessions in their last decode steps on 4k-token contexts made their worker a
+"hotspot" and sent the next session of the same tenant to a worker without its system prompt,
+which then held two tenants' prompts in a cache with room for one (docs/benchmarks.md 14).
 
 Settings: AffinityConfig (load bound), PrefixAwareConfig (margin_blocks=1, margin_frac=0.1 here;
 tier weights; hotspot guard), SessionConfig.new_session_slack.
@@ -54,17 +67,24 @@ from tandem.router.snapshot import Decision, Snapshot
 @dataclass(frozen=True)
 class SessionConfig:
     # a new (or moved) session goes only to a worker holding fewer sessions than the fewest any
-    # candidate holds plus this; a large value lets the prefix decide alone
-    new_session_slack: int = 1
+    # candidate holds plus this; 1: by counts alone; a large value lets the prefix decide alone
+    new_session_slack: int = 2
+
+
+DECODE_WEIGHT = 0.1
 
 
 def near_best() -> PrefixAware:
-    return PrefixAware(PrefixAwareConfig(margin_blocks=1, margin_frac=0.1))
+    return PrefixAware(PrefixAwareConfig(decode_weight=DECODE_WEIGHT, margin_blocks=1, margin_frac=0.1))
+
+
+def session_bound() -> AffinityConfig:
+    return AffinityConfig(decode_weight=DECODE_WEIGHT)
 
 
 @dataclass(frozen=True)
 class Combined:
-    affinity: AffinityConfig = field(default_factory=AffinityConfig)
+    affinity: AffinityConfig = field(default_factory=session_bound)
     prefix: PrefixAware = field(default_factory=near_best)
     sessions: SessionConfig = field(default_factory=SessionConfig)
     name: str = "default"

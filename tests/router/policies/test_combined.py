@@ -4,7 +4,7 @@
 from dataclasses import replace
 
 from tandem.router.policies import Combined, PrefixAware, PrefixAwareConfig
-from tandem.router.policies.affinity import rendezvous_order
+from tandem.router.policies.affinity import AffinityConfig, rendezvous_order
 from tandem.router.policies.combined import SessionConfig
 from tandem.router.policies.prefix_value import TierWeights, prefix_value
 from tandem.router.snapshot import RequestInfo, Snapshot, WorkerLoad
@@ -46,13 +46,50 @@ def test_eight_new_sessions_with_a_shared_system_prompt_spread_four_four():
         assert homes[0] == rendezvous_order("session-0", (w("a"), w("b")))[0].worker_id
 
 
+def test_two_tenants_sessions_alternating_each_stay_with_their_tenants_prompt():
+    # tenants 0 and 1 (25-block system prompts of their own) start sessions in turn on two idle
+    # workers: each tenant's sessions gather where its prompt is, four and four
+    ws = {x: w(x) for x in ("a", "b")}
+    held: dict[str, set[int]] = {"a": set(), "b": set()}
+    got = []
+    for i in range(8):
+        tenant = i % 2
+        placed = [replace(x, cached_blocks=25 if tenant in held[x.worker_id] else 0) for x in ws.values()]
+        d = Combined().choose(snap(*placed, prompt=25 * BS + 40, session=f"s{i}", seq=i))
+        got.append((tenant, d.worker_id))
+        held[d.worker_id].add(tenant)
+        ws[d.worker_id] = replace(ws[d.worker_id], sessions=ws[d.worker_id].sessions + 1)
+    homes = {t: {wid for tt, wid in got if tt == t} for t in (0, 1)}
+    assert len(homes[0]) == 1 and len(homes[1]) == 1 and homes[0] != homes[1]
+    # with a slack of one the counts alone decide every other session: both prompts on both
+    strict = Combined(sessions=SessionConfig(new_session_slack=1))
+    ws2 = (w("a", cached_blocks=25, sessions=2), w("b", sessions=1))
+    assert strict.choose(snap(*ws2, prompt=25 * BS + 40, session="s9")).worker_id == "b"
+    assert Combined().choose(snap(*ws2, prompt=25 * BS + 40, session="s9")).worker_id == "a"
+
+
 def test_a_large_slack_lets_the_prefix_bind_every_new_session():
     lax = Combined(sessions=SessionConfig(new_session_slack=1000))
     ws = (w("a", cached_blocks=25, sessions=3), w("b"))
     d = lax.choose(snap(*ws, prompt=440, session="s9"))
     assert (d.worker_id, d.reason) == ("a", "new_prefix")
-    # the default slack of one: b holds fewer sessions, so b
+    # the default slack of two: a holds three sessions, b none, so b
     d = Combined().choose(snap(*ws, prompt=440, session="s9"))
+    assert (d.worker_id, d.reason) == ("b", "new_load")
+
+
+def test_decoding_contexts_weigh_little_against_a_tenants_system_prompt():
+    # a holds the tenant's 2,656-token system prompt (166 blocks) and decodes two sessions on
+    # 4.5k-token contexts; b is idle and holds another tenant's prompt. The new session's first
+    # turn (2,800 tokens) goes to a: the decoding contexts delay its prefill by their share of a
+    # step, not by 9,000 tokens of work
+    ws = (w("a", cached_blocks=166, decode_tokens=9000, sessions=2), w("b", sessions=2))
+    d = Combined().choose(snap(*ws, prompt=2800, session="s9"))
+    assert (d.worker_id, d.reason) == ("a", "new_prefix")
+    # weighted like queued prefill, a was over the load bound (9,000 + 144 > 1.5 x 11,800 / 2)
+    heavy = Combined(affinity=AffinityConfig(),
+                     prefix=PrefixAware(PrefixAwareConfig(margin_blocks=1, margin_frac=0.1)))
+    d = heavy.choose(snap(*ws, prompt=2800, session="s9"))
     assert (d.worker_id, d.reason) == ("b", "new_load")
 
 
