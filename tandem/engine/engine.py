@@ -94,6 +94,7 @@ class Engine:
                                  config.cache.enable_prefix_caching, config.cache.hash_seed, self.events)
         # KV kept for an agent's next turn across its tool calls (tandem/kv/retention.py)
         self.retention = SessionRetainer(self.kv.pool, config.retention)
+        self._stalled = False   # the last step admitted and ran nothing (has_runnable)
         self.connector = connector
         self.scheduler = Scheduler(config.scheduler, self.kv, connector.scheduler if connector else None)
         self.runner = ModelRunner(loaded, self.layout, kv_cache, device)
@@ -200,7 +201,10 @@ class Engine:
         return bool(self.requests) or bool(self.scheduler.kept)
 
     def has_runnable(self) -> bool:
-        return self.scheduler.has_work()
+        """Work a step can advance now; False after a step that found only waiting requests it
+        could not admit (KV retained for better sessions, until holds end or the wait ages): the
+        step loop then waits for commands a while instead of spinning."""
+        return self.scheduler.has_work() and not self._stalled
 
     def kv_io_in_flight(self) -> bool:
         """Connector loads or saves are under way (the step loop polls them)."""
@@ -211,6 +215,8 @@ class Engine:
         self.retention.expire(time.monotonic())
         deltas = self._apply_connector_events()
         out = self.scheduler.schedule()
+        self._stalled = not (out.seqs or out.loads or out.preempted or out.capacity_finished or deltas) \
+            and not self.scheduler.running and not self.scheduler.loading
         self._demote()
         result = self._execute(out)
         deltas += self._update(out, result)
@@ -392,7 +398,7 @@ class Engine:
             req.request_id, req.all_token_ids, req.num_computed_tokens, req.cache_keys)
         tenant = req.context.tenant
         self.retention.finished(key, tenant, end, self.retention.retain_seconds(key, tenant, req.context.agent),
-                                blocks, req.cache_keys, time.monotonic())
+                                blocks, req.cache_keys, time.monotonic(), req.context.priority)
 
     def _demote(self) -> None:
         """Retained blocks the schedule just took for new data: copied down to the host tier, if

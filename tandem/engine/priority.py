@@ -13,6 +13,10 @@ preempted request first). A waiting request's level:
   requests of one priority share one level: priority 0 everywhere is first-come-first-served,
   exactly.
 
+KV retained for an agent's next turn (tandem/kv/session_retention.py) is kept from requests of a
+worse priority than every hold's at admission (they may take it once aged past the holds' level:
+`retention_level`, the same bound); running requests grow into it as into any free block.
+
 A running request keeps the lowest level it was admitted at (`admitted_level`): a request of
 priority 10 that aged to level 0 is not sent back by the next request of priority 0.
 
@@ -39,6 +43,14 @@ def waiting_level(req: Request, now: float, best: int, aging_s: float) -> int:
     """The level of a waiting request at time `now` (see the module's docstring)."""
     aged = math.floor(max(0.0, now - req.arrival_time) / aging_s)
     return max(req.context.priority - aged, best)
+
+
+def retention_level(req: Request, now: float, aging_s: float) -> int:
+    """The level at which a request being admitted may take KV retained for sessions (the block
+    pool keeps holds of a better priority from it): its priority aged without the floor of the
+    best level present, so that it waits at most (p - q) * aging_s for the holds of priority q
+    even while no request of theirs is there."""
+    return req.context.priority - math.floor(max(0.0, now - req.arrival_time) / aging_s)
 
 
 def admitted_level(req: Request) -> int:

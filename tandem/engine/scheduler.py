@@ -31,7 +31,11 @@ within a level, and levels go first:
   fit, and none when it would not fit even without them all;
 - under block pressure the victim is the running request of the worst level (then as above);
   one of them already scheduled in this step is taken back out of it: while a better request is
-  present, the blocks a worse one computes in the step are published only at its end.
+  present, the blocks a worse one computes in the step are published only at its end;
+- KV retained for sessions of a better priority than a waiting request's (aged: its starvation
+  bound) is not its to take: it is admitted only when its whole prompt fits in the free blocks
+  no hold lists, beside the blocks running prompts still need (it may share retained blocks it
+  hits; once running it grows into any free block).
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -57,7 +61,7 @@ from dataclasses import dataclass
 
 from tandem.config import SchedulerConfig
 from tandem.engine.prefill_order import PrefillOrder
-from tandem.engine.priority import admitted_level, waiting_level
+from tandem.engine.priority import admitted_level, retention_level, waiting_level
 from tandem.engine.request import Request, RequestStatus
 from tandem.kv.connector import NOTHING_KEPT, ExternalMatch, FinishedKV, KVConnectorScheduler, KVLoad
 from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
@@ -307,6 +311,12 @@ class Scheduler:
     def _budget_left(self, seqs: list[ScheduledSeq]) -> int:
         return self.config.max_num_batched_tokens - sum(s.num_new_tokens for s in seqs)
 
+    def _prompt_blocks_owed(self) -> int:
+        """Blocks the running requests' prompts still need (their later prefill chunks)."""
+        bs = self.kv.block_size
+        return sum(max(0, -(-r.num_tokens // bs) - len(self.kv.block_ids(r.request_id)))
+                   for r in self.running if r.num_computed_tokens < r.num_tokens - 1)
+
     def _slot_free(self) -> bool:
         return len(self.running) + len(self.loading) < self.config.max_num_seqs
 
@@ -322,14 +332,21 @@ class Scheduler:
         the latest admitted, as few as make it fit, and none when it would not fit without them
         all. Comparing the waiting request's own priority (not its aged level) with running
         levels means that a victim can never preempt, in turn, the request it gave way to."""
+        level = retention_level(req, self.clock(), self.config.priority_aging_s) if self.by_priority else None
+        if level is not None and self.kv.pool.protects(level) and not self.kv.can_allocate(
+                req.request_id, req.num_tokens, hit, level, reserve=self._prompt_blocks_owed()):
+            # KV retained for better sessions stays theirs: admitted only with room for its whole
+            # prompt in the unretained blocks, beside what running prompts still need, since
+            # its later chunks grow into any free block
+            return None
         if self._slot_free():
-            ids = self.kv.allocate(req.request_id, num_tokens, hit)
+            ids = self.kv.allocate(req.request_id, num_tokens, hit, level)
             if ids is not None or not self.by_priority:
                 return ids
         victims = [r for r in self._victim_order(scheduled) if admitted_level(r) > req.context.priority]
         slots = self.config.max_num_seqs - len(self.running) - len(self.loading)
         if len(victims) < 1 - slots or not self.kv.can_allocate_without(
-                req.request_id, num_tokens, hit, [v.request_id for v in victims]):
+                req.request_id, num_tokens, hit, [v.request_id for v in victims], level):
             return None
         for victim in victims:
             self.running.remove(victim)
@@ -338,7 +355,7 @@ class Scheduler:
             self._preempt(victim, requeue=False)
             preempted.append(victim)
             if self._slot_free():
-                ids = self.kv.allocate(req.request_id, num_tokens, hit)
+                ids = self.kv.allocate(req.request_id, num_tokens, hit, level)
                 if ids is not None:
                     return ids
         raise AssertionError("can_allocate_without promised room that freeing the victims did not make")

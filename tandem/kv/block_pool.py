@@ -13,12 +13,15 @@ Invariants:
   hold's tag and its position in the hold's sequence) for the caller to copy down a tier before the step overwrites it. A `cold`
   block (its session ended) goes to the head of the free queue whenever it is free.
 - `num_retained` counts the blocks with `retained` > 0.
+- Each hold has a priority (its turn's; lower is better). While every hold's priority is better
+  than a request's, the free retained blocks are not the request's to take at admission
+  (`protects`): a flood of worse-priority work does not overwrite better-priority sessions' KV.
 """
 
 from __future__ import annotations
 
 import gc
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -63,6 +66,8 @@ class BlockPool:
         self._holds: dict[str, dict[int, int]] = {}     # hold -> its block ids -> their positions
         self._tags: dict[str, object] = {}              # hold -> what the caller tagged it with
         self._held_by: dict[int, set[str]] = {}         # block id -> holds listing it
+        self._hold_priority: dict[str, int] = {}        # hold -> its turn's priority
+        self._priorities: Counter[int] = Counter()      # holds per priority
         self.num_retained = 0
         self.num_retained_evicted = 0                   # cumulative
         # retained blocks taken since the caller last drained it: (block id, hash, hold's tag, the
@@ -73,6 +78,16 @@ class BlockPool:
     def num_free(self) -> int:
         """Blocks that can be taken now, evicting cached content (retained last) if needed."""
         return len(self._free) + len(self._retained_free)
+
+    @property
+    def num_unretained_free(self) -> int:
+        """Free blocks no hold lists (taken before any retained one)."""
+        return len(self._free)
+
+    def protects(self, priority: int) -> bool:
+        """Whether the free retained blocks are kept from a request admitted at `priority`: every
+        hold's priority is better (lower) than it."""
+        return bool(self._priorities) and priority > max(self._priorities)
 
     @property
     def num_cached(self) -> int:
@@ -181,9 +196,9 @@ class BlockPool:
         return tuple(self.cached)
 
     # --- retention (tandem/kv/retention.py decides; tandem/kv/session_retention.py drives) ---------
-    def retain(self, hold: str, blocks: Sequence[KVBlock], tag: object = None) -> None:
-        """List `blocks` (in sequence order, each holding a cached prefix) under a new hold: while
-        free they are taken only after every unretained free block."""
+    def retain(self, hold: str, blocks: Sequence[KVBlock], tag: object = None, priority: int = 0) -> None:
+        """List `blocks` (in sequence order, each holding a cached prefix) under a new hold of
+        `priority`: while free they are taken only after every unretained free block."""
         assert hold not in self._holds, f"hold {hold!r} exists"
         ids: dict[int, int] = {}
         for pos in reversed(range(len(blocks))):   # into the retained queue tail-first, as release does
@@ -201,6 +216,8 @@ class BlockPool:
                     self._retained_free[block.block_id] = None
         self._holds[hold] = dict(reversed(ids.items()))
         self._tags[hold] = tag
+        self._hold_priority[hold] = priority
+        self._priorities[priority] += 1
 
     def unretain(self, hold: str, cold: bool = False) -> None:
         """End a hold (unknown holds are ignored). Blocks no other hold lists rejoin the free queue:
@@ -209,6 +226,10 @@ class BlockPool:
         self._tags.pop(hold, None)
         if ids is None:
             return
+        priority = self._hold_priority.pop(hold)
+        self._priorities[priority] -= 1
+        if not self._priorities[priority]:
+            del self._priorities[priority]
         released: list[KVBlock] = []
         for block_id in ids:
             block = self.blocks[block_id]

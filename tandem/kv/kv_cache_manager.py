@@ -61,16 +61,22 @@ class KVCacheManager:
         self.prefix_queries += num_tokens
         self.prefix_hits += hit_tokens
 
-    def can_allocate(self, request_id: str, num_tokens: int, hit: PrefixHit = NO_HIT) -> bool:
-        return self._num_needed(request_id, num_tokens, hit) <= self.pool.num_free
+    def can_allocate(self, request_id: str, num_tokens: int, hit: PrefixHit = NO_HIT,
+                     priority: int | None = None, reserve: int = 0) -> bool:
+        """Whether `allocate` would succeed; `reserve`: free blocks promised to others (counted
+        against the unretained ones only, where `priority` keeps the retained from it)."""
+        return self._fits(request_id, num_tokens, hit, priority, reserve=reserve)
 
-    def allocate(self, request_id: str, num_tokens: int, hit: PrefixHit = NO_HIT) -> list[int] | None:
+    def allocate(self, request_id: str, num_tokens: int, hit: PrefixHit = NO_HIT,
+                 priority: int | None = None) -> list[int] | None:
         """Make the request hold blocks for its first num_tokens tokens.
 
-        `hit` (admission only) is taken first. Returns the ids of the newly taken blocks,
-        or None (and changes nothing) when too few blocks are free.
+        `hit` (admission only) is taken first. `priority` (admission under the priority policy):
+        the request's level; free blocks retained for sessions of better priority are not taken
+        (BlockPool.protects), though it may share those of them it hits. Returns the ids of the
+        newly taken blocks, or None (and changes nothing) when too few blocks are free.
         """
-        if self._num_needed(request_id, num_tokens, hit) > self.pool.num_free:
+        if not self._fits(request_id, num_tokens, hit, priority):
             return None
         blocks = self._blocks.setdefault(request_id, [])
         if hit.blocks:
@@ -83,14 +89,25 @@ class KVCacheManager:
         return [b.block_id for b in new]
 
     def can_allocate_without(self, request_id: str, num_tokens: int, hit: PrefixHit,
-                             others: Sequence[str]) -> bool:
-        """Whether `allocate(request_id, num_tokens, hit)` would succeed once the requests `others`
-        were freed: the blocks only they hold join the free queue (and the hit's among them are
-        taken out of it again)."""
+                             others: Sequence[str], priority: int | None = None) -> bool:
+        """Whether `allocate(request_id, num_tokens, hit, priority)` would succeed once the
+        requests `others` were freed: the blocks only they hold join the free queue (and the
+        hit's among them are taken out of it again)."""
         held = Counter(b.block_id for rid in others for b in self._blocks.get(rid, ()))
         freed = {i for i, n in held.items() if self.pool.blocks[i].ref_count == n}
+        if priority is not None and self.pool.protects(priority):   # retained blocks are not its
+            freed = {i for i in freed if not self.pool.blocks[i].retained}
+        return self._fits(request_id, num_tokens, hit, priority, freed)
+
+    def _fits(self, request_id: str, num_tokens: int, hit: PrefixHit, priority: int | None,
+              freed: set[int] = frozenset(), reserve: int = 0) -> bool:
+        """Whether the allocation finds its free blocks, `freed` (block ids) counted as free."""
         need = self._num_needed(request_id, num_tokens, hit) + sum(b.block_id in freed for b in hit.blocks)
-        return need <= self.pool.num_free + len(freed)
+        if priority is None or not self.pool.protects(priority):
+            return need <= self.pool.num_free + len(freed)
+        # only unretained free blocks are taken; a hit on a free retained block is shared, not taken
+        shared = sum(1 for b in hit.blocks if b.ref_count == 0 and b.retained)
+        return need - shared + reserve <= self.pool.num_unretained_free + len(freed)
 
     def _num_needed(self, request_id: str, num_tokens: int, hit: PrefixHit) -> int:
         """Free-queue blocks consumed by the allocation: new blocks plus free cache hits."""

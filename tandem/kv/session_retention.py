@@ -93,10 +93,11 @@ class SessionRetainer:
             self._next_deadline = min(self._next_deadline, hold.deadline)
 
     def finished(self, key: str | None, tenant: str | None, end: TurnEnd, retain_s: float,
-                 blocks: Sequence[KVBlock], tag: object, now: float) -> None:
+                 blocks: Sequence[KVBlock], tag: object, now: float, priority: int = 0) -> None:
         """A turn of session `key` ended as `end`; `blocks`: its cached blocks in sequence order
         (prompt and output); `retain_s`: how long to hold them (RETAIN); `tag`: passed back with
-        any of them demoted (its KV partition)."""
+        any of them demoted (its KV partition); `priority`: the turn's (the hold's, which keeps
+        its blocks from worse-priority admissions: BlockPool.protects)."""
         if key is None or not self.enabled:
             return
         self._release(key, cold=False)   # an earlier hold of the session: this turn supersedes it
@@ -114,7 +115,7 @@ class SessionRetainer:
         blocks = self._fit_share(blocks, now)
         if not blocks:
             return
-        self.pool.retain(key, blocks, tag)
+        self.pool.retain(key, blocks, tag, priority)
         self._holds[key] = _Hold(now + retain_s, now)
         self._next_deadline = min(self._next_deadline, now + retain_s)
 

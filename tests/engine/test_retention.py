@@ -4,6 +4,7 @@ through a small cache during the pause, then every session's next turn arrives. 
 the next turns find their whole previous context cached; with it off (today's LRU) none of it.
 Greedy output is the same either way, and every block is free once all is done."""
 
+import time
 from dataclasses import replace
 
 import torch
@@ -100,6 +101,81 @@ def test_retained_blocks_are_taken_last_and_released_at_their_deadline(llama_dir
         engine.retention.expire(float("inf"))
         assert engine.kv.pool.num_retained == 0 and engine.retention.expired == 1
         assert engine.kv.pool.num_holds == 0
+        assert_all_blocks_free(engine)
+    finally:
+        engine.shutdown()
+
+
+def _beside_a_flood(llama_dir, flood_priority: int):
+    """Turn 1 of four priority-0 sessions (hinted), then six priority-`flood_priority` one-shots
+    at once (16 blocks each: 96 blocks, more than the 52 no hold lists), then turn 2. Returns
+    the outputs, the turn-2 cached tokens and the retained blocks the one-shots took."""
+    torch.set_num_threads(1)
+    cfg = replace(engine_config(llama_dir, num_blocks=NUM_BLOCKS),
+                  retention=RetentionConfig(share=0.5, default_gap_s=60.0))
+    engine = Engine.from_config(cfg)
+    try:
+        firsts = prompts(4, seed=31, min_len=TURN1_LEN, max_len=TURN1_LEN)
+        turn1 = [_session(p, f"s{i}", AgentTurn(expect_next_turn_s=60.0)) for i, p in enumerate(firsts)]
+        out1 = run(engine, turn1)
+        outs = [tokens(out1[r.request_id]) for r in turn1]
+        flood = [request(p, max_tokens=4) for p in prompts(6, seed=33, min_len=60, max_len=60)]
+        for r in flood:
+            r.context = RequestContext(priority=flood_priority)
+        flood_out = run(engine, flood)
+        taken = engine.stats().retention_evicted_blocks
+        turn2 = [_session(p + o + [7, 8, 9, 10], f"s{i}", max_tokens=4)
+                 for i, (p, o) in enumerate(zip(firsts, outs))]
+        out2 = run(engine, turn2)
+        cached = [out2[r.request_id][-1].num_cached_tokens for r in turn2]
+        result = (outs, [tokens(flood_out[r.request_id]) for r in flood],
+                  [tokens(out2[r.request_id]) for r in turn2])
+        assert_all_blocks_free(engine)
+        return result, cached, taken
+    finally:
+        engine.shutdown()
+
+
+def test_a_flood_of_worse_priority_waits_for_blocks_rather_than_take_retained_ones(llama_dir):
+    worse, worse_cached, worse_taken = _beside_a_flood(llama_dir, flood_priority=10)
+    equal, equal_cached, equal_taken = _beside_a_flood(llama_dir, flood_priority=0)
+    previous = TURN1_LEN + TURN1_OUT
+    # priority 10: the one-shots ran three at a time in the unretained blocks; every session's
+    # next turn finds its whole previous context
+    assert worse_taken == 0 and all(c >= 0.9 * previous for c in worse_cached), worse_cached
+    # priority 0, like the sessions: the one-shots took retained blocks (demoted or lost)
+    assert equal_taken > 0 and min(equal_cached) < 0.9 * previous, equal_cached
+    assert worse == equal                          # greedy outputs do not depend on the order
+
+
+def test_a_worse_priority_request_that_fits_only_in_retained_blocks_waits_out_its_aging(llama_dir):
+    """Nothing else runs: the priority-10 one-shot needs 29 blocks, 25 are unretained. It waits
+    (the engine does not spin: has_runnable is False between steps) until aged to the holds'
+    level, 10 x 0.1 s, then takes 4 retained blocks."""
+    torch.set_num_threads(1)
+    cfg = engine_config(llama_dir, num_blocks=32)
+    cfg = replace(cfg, retention=RetentionConfig(share=0.5),
+                  scheduler=replace(cfg.scheduler, priority_aging_s=0.1))
+    engine = Engine.from_config(cfg)
+    try:
+        p = prompts(1, seed=41, min_len=24, max_len=24)[0]
+        run(engine, [_session(p, "a", AgentTurn(expect_next_turn_s=30.0), max_tokens=5)])
+        assert engine.kv.pool.num_retained == 7
+        one = request(prompts(1, seed=43, min_len=110, max_len=110)[0], max_tokens=4)
+        one.context = RequestContext(priority=10)
+        engine.add_request(one)
+        engine.step()
+        assert not engine.scheduler.running and not engine.has_runnable()   # waiting, not spinning
+        started, deltas = time.monotonic(), []
+        while engine.requests and time.monotonic() - started < 20:
+            if not engine.has_runnable():
+                time.sleep(0.01)
+            deltas += engine.step()
+        waited = time.monotonic() - started
+        assert not engine.requests and sum(len(d.new_token_ids) for d in deltas) == 4
+        assert waited >= 0.8, waited                     # aged ten levels of 0.1 s (from arrival)
+        assert engine.stats().retention_evicted_blocks == 4
+        engine.retention.expire(float("inf"))
         assert_all_blocks_free(engine)
     finally:
         engine.shutdown()

@@ -95,3 +95,18 @@ def test_reset_cache_ends_every_hold():
     pool.retain("s", _cached(pool, [0, 1]))
     assert pool.reset_cache()
     assert pool.num_retained == 0 and pool.num_cached == 0 and pool.num_free == 3
+
+
+def test_holds_keep_their_blocks_from_requests_of_a_worse_priority_only():
+    pool = BlockPool(6)
+    assert not pool.protects(10)                                 # no hold: nothing kept
+    session = _cached(pool, [0, 1])
+    pool.retain("s0", session, priority=0)
+    assert pool.protects(10) and pool.protects(1) and not pool.protects(0) and not pool.protects(-1)
+    assert pool.num_unretained_free == 4 and pool.num_free == 6
+    other = _cached(pool, [2], base=200)
+    pool.retain("s10", other, priority=10)                       # a hold as bad as the request
+    assert not pool.protects(10) and pool.protects(11)
+    pool.unretain("s10")
+    pool.unretain("s0")
+    assert not pool.protects(10) and pool.num_unretained_free == 6

@@ -88,3 +88,32 @@ def test_can_allocate_without_counts_only_blocks_no_one_else_holds():
     kv.free("a")
     kv.free("b")
     assert kv.allocate("w", 12, hit) == [2]
+
+
+def test_a_worse_priority_admission_shares_but_never_takes_a_better_sessions_retained_blocks():
+    kv = KVCacheManager(num_blocks=8, block_size=4)
+    session = list(range(12))                          # 3 full blocks, retained at priority 0
+    kv.allocate("turn1", 12)
+    kv.cache_computed("turn1", session, 12, ())
+    kept = kv.cached_blocks("turn1", session, 12, ())
+    kv.free("turn1")
+    kv.pool.retain("s", kept, priority=0)
+    assert kv.pool.num_free == 8 and kv.pool.num_unretained_free == 5
+    # a priority-10 one-shot of 6 blocks: 5 unretained are free, the retained 3 are not its
+    assert not kv.can_allocate("flood", 24, priority=10)
+    assert kv.allocate("flood", 24, priority=10) is None
+    assert kv.can_allocate("flood", 24, priority=0)                 # as good as the hold: it may
+    assert kv.can_allocate("flood", 24)                             # fcfs (no level): as before
+    # a worse request sharing the session's prefix uses the retained blocks it hits
+    hit = kv.lookup_prefix("sharer", session + [99] * 5, ())
+    assert hit.num_tokens == 12
+    assert kv.allocate("sharer", 17, hit, priority=10) == [3, 4]
+    assert kv.pool.lookup(kept[0].block_hash) is kept[0]
+    # freeing a victim counts only its unretained blocks for a worse request
+    kv.allocate("five", 12, priority=10)                             # the 3 unretained left
+    assert kv.pool.num_unretained_free == 0
+    assert not kv.can_allocate_without("next", 8, NO_HIT, [], priority=10)
+    assert kv.can_allocate_without("next", 8, NO_HIT, ["five"], priority=10)
+    kv.free("sharer")
+    kv.free("five")
+    assert kv.pool.num_free == 8
