@@ -110,6 +110,9 @@ class RetentionConfig:
     max_s: float = 600.0        # nor longer, a client's hint included
     alpha: float = 0.3          # weight of a new gap in the running mean and deviation
     deviations: float = 2.0     # retention = mean + deviations x mean absolute deviation
+    # a hint of h seconds holds h x (1 + hint_slack) + min_gap_s: the next turn reaches the worker
+    # after the client's pause plus its time queued at the gateway and in transit
+    hint_slack: float = 0.5
     max_sessions: int = 4096    # sessions (and tenants) whose gaps are remembered, least recent out
 
     @property

@@ -14,7 +14,8 @@ blocks of a session that ended (its turn ended in `stop` without tool calls) are
   `m` and mean absolute deviation `d` of the observed gaps between a retained turn's end and the
   next turn's arrival (`observe`); the gap is the session's `m + k * d` (a high quantile of a
   roughly normal spread) once it has an observation, else its tenant's, else the default; never
-  below `min_gap_s`, never above `max_s`. A hint replaces the estimate (clamped to `max_s`).
+  below `min_gap_s`, never above `max_s`. A hint h replaces the estimate: h x (1 + hint_slack) +
+  min_gap_s (the next turn arrives after the pause plus its wait at the gateway), at most `max_s`.
 - The share bound (`over_share`): at most `share` of the device blocks are retained at once; a new
   retention first releases the oldest ones (the mechanism's order), and keeps only its first
   blocks if it alone would exceed the bound (the prefix is what every later turn resends).
@@ -89,7 +90,7 @@ def retain_for(agent: AgentTurn, session: GapEstimate | None, tenant: GapEstimat
     """Seconds a RETAIN turn's blocks are kept: the hint (clamped to max_s), else the estimate."""
     hint = agent.expect_next_turn_s
     if hint is not None and hint > 0:
-        return min(hint, cfg.max_s)
+        return min(hint * (1 + cfg.hint_slack) + cfg.min_gap_s, cfg.max_s)
     return expected_gap(session, tenant, cfg)
 
 

@@ -1,7 +1,11 @@
 """Admission: before a policy runs, decide 503 (no healthy worker) or 429 (all saturated).
 
 Saturation is per worker, from limits on what the gateway sees; a saturated worker stays
-healthy but takes no new request until its load drops.
+healthy but takes no new request until its load drops. Except a session's own: a request whose
+session lives on a worker (RequestInfo.session_home) may go there over `max_in_flight` by up to
+`session_overflow` requests (by default a quarter of it, at least one): its history is cached
+there, and elsewhere it would be computed again; there it waits in the worker's queue, where a
+better priority preempts a worse one.
 """
 
 from __future__ import annotations
@@ -19,10 +23,17 @@ class AdmissionLimits:
     max_prefill_tokens: int = 262144  # estimated pending prefill tokens on one worker
     # estimated tokens on one worker, pending prefill plus active contexts (None: no bound)
     max_tokens: int | None = None
+    # requests of its sessions a worker takes over max_in_flight (None: max(1, max_in_flight // 4))
+    session_overflow: int | None = None
+
+    @property
+    def home_overflow(self) -> int:
+        return max(1, self.max_in_flight // 4) if self.session_overflow is None else self.session_overflow
 
 
-def is_saturated(w: WorkerLoad, limits: AdmissionLimits) -> bool:
-    return (w.in_flight >= limits.max_in_flight or w.waiting >= limits.max_waiting
+def is_saturated(w: WorkerLoad, limits: AdmissionLimits, overflow: int = 0) -> bool:
+    """Over a limit; `overflow`: requests allowed over max_in_flight (a session's home)."""
+    return (w.in_flight >= limits.max_in_flight + overflow or w.waiting >= limits.max_waiting
             or w.prefill_tokens >= limits.max_prefill_tokens
             or (limits.max_tokens is not None
                 and w.prefill_tokens + w.decode_tokens >= limits.max_tokens))
@@ -30,7 +41,9 @@ def is_saturated(w: WorkerLoad, limits: AdmissionLimits) -> bool:
 
 def admit(snap: Snapshot, limits: AdmissionLimits, pool: str) -> Snapshot:
     """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded."""
-    workers = tuple(replace(w, saturated=is_saturated(w, limits)) for w in snap.workers)
+    home = snap.request.session_home
+    workers = tuple(replace(w, saturated=is_saturated(w, limits, limits.home_overflow if w.worker_id == home else 0))
+                    for w in snap.workers)
     live = [w for w in workers if w.healthy and not w.draining]
     if not live:
         raise NoHealthyWorker(f"no healthy {pool} worker is registered; retry later")

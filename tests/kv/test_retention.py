@@ -54,8 +54,11 @@ def test_a_session_without_gaps_borrows_its_tenants_then_the_default():
 
 def test_a_hint_replaces_the_estimate_and_is_clamped_to_max_s():
     learned = observe(None, 2.0, CFG)
-    assert retain_for(AgentTurn(expect_next_turn_s=30.0), learned, None, CFG) == 30.0
+    # the hint plus half of it and min_gap_s: the next turn also waits at the gateway and in transit
+    assert retain_for(AgentTurn(expect_next_turn_s=30.0), learned, None, CFG) == 46.0
     assert retain_for(AgentTurn(expect_next_turn_s=3600.0), learned, None, CFG) == 600.0
+    tight = RetentionConfig(share=0.5, hint_slack=0.0, min_gap_s=0.5, default_gap_s=5.0)
+    assert retain_for(AgentTurn(expect_next_turn_s=3.0), learned, None, tight) == 3.5
     assert retain_for(TOOLS, learned, None, CFG) == 4.0
 
 

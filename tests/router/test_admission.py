@@ -27,3 +27,22 @@ def test_all_saturated_is_429_and_partial_saturation_marks_workers():
     s = admit(snap(w("a", prefill_tokens=100), w("b", in_flight=1)), lim, "decode")
     assert [x.saturated for x in s.workers] == [True, False]
     assert [x.worker_id for x in s.available()] == ["b"]
+
+
+def test_a_sessions_home_takes_it_over_the_in_flight_cap_by_the_overflow_only():
+    lim = AdmissionLimits(max_in_flight=8)                  # overflow: 8 // 4 = 2
+    assert lim.home_overflow == 2 and AdmissionLimits(max_in_flight=2).home_overflow == 1
+    workers = (w("a", in_flight=9), w("b", in_flight=3))
+    home_a = Snapshot(workers, RequestInfo(num_prompt_tokens=10, session_id="s", session_home="a"))
+    assert [x.saturated for x in admit(home_a, lim, "decode").workers] == [False, False]
+    # no session, or another home: a is at its cap
+    assert [x.saturated for x in admit(snap(*workers), lim, "decode").workers] == [True, False]
+    # past the overflow, or saturated by another limit, the home is saturated too
+    full = (w("a", in_flight=10), w("b", in_flight=3))
+    home_full = Snapshot(full, RequestInfo(num_prompt_tokens=10, session_id="s", session_home="a"))
+    assert [x.saturated for x in admit(home_full, lim, "decode").workers] == [True, False]
+    waiting = Snapshot((w("a", in_flight=1, waiting=128), w("b")),
+                       RequestInfo(num_prompt_tokens=10, session_id="s", session_home="a"))
+    assert admit(waiting, lim, "decode").workers[0].saturated
+    assert [x.saturated for x in admit(home_a, AdmissionLimits(max_in_flight=8, session_overflow=0),
+                                       "decode").workers] == [True, False]
