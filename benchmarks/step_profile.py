@@ -63,7 +63,7 @@ def bf16_peak(size: int, calls: int) -> dict:
     flops = 2 * size ** 3
     out = {"size": size, "matmul_gflops": flops / best_s(lambda: torch.matmul(a, b), calls) / 1e9}
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
-        packed = torch.ops.mkldnn._reorder_linear_weight(b, [size])
+        packed = torch.ops.mkldnn._reorder_linear_weight(b, size)
         run = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")  # noqa: E731
         out["packed_linear_gflops"] = flops / best_s(run, calls) / 1e9
     out["peak_gflops"] = max(v for k, v in out.items() if k.endswith("gflops"))

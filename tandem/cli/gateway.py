@@ -100,7 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "bound to loopback (one host; refused by default)")
     g.add_argument("--max-in-flight", type=int, default=256,
                    help="requests open on one worker before it counts as saturated (when all are, "
-                        "requests wait in the fair queue; 429 with --no-fair-queue)")
+                        "requests wait in the fair queue; 429 with --no-fair-queue); a session's own "
+                        "worker takes its requests over it by a quarter more (at least one)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
     g.add_argument("--prefill-placement", default="auto", choices=("auto", "remote"),
