@@ -42,7 +42,8 @@ def is_saturated(w: WorkerLoad, limits: AdmissionLimits, overflow: int = 0) -> b
 def admit(snap: Snapshot, limits: AdmissionLimits, pool: str) -> Snapshot:
     """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded."""
     home = snap.request.session_home
-    workers = tuple(replace(w, saturated=is_saturated(w, limits, limits.home_overflow if w.worker_id == home else 0))
+    workers = tuple(replace(w, saturated=is_saturated(w, limits, limits.home_overflow if w.worker_id == home
+                                                      else 0))
                     for w in snap.workers)
     live = [w for w in workers if w.healthy and not w.draining]
     if not live:
