@@ -38,6 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.linear_cpu import fastest_ms  # noqa: E402
 from tandem.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig  # noqa: E402
 from tandem.engine.llm import LLM  # noqa: E402
 from tandem.types import EngineRequest, SamplingParams  # noqa: E402
@@ -46,26 +47,16 @@ PARTS = ("matrix products", "attention", "other layers", "sampling", "scheduling
          "engine overhead")
 
 
-def best_s(fn, calls: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def bf16_peak(size: int, calls: int) -> dict:
     """GFLOP/s of a size^3 bfloat16 product: torch.matmul and the oneDNN-packed linear."""
     a = torch.randn(size, size, dtype=torch.bfloat16)
     b = torch.randn(size, size, dtype=torch.bfloat16)
     flops = 2 * size ** 3
-    out = {"size": size, "matmul_gflops": flops / best_s(lambda: torch.matmul(a, b), calls) / 1e9}
+    out = {"size": size, "matmul_gflops": flops / fastest_ms(lambda: torch.matmul(a, b), calls) / 1e6}
     if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
         packed = torch.ops.mkldnn._reorder_linear_weight(b, size)
         run = lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")  # noqa: E731
-        out["packed_linear_gflops"] = flops / best_s(run, calls) / 1e9
+        out["packed_linear_gflops"] = flops / fastest_ms(run, calls) / 1e6
     out["peak_gflops"] = max(v for k, v in out.items() if k.endswith("gflops"))
     return out
 

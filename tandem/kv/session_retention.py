@@ -7,8 +7,9 @@ the scheduler frees them), `arrived` when the next one comes, `expire` each step
 
 A session's key is its `session_id` (x-session-affinity, or the gateway's conversation
 fingerprint) scoped by the request's tenant and cache salt, so two tenants' equal ids are two
-sessions, also where their KV is shared (--share-prefix-cache, --shared-prefixes). Gaps are learned per session and per tenant; both tables
-are bounded (`max_sessions`, least recently used forgotten first).
+sessions, also where their KV is shared (--share-prefix-cache, --shared-prefixes). Gaps are
+learned per session and per tenant; both tables are bounded (`max_sessions`, least recently used
+forgotten first).
 
 Engine thread only.
 """
