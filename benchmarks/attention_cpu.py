@@ -169,10 +169,10 @@ def prefill_options(cache, layer, chunk, q, k_new, v_new, scale, mask):
 
     opts = {"gather + enable_gqa + mask *": gqa, "gather + repeat_interleave": repeat,
             "gather + grouped query rows": grouped_rows, "(no context) causal on local K/V *": is_causal_local}
-    amx = PagedPrefillKernel.load()
-    if amx is not None and amx.supports(q, cache):   # then the default instead of the SDPA paths
-        k_scratch, v_scratch = (torch.empty(amx.scratch_numel(cache, ctx), dtype=q.dtype) for _ in range(2))
-        opts["AMX kernel (bfloat16 default) *"] = lambda: amx(  # noqa: E731
+    native = PagedPrefillKernel.load()
+    if native is not None and native.supports(q, cache):   # then the default instead of the SDPA paths
+        k_scratch, v_scratch = (torch.empty(native.scratch_numel(cache, ctx), dtype=q.dtype) for _ in range(2))
+        opts[f"native kernel, {native.backend} (bfloat16 default) *"] = lambda: native(  # noqa: E731
             q, cache, layer, chunk.block_ids, ctx - n, scale, k_scratch, v_scratch).transpose(0, 1)
     return opts
 

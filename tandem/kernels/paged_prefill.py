@@ -1,10 +1,11 @@
-"""Python face of paged_prefill_amx.c: a prefill chunk's attention over its whole context, read
-from the paged cache, with AMX tile multiplies (CPU, bfloat16 queries; a bfloat16 or float8_e5m2
-cache).
+"""Python face of paged_prefill.c: a prefill chunk's attention over its whole context, read from
+the paged cache, with AMX tile multiplies or AVX-512 BF16 dot products (CPU, bfloat16 queries; a
+bfloat16 or float8_e5m2 cache).
 
 `PagedPrefillKernel.load()` compiles the C source on first use (tandem.kernels.build) and returns
-None where the tiles cannot run (no AMX in this CPU, or the OS refuses the tile state); callers
-then keep torch's SDPA path.
+None where neither can run (a CPU without AVX-512 BF16); callers then keep torch's SDPA path.
+`backend` names the one that runs: "amx" where the CPU has AMX tiles and the OS grants them,
+else "avx512-bf16".
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import torch
 
 from tandem.kernels.build import KernelBuildConfig, load
 
-SOURCE = Path(__file__).with_name("paged_prefill_amx.c")
+SOURCE = Path(__file__).with_name("paged_prefill.c")
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int64
 _ARGTYPES = [_P, _P, _I, _I, _I, _I, _I, _I, _P, _I, _I, ctypes.c_float, _P, _P, _P, ctypes.c_int]
-_ERRORS = {-1: "out of memory", -2: "AMX tiles unavailable", -3: "head_dim must be a multiple of 32, at most 256"}
+_ERRORS = {-1: "out of memory", -2: "no AVX-512 BF16 in this build", -3: "head_dim must be a multiple of 32, at most 256"}
+_BACKENDS = {1: "avx512-bf16", 2: "amx"}   # tandem_prefill_backend()
 
 
 class PagedPrefillKernel:
@@ -31,7 +33,8 @@ class PagedPrefillKernel:
     DTYPE = torch.bfloat16
     CACHE_DTYPES = (torch.bfloat16, torch.float8_e5m2)
 
-    def __init__(self, lib: ctypes.CDLL) -> None:
+    def __init__(self, lib: ctypes.CDLL, backend: str) -> None:
+        self.backend = backend
         self._fns = {torch.bfloat16: lib.tandem_paged_prefill_bf16,         # by cache dtype
                      torch.float8_e5m2: lib.tandem_paged_prefill_bf16_e5m2}
         for fn in self._fns.values():
@@ -40,11 +43,12 @@ class PagedPrefillKernel:
 
     @classmethod
     def load(cls, cfg: KernelBuildConfig = KernelBuildConfig()) -> "PagedPrefillKernel | None":
-        """None when this machine cannot run AMX tiles; raises KernelBuildError when the source
-        cannot be compiled here."""
+        """None when this build has neither AMX nor AVX-512 BF16; raises KernelBuildError when
+        the source cannot be compiled here."""
         lib = load(SOURCE, cfg)
-        lib.tandem_prefill_amx_ready.restype = ctypes.c_int
-        return cls(lib) if lib.tandem_prefill_amx_ready() else None
+        lib.tandem_prefill_backend.restype = ctypes.c_int
+        backend = _BACKENDS.get(lib.tandem_prefill_backend())
+        return cls(lib, backend) if backend else None
 
     @staticmethod
     def supports(q: torch.Tensor, kv_cache: torch.Tensor) -> bool:

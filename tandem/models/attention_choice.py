@@ -69,15 +69,16 @@ def decode_kernel(choice: str, dtype: torch.dtype, device: torch.device,
 
 def prefill_kernel(choice: str, dtype: torch.dtype, device: torch.device,
                    build: KernelBuildConfig = KernelBuildConfig()) -> PagedPrefillKernel | None:
-    """The AMX prefill kernel for "auto" and "native" on a CPU with AMX tiles and a bfloat16
-    model, else None (torch SDPA). Never an error: prefill has no native path to insist on
+    """The native prefill kernel (AMX tiles, else AVX-512 BF16) for "auto" and "native" on a
+    CPU with either and a bfloat16 model, else None (torch SDPA). Never an error: prefill has no native path to insist on
     elsewhere (decode_kernel validates the choice)."""
     if choice == "sdpa" or device.type != "cpu" or dtype != PagedPrefillKernel.DTYPE:
         return None
     try:
         kernel = PagedPrefillKernel.load(build)
     except (KernelBuildError, OSError) as e:
-        log.warning("AMX prefill attention unavailable, using torch SDPA: %s", e)
+        log.warning("native prefill attention unavailable, using torch SDPA: %s", e)
         return None
-    log.info("prefill attention: %s", "AMX CPU kernel" if kernel else "torch SDPA (no AMX tiles here)")
+    log.info("prefill attention: %s", f"native CPU kernel ({kernel.backend})" if kernel
+             else "torch SDPA (no AMX or AVX-512 BF16 here)")
     return kernel

@@ -251,7 +251,7 @@ def test_amx_prefill_greedy_tokens_do_not_depend_on_chunks_or_the_prefix_cache(t
     from tests.conftest import assert_all_blocks_free, engine_config
 
     if PagedPrefillKernel.load() is None:
-        pytest.skip("this CPU has no AMX tiles")
+        pytest.skip("this CPU has neither AMX tiles nor AVX-512 BF16")
     model_dir = write_test_model(tmp_path, "LlamaForCausalLM", hidden_size=128, num_heads=4,
                                  num_kv_heads=2, head_dim=32, seed=4)
     shared = prompts(1, seed=8, min_len=150, max_len=150)[0]

@@ -1,6 +1,7 @@
-"""The AMX prefill kernel equals dense causal attention over cached context plus new tokens, for
-the head sizes, GQA groups, block sizes and chunk positions that models use; machines without AMX
-tiles get no kernel (callers keep SDPA)."""
+"""The native prefill kernel equals dense causal attention over cached context plus new tokens, for
+the head sizes, GQA groups, block sizes and chunk positions that models use, with either backend:
+AMX tiles (where the CPU has them) and AVX-512 BF16 (the build without AMX, which is what a Zen 4
+host compiles natively); a build with neither gets no kernel (callers keep SDPA)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,20 @@ from tests.layers.test_attention import dense_reference
 BF16 = torch.bfloat16
 
 
-@pytest.fixture(scope="module")
-def kernel():
-    k = PagedPrefillKernel.load()
+NO_AMX = ("-mno-amx-tile", "-mno-amx-bf16", "-mno-amx-int8")   # native, less AMX: the vector backend
+
+
+@pytest.fixture(scope="module", params=["native", "no-amx"])
+def kernel(request, tmp_path_factory):
+    x86 = "x86" in platform.machine().replace("_", "")
+    if request.param == "no-amx" and not x86:
+        pytest.skip("x86-64 build flags")
+    flags = DEFAULT_FLAGS + (NO_AMX if request.param == "no-amx" else ())
+    k = PagedPrefillKernel.load(KernelBuildConfig(cache_dir=tmp_path_factory.mktemp("kernels"), flags=flags))
     if k is None:
-        pytest.skip("this CPU has no AMX tiles (the kernel's fallback is tested below)")
+        pytest.skip("this CPU has neither AMX tiles nor AVX-512 BF16 (the fallback is tested below)")
+    if request.param == "no-amx":
+        assert k.backend == "avx512-bf16"
     return k
 
 
@@ -91,7 +101,7 @@ def test_supports_and_bad_arguments(kernel):
 
 
 @pytest.mark.skipif("x86" not in platform.machine().replace("_", ""), reason="x86-64 build flags")
-def test_without_amx_at_compile_time_there_is_no_kernel(tmp_path):
+def test_without_avx512_bf16_at_compile_time_there_is_no_kernel(tmp_path):
     flags = tuple(f for f in DEFAULT_FLAGS if f != "-march=native") + ("-march=x86-64-v3",)
     assert PagedPrefillKernel.load(KernelBuildConfig(cache_dir=tmp_path, flags=flags)) is None
 

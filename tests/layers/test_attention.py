@@ -100,7 +100,7 @@ def test_bfloat16_mixed_step_with_the_native_kernels():
     from tandem.kernels.paged_prefill import PagedPrefillKernel
     prefill = PagedPrefillKernel.load()
     if prefill is None:
-        pytest.skip("this CPU has no AMX tiles")
+        pytest.skip("this CPU has neither AMX tiles nor AVX-512 BF16")
     counting = _CountingPrefill(prefill)
     ws = AttentionWorkspace(PagedDecodeKernel.load(), counting)
     torch.manual_seed(2)

@@ -41,11 +41,11 @@ def test_auto_falls_back_without_a_compiler(tmp_path, caplog):
     assert "using torch SDPA" in caplog.text
 
 
-def test_prefill_kernel_only_for_bfloat16_on_a_cpu_with_amx():
-    has_amx = PagedPrefillKernel.load() is not None
+def test_prefill_kernel_only_for_bfloat16_on_a_cpu_with_amx_or_avx512_bf16():
+    native = PagedPrefillKernel.load() is not None
     for choice in ("auto", "native"):
         got = prefill_kernel(choice, torch.bfloat16, CPU)
-        assert isinstance(got, PagedPrefillKernel) if has_amx else got is None
+        assert isinstance(got, PagedPrefillKernel) if native else got is None
     assert prefill_kernel("sdpa", torch.bfloat16, CPU) is None
     assert prefill_kernel("native", torch.float32, CPU) is None
     assert prefill_kernel("auto", torch.bfloat16, torch.device("meta")) is None

@@ -1,6 +1,8 @@
-/* Paged prefill attention on the CPU with AMX tiles (bfloat16): one sequence's new tokens attend
- * causally over its whole context (cached positions and this step's), keys and values read from
- * the paged KV cache.
+/* Paged prefill attention on the CPU in bfloat16: one sequence's new tokens attend causally over
+ * its whole context (cached positions and this step's), keys and values read from the paged KV
+ * cache. Two backends share the packing and the softmax: AMX tiles where the CPU has them and the
+ * OS grants the tile state, else AVX-512 BF16 dot products (vdpbf16ps: Zen 4, Cooper Lake and
+ * later). tandem_prefill_backend() says which one runs (2 AMX, 1 AVX-512 BF16, 0 none).
  *
  * Cache layout (tandem.kv.layout): [num_blocks, num_layers, 2, block_size, kv_heads, head_dim],
  * contiguous. q and out are [num_new, num_heads, head_dim]; query row i sits at position
@@ -10,19 +12,25 @@
  * Method (flash attention): each KV head's K and V are first packed once into the layouts the
  * tile multiply reads (two scratch buffers from the caller, kv_heads * round_up(ctx, 32) *
  * head_dim bf16 each; positions past ctx zero). Then per item, two row tiles (16 query rows of
- * one head each) of the same KV head, so that each K/V tile load feeds two multiplies: scores of
- * a 256-key block by tile multiply (bf16 products, float32 sums), an online softmax in float32
- * with AVX-512, probabilities rounded to bf16 and multiplied with V by tiles, float32
- * accumulators rescaled per block, rounded once to bf16 at the end. Key blocks past the item's
- * last row are never visited (causal skip). A row's result depends only on its position and the
- * keys, not on the chunk it is computed in: key blocks start at position 0 whatever the chunk.
+ * one head each) of the same KV head, so that each K/V load feeds two multiplies: scores of
+ * a 256-key block (bf16 products, float32 sums), an online softmax in float32 with AVX-512,
+ * probabilities rounded to bf16 and multiplied with V, float32 accumulators rescaled per block,
+ * rounded once to bf16 at the end. Key blocks past the item's last row are never visited (causal
+ * skip). A row's result depends only on its position and the keys, not on the chunk it is
+ * computed in: key blocks start at position 0 whatever the chunk. Both backends sum each 32-bit
+ * lane's pairs in the same order per key block, but not bit-identically to each other.
  * Items run in parallel (OpenMP, the caller's thread count).
+ *
+ * The packed layouts, read by AMX as B tiles and by AVX-512 as vectors: a K tile is 16 rows (dim
+ * pairs) x 16 keys of 32-bit words, so row i is one vector of 16 keys' dim pair i; a V tile is 16
+ * rows (key pairs) x 16 dims, so row i is one vector of 16 dims' key pair i. The vector backend
+ * broadcasts a query's dim pair (a probability row's key pair) and multiplies it into such rows.
  *
  * The cache stores K/V in bfloat16 or in fp8 e5m2 (tandem_paged_prefill_bf16_e5m2): e5m2 values
  * are widened to bfloat16 exactly while packing, so the rest of the method is the same.
  *
- * Built everywhere; without AMX at compile time, or when the OS refuses the tile state
- * (tandem_prefill_amx_ready() == 0), every call returns -2 and the caller keeps torch's SDPA.
+ * Built everywhere; without AVX-512 BF16 at compile time every call returns -2 and the caller
+ * keeps torch's SDPA.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,7 +39,7 @@
 #define ERR_UNAVAILABLE (-2)
 #define ERR_HEAD_DIM (-3)
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__) && defined(__AVX512BF16__)
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #include <math.h>
 #include <sys/syscall.h>
@@ -40,9 +48,14 @@
 #define KEY_BLOCK 256   /* keys per softmax step: a multiple of 32 */
 #define ROWS 16         /* query rows per item: one tile's height */
 #define MAX_HD 256
+#define VROWS 8         /* vector backend: query rows per register block (8 x 2 accumulators) */
+#define BACKEND_VEC 1
+#define BACKEND_AMX 2
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define HAVE_AMX 1
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -58,8 +71,13 @@ static void tiles_configure(void) {
     _tile_loadconfig(&c);
 }
 
-int tandem_prefill_amx_ready(void) {
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#endif
+
+int tandem_prefill_backend(void) {
+#ifdef HAVE_AMX
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0) return BACKEND_AMX;
+#endif
+    return BACKEND_VEC;
 }
 
 static inline const char *cache_row(const char *cache, const int64_t *block_ids, int64_t pos,
@@ -262,9 +280,10 @@ static void row_state_store(const RowState *st, const RowTile *rt, uint16_t *out
     }
 }
 
+#ifdef HAVE_AMX
 /* One item: two row tiles of the same KV head, whose packed K/V every tile load serves twice.
  * Tiles: 0, 1 = the two row tiles' A operands; 4, 5 = B operands; 2, 3, 6, 7 = accumulators. */
-static void attend_pair(const uint16_t *q, uint16_t *out, const uint16_t *kp, const uint16_t *vp,
+static void attend_pair_amx(const uint16_t *q, uint16_t *out, const uint16_t *kp, const uint16_t *vp,
                         int64_t hd, int64_t num_heads, const RowTile rt[2], int64_t num_computed,
                         int64_t ctx, float scale, RowState st[2]) {
     for (int i = 0; i < 2; i++) row_state_init(&st[i], &rt[i], q, hd, num_heads);
@@ -323,6 +342,88 @@ static void attend_pair(const uint16_t *q, uint16_t *out, const uint16_t *kp, co
     for (int i = 0; i < 2; i++) row_state_store(&st[i], &rt[i], out, hd, num_heads);
 }
 
+#endif
+
+/* The bf16 pair at p (two consecutive values) as one 32-bit word, broadcast to every lane */
+static inline __m512bh pair_bcast(const uint16_t *p) {
+    int32_t w;
+    memcpy(&w, p, sizeof w);
+    return (__m512bh)_mm512_set1_epi32(w);
+}
+
+/* s[r][0:32] = q[r] . K^T over two packed key tiles (k_a, k_b), rows r0 .. r0 + VROWS - 1. */
+static inline void scores_vec(const uint16_t *q, int64_t hd, const uint16_t *k_a, const uint16_t *k_b,
+                              float *s, int64_t r0) {
+    __m512 acc[VROWS][2];
+    for (int r = 0; r < VROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < hd / 32; c++)
+        for (int i = 0; i < 16; i++) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(k_a + c * 512 + i * 32);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(k_b + c * 512 + i * 32);
+            for (int r = 0; r < VROWS; r++) {
+                const __m512bh a = pair_bcast(q + (r0 + r) * hd + 32 * c + 2 * i);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+            }
+        }
+    for (int r = 0; r < VROWS; r++) {
+        _mm512_storeu_ps(s + (r0 + r) * KEY_BLOCK, acc[r][0]);
+        _mm512_storeu_ps(s + (r0 + r) * KEY_BLOCK + 16, acc[r][1]);
+    }
+}
+
+/* ob[r][16c : 16c + 32] = p[r][0 : 32 * n32] . V over the packed V tiles from v0 (dim tiles c
+ * and c + 1), rows r0 .. r0 + VROWS - 1. */
+static inline void values_vec(const uint16_t *p, const uint16_t *v0, int64_t n32, int64_t dtiles,
+                              int64_t c, float *ob, int64_t hd, int64_t r0) {
+    __m512 acc[VROWS][2];
+    for (int r = 0; r < VROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int64_t t = 0; t < n32; t++) {
+        const uint16_t *v_t = v0 + (t * dtiles + c) * 512;
+        for (int i = 0; i < 16; i++) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(v_t + i * 32);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(v_t + 512 + i * 32);
+            for (int r = 0; r < VROWS; r++) {
+                const __m512bh a = pair_bcast(p + (r0 + r) * KEY_BLOCK + 32 * t + 2 * i);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+            }
+        }
+    }
+    for (int r = 0; r < VROWS; r++) {
+        _mm512_storeu_ps(ob + (r0 + r) * hd + 16 * c, acc[r][0]);
+        _mm512_storeu_ps(ob + (r0 + r) * hd + 16 * (c + 1), acc[r][1]);
+    }
+}
+
+/* attend_pair_amx with AVX-512 BF16 dot products: the same blocks and softmax; each register
+ * block of VROWS rows that holds a real row is computed (a tile's padding rows past it are not). */
+static void attend_pair_vec(const uint16_t *q, uint16_t *out, const uint16_t *kp, const uint16_t *vp,
+                            int64_t hd, int64_t num_heads, const RowTile rt[2], int64_t num_computed,
+                            int64_t ctx, float scale, RowState st[2]) {
+    for (int i = 0; i < 2; i++) row_state_init(&st[i], &rt[i], q, hd, num_heads);
+    const int64_t q_last = rt[0].q0 > rt[1].q0 ? rt[0].q0 : rt[1].q0;
+    const int64_t kend = num_computed + q_last + ROWS < ctx ? num_computed + q_last + ROWS : ctx;
+    const int64_t chunks = hd / 32, dtiles = hd / 16;
+    for (int64_t k0 = 0; k0 < kend; k0 += KEY_BLOCK) {
+        const int64_t nk = kend - k0 < KEY_BLOCK ? kend - k0 : KEY_BLOCK;
+        const int64_t nk32 = (nk + 31) / 32 * 32;
+        for (int i = 0; i < 2; i++)
+            for (int64_t r0 = 0; r0 < rt[i].rows; r0 += VROWS)
+                for (int64_t t = 0; t < nk32 / 16; t += 2) {
+                    const uint16_t *k_t = kp + (k0 / 16 + t) * chunks * 512;
+                    scores_vec(st[i].q, hd, k_t, k_t + chunks * 512, st[i].s + t * 16, r0);
+                }
+        for (int i = 0; i < 2; i++) row_state_softmax(&st[i], &rt[i], num_computed, ctx, k0, nk, nk32, scale);
+        for (int i = 0; i < 2; i++)
+            for (int64_t r0 = 0; r0 < rt[i].rows; r0 += VROWS)
+                for (int64_t c = 0; c < dtiles; c += 2)
+                    values_vec(st[i].p, vp + (k0 / 32) * dtiles * 512, nk32 / 32, dtiles, c, st[i].ob, hd, r0);
+        for (int i = 0; i < 2; i++) row_state_accumulate(&st[i], hd);
+    }
+    for (int i = 0; i < 2; i++) row_state_store(&st[i], &rt[i], out, hd, num_heads);
+}
+
 /* Row tile j of KV head kh's list: query tiles from the last (the most keys) to the first, the
  * group's heads within each. */
 static RowTile row_tile(int64_t kh, int64_t j, int64_t group, int64_t qtiles, int64_t num_new) {
@@ -335,14 +436,15 @@ static RowTile row_tile(int64_t kh, int64_t j, int64_t group, int64_t qtiles, in
     return rt;
 }
 
-/* Returns 0, -1 (no memory for the per-thread state), -2 (tiles unavailable) or -3 (head_dim
- * not a multiple of 32 up to 256). kv8: the cache holds e5m2 (else bf16). */
+/* Returns 0, -1 (no memory for the per-thread state) or -3 (head_dim not a multiple of 32 up to
+ * 256). kv8: the cache holds e5m2 (else bf16). */
 static int paged_prefill(const void *q, const void *cache, int kv8, int64_t num_layers, int64_t layer,
                          int64_t block_size, int64_t kv_heads, int64_t head_dim, int64_t num_heads,
                          const int64_t *block_ids, int64_t num_computed, int64_t num_new, float scale,
                          void *k_scratch, void *v_scratch, void *out, int num_threads) {
     if (head_dim % 32 != 0 || head_dim > MAX_HD) return ERR_HEAD_DIM;
-    if (!tandem_prefill_amx_ready()) return ERR_UNAVAILABLE;
+    const int backend = tandem_prefill_backend();
+    (void)backend;                                            /* read only where AMX is built */
     const int64_t ctx = num_computed + num_new, ctx32 = (ctx + 31) / 32 * 32, kv_elem = kv8 ? 1 : 2;
     const int64_t row_bytes = kv_heads * head_dim * kv_elem, block_bytes = num_layers * 2 * block_size * row_bytes;
     const int64_t k_off = layer * 2 * block_size * row_bytes, v_off = k_off + block_size * row_bytes;
@@ -366,21 +468,29 @@ static int paged_prefill(const void *q, const void *cache, int kv8, int64_t num_
                         ctx, head_dim, block_size, block_bytes, row_bytes, v_off, kh * head_dim * kv_elem, kv8);
         }
         RowState *st = aligned_alloc(64, 2 * sizeof(RowState));  /* sizeof: a multiple of 64 */
-        if (st == NULL) {
-            failed = 1;
-        } else {
-            tiles_configure();
-        }
+        if (st == NULL) failed = 1;
+#ifdef HAVE_AMX
+        if (st != NULL && backend == BACKEND_AMX) tiles_configure();
+#endif
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < kv_heads * pairs; i++) {
             if (st == NULL) continue;
             const int64_t kh = i / pairs, j = 2 * (i % pairs);
             const RowTile rt[2] = {row_tile(kh, j, group, qtiles, num_new),
                                    row_tile(kh, j + 1, group, qtiles, num_new)};
-            attend_pair(q, out, kp + kh * head_elems, vp + kh * head_elems, head_dim, num_heads, rt,
-                        num_computed, ctx, scale, st);
+#ifdef HAVE_AMX
+            if (backend == BACKEND_AMX) {
+                attend_pair_amx(q, out, kp + kh * head_elems, vp + kh * head_elems, head_dim, num_heads,
+                                rt, num_computed, ctx, scale, st);
+                continue;
+            }
+#endif
+            attend_pair_vec(q, out, kp + kh * head_elems, vp + kh * head_elems, head_dim, num_heads, rt,
+                            num_computed, ctx, scale, st);
         }
-        if (st != NULL) _tile_release();
+#ifdef HAVE_AMX
+        if (st != NULL && backend == BACKEND_AMX) _tile_release();
+#endif
         free(st);
     }
     return failed ? -1 : 0;
@@ -406,7 +516,7 @@ static int paged_prefill(const void *q, const void *cache, int kv8, int64_t num_
         return ERR_UNAVAILABLE;                                                                      \
     }
 
-int tandem_prefill_amx_ready(void) { return 0; }
+int tandem_prefill_backend(void) { return 0; }
 
 #endif
 
