@@ -35,7 +35,9 @@ within a level, and levels go first:
 - KV retained for sessions of a better priority than a waiting request's (aged: its starvation
   bound) is not its to take: it is admitted only when its whole prompt fits in the free blocks
   no hold lists, beside the blocks running prompts still need (it may share retained blocks it
-  hits; once running it grows into any free block).
+  hits); once running, its next blocks come from those unretained free blocks too, and when
+  they run out the worst running requests give way (itself when it is the worst), as under
+  block pressure; a request running alone takes retained blocks rather than stop.
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -222,8 +224,12 @@ class Scheduler:
             num_new = min(remaining, room, self._chunk_cap(0), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
-            while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new) is None:
+            level = self._growth_level(req)
+            while self.kv.allocate(req.request_id, req.num_computed_tokens + num_new, priority=level) is None:
                 victim = self._victim(scheduled)
+                if victim is req and level is not None and len(self.running) == 1:
+                    level = None   # alone: nothing of its level or worse gives way, so the holds do
+                    continue
                 self.running.remove(victim)
                 if victim is req and not self.running:
                     capacity_finished.append(req)  # alone in the cache and still no room
@@ -360,6 +366,17 @@ class Scheduler:
                     return ids
         raise AssertionError("can_allocate_without promised room that freeing the victims did not make")
 
+    def _growth_level(self, req: Request) -> int | None:
+        """Priority policy: the level at which a running request takes its next blocks, when KV
+        retained for sessions of a better priority is kept from it (as at admission: aged, so
+        the starvation bound holds); None: any free block. A request that finds only such blocks
+        free makes the worst running requests give way (itself, when it is the worst), unless it
+        runs alone."""
+        if not self.by_priority:
+            return None
+        level = retention_level(req, self.clock(), self.config.priority_aging_s)
+        return level if self.kv.pool.protects(level) else None
+
     def _in_flight_hashes(self, seqs: list[ScheduledSeq]) -> set[int]:
         """Hashes of the prompt blocks that running prefills compute after this step."""
         if not self.kv.enable_caching:
@@ -410,7 +427,8 @@ class Scheduler:
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
             extra = min(remaining, budget, min(cap, self._request_cap(req)) - done)
-            if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra) is None:
+            if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra,
+                                              priority=self._growth_level(req)) is None:
                 continue
             seq = self._scheduled(req, done + extra)
             if i is None:

@@ -106,10 +106,11 @@ def test_retained_blocks_are_taken_last_and_released_at_their_deadline(llama_dir
         engine.shutdown()
 
 
-def _beside_a_flood(llama_dir, flood_priority: int):
-    """Turn 1 of four priority-0 sessions (hinted), then six priority-`flood_priority` one-shots
-    at once (16 blocks each: 96 blocks, more than the 52 no hold lists), then turn 2. Returns
-    the outputs, the turn-2 cached tokens and the retained blocks the one-shots took."""
+def _beside_a_flood(llama_dir, flood_priority: int, flood: tuple[int, int, int] = (6, 60, 4)):
+    """Turn 1 of four priority-0 sessions (hinted), then priority-`flood_priority` one-shots at
+    once (`flood`: how many, prompt length, output length; by default six of 16 blocks each: 96
+    blocks, more than the 52 no hold lists), then turn 2. Returns the outputs, the turn-2 cached
+    tokens and the retained blocks the one-shots took."""
     torch.set_num_threads(1)
     cfg = replace(engine_config(llama_dir, num_blocks=NUM_BLOCKS),
                   retention=RetentionConfig(share=0.5, default_gap_s=60.0))
@@ -119,7 +120,9 @@ def _beside_a_flood(llama_dir, flood_priority: int):
         turn1 = [_session(p, f"s{i}", AgentTurn(expect_next_turn_s=60.0)) for i, p in enumerate(firsts)]
         out1 = run(engine, turn1)
         outs = [tokens(out1[r.request_id]) for r in turn1]
-        flood = [request(p, max_tokens=4) for p in prompts(6, seed=33, min_len=60, max_len=60)]
+        count, prompt_len, out_len = flood
+        flood = [request(p, max_tokens=out_len)
+                 for p in prompts(count, seed=33, min_len=prompt_len, max_len=prompt_len)]
         for r in flood:
             r.context = RequestContext(priority=flood_priority)
         flood_out = run(engine, flood)
@@ -146,6 +149,19 @@ def test_a_flood_of_worse_priority_waits_for_blocks_rather_than_take_retained_on
     # priority 0, like the sessions: the one-shots took retained blocks (demoted or lost)
     assert equal_taken > 0 and min(equal_cached) < 0.9 * previous, equal_cached
     assert worse == equal                          # greedy outputs do not depend on the order
+
+
+def test_worse_priority_requests_growing_past_the_unretained_blocks_give_way_to_each_other(llama_dir):
+    # three one-shots of 5-block prompts, each growing to 20 blocks while decoding: 60 blocks,
+    # more than the 52 no hold lists. At priority 10 the latest admitted is preempted (and
+    # computed again later) instead of taking retained blocks; at priority 0 they take them.
+    flood = (3, 20, 60)
+    worse, worse_cached, worse_taken = _beside_a_flood(llama_dir, 10, flood)
+    equal, equal_cached, equal_taken = _beside_a_flood(llama_dir, 0, flood)
+    previous = TURN1_LEN + TURN1_OUT
+    assert worse_taken == 0 and all(c >= 0.9 * previous for c in worse_cached), worse_cached
+    assert equal_taken > 0 and min(equal_cached) < 0.9 * previous, equal_cached
+    assert worse == equal
 
 
 def test_a_worse_priority_request_that_fits_only_in_retained_blocks_waits_out_its_aging(llama_dir):
