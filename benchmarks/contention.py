@@ -66,17 +66,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _command(system: str, where: str | None, model: str, port: int, dtype: str, threads: int) -> tuple[list[str], dict]:
+def _command(system: str, where: str | None, model: str, port: int, dtype: str, threads: int,
+             extra: tuple[str, ...] = (), vllm_bind: str | None = None) -> tuple[list[str], dict]:
+    """The server's command line and environment. `extra`: more `tandem serve` flags; `vllm_bind`:
+    VLLM_CPU_OMP_THREADS_BIND (None: vLLM's own default, which on 2 cores computes on one and
+    reserves the other for its front end)."""
     env = dict(os.environ)
     if system == "vllm":
         env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+        if vllm_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = vllm_bind
         return ([str(VLLM_VENV / "bin/python"), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
                  "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-num-seqs", "64"], env)
     tree = Path(where or ".").resolve()
     env["PYTHONPATH"] = str(tree)
     return ([sys.executable, "-m", "tandem.cli", "serve", "--model", model, "--host", "127.0.0.1",
              "--port", str(port), "--dtype", dtype, "--threads", str(threads), "--no-queue",
-             "--max-num-seqs", "64"], env)
+             "--max-num-seqs", "64", *extra], env)
 
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:

@@ -252,12 +252,31 @@ class GrammarConfig:
 
 
 @dataclass(frozen=True)
+class ThreadGovernorConfig:
+    """A served CPU worker's compute threads, fewer while other processes take some of its cores
+    (tandem/engine/thread_governor.py)."""
+
+    enabled: bool = True            # --no-adaptive-threads: the configured count throughout
+    window_s: float = 1.0           # how often the run-queue wait is read
+    contended_ratio: float = 0.2    # run-queue wait per second run above which cores are taken
+    probe_s: float = 10.0           # how long a reduced count holds before all are tried again
+    min_busy: float = 0.2           # a window counts when the threads ran this share of it, each
+
+    def __post_init__(self) -> None:
+        if not (self.window_s > 0 and self.contended_ratio > 0 and self.probe_s >= self.window_s
+                and 0 <= self.min_busy <= 1):
+            raise ValueError(f"thread governor: bad config {self}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     role: str = "both"                  # both | prefill | decode
     num_threads: int | None = None      # torch threads of this process; None keeps torch's default
+    # fewer of them while other processes take some of the cores (a served CPU worker, num_threads > 1)
+    threads: ThreadGovernorConfig = field(default_factory=ThreadGovernorConfig)
     # KV handoff between workers: None (no handoff), "tcp", "shm" (one host) or "mooncake".
     # The prefill and decode roles need one; `resolved_transport` picks "tcp" for them by default.
     kv_transport: str | None = None

@@ -47,6 +47,7 @@ from tandem.config import (
     RetentionConfig,
     SchedulerConfig,
     SpeculativeConfig,
+    ThreadGovernorConfig,
     TransferConfig,
 )
 from tandem.engine.async_engine import AsyncEngine
@@ -162,6 +163,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=threads_arg, default=None,
                    help="compute threads of the worker, at most the cores it may use (CPU affinity and "
                         "cgroup quota; the default); a parallel worker's ranks split them")
+    p.add_argument("--no-adaptive-threads", dest="adaptive_threads", action="store_false",
+                   help="keep --threads compute threads while other processes take some of the cores "
+                        "(by default one fewer per second that they wait for a core, retried every 10 s)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; see --distributed-backend)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,
@@ -287,7 +291,8 @@ def configs_from_args(args: argparse.Namespace) -> tuple[EngineConfig, ServerCon
                                   background_chunk_tokens=args.background_chunk_tokens,
                                   scheduling_policy=args.scheduling_policy,
                                   priority_aging_s=args.priority_aging_s),
-        role=args.role, num_threads=args.threads or usable_cores(), kv_transport=args.kv_transport,
+        role=args.role, num_threads=args.threads or usable_cores(),
+        threads=ThreadGovernorConfig(enabled=args.adaptive_threads), kv_transport=args.kv_transport,
         transfer=transfer_config(args, secret),
         kv_store=kv_store_config_from_args(args), speculative=args.speculative_config, seed=args.seed,
         grammar=grammar_config_from_args(args), retention=retention_config_from_args(args))

@@ -14,12 +14,14 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 import traceback
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 
 from tandem.config import EngineConfig
 from tandem.engine.engine import Engine
+from tandem.engine.thread_governor import ThreadGovernor
 from tandem.kv.events import EventBatch
 from tandem.types import EngineRequest, EngineStats, RequestDelta
 
@@ -40,6 +42,7 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stats: EngineStats | None = None
+        self._governor = self._thread_governor(config)
         # one grammar compile at a time: a waiting request waits here, not on a worker thread
         self._compile_slot = asyncio.Lock()
 
@@ -63,6 +66,20 @@ class AsyncEngine:
             await asyncio.to_thread(self._thread.join, 30)
         if self._engine is not None:
             self._engine.shutdown()
+
+    @staticmethod
+    def _thread_governor(config: EngineConfig) -> ThreadGovernor | None:
+        """A CPU worker computing on several threads lends them to other processes' load."""
+        import torch
+
+        n = config.num_threads
+        if not (config.threads.enabled and n and n > 1 and config.model.device == "cpu"):
+            return None
+        return ThreadGovernor(n, config.threads, torch.set_num_threads)
+
+    @property
+    def thread_governor(self) -> ThreadGovernor | None:
+        return self._governor
 
     @property
     def engine(self) -> Engine:
@@ -186,6 +203,8 @@ class AsyncEngine:
                     log.error("engine step failed:\n%s", traceback.format_exc())
                     deltas += engine.fail_all("internal engine error")
             self._stats = engine.stats()
+            if self._governor is not None:
+                self._governor.tick(time.monotonic())
             if deltas:
                 self._loop.call_soon_threadsafe(self._dispatch, deltas)
 

@@ -51,23 +51,23 @@ def test_threads_within_the_usable_cores_are_taken():
     assert threads_arg("2", usable=2) == 2
 
 
-def test_the_wait_policy_is_passive_unless_the_environment_chose_one():
+def test_threads_spin_briefly_unless_the_environment_chose_a_spin_count():
     env = {}
     set_wait_policy(env)
-    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
-    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert env == {"GOMP_SPINCOUNT": "10000"}
+    env = {"GOMP_SPINCOUNT": "0"}
     set_wait_policy(env)
-    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert env == {"GOMP_SPINCOUNT": "0"}
 
 
 def test_the_cli_sets_the_wait_policy_before_torch_loads():
     code = ("import os, sys\nfrom tandem.cli import main\n"
             "try:\n    main(['sim', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)")
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+            "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "PASSIVE False"
+    assert out.stdout.strip().splitlines()[-1] == "10000 False"
 
 
 def test_serve_refuses_more_threads_than_cores():
