@@ -80,7 +80,8 @@ def _command(system: str, where: str | None, model: str, port: int, dtype: str, 
                  "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--max-num-seqs", "64"], env)
     tree = Path(where or ".").resolve()
     env["PYTHONPATH"] = str(tree)
-    return ([sys.executable, "-m", "tandem.cli", "serve", "--model", model, "--host", "127.0.0.1",
+    # -P: the working directory is not put first on sys.path, so the tree's tandem is the one run
+    return ([sys.executable, "-P", "-m", "tandem.cli", "serve", "--model", model, "--host", "127.0.0.1",
              "--port", str(port), "--dtype", dtype, "--threads", str(threads), "--no-queue",
              "--max-num-seqs", "64", *extra], env)
 

@@ -7,7 +7,10 @@ rounds of every shape; a system's figure for a shape is the median of its rounds
 sends fresh token-id prompts (a seed per round, the same ids for every system), so no prompt hits
 a prefix cache. Systems alternate within each repetition (the order reversed on odd ones) and are
 restarted per repetition. Figures: output tokens per second and all tokens (prompt + output) per
-second, wall-clock over the round. Not run in CI.
+second, wall-clock over the round. With --contention every system's rounds are measured twice,
+quiet and beside `python3 -c 'while True: pass'` pinned to the last core this process may use
+(quiet first on even repetitions, busy first on odd ones), and the table gives busy / quiet.
+Not run in CI.
 
 Systems: `vllm` (vLLM's own thread binding: on 2 cores it computes on one and reserves the other
 for its front end), `vllm-all-cores` (VLLM_CPU_OMP_THREADS_BIND = every core this process may
@@ -35,7 +38,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from contention import _command, _free_port, _median, _wait_ready  # noqa: E402
+from contention import _command, _free_port, _hog, _median, _wait_ready  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ class Reading:
     shape: str
     rep: int
     round: int
+    busy: bool
     prompt_tokens: int
     output_tokens: int
     seconds: float
@@ -114,13 +118,22 @@ def run_system(system: System, args: argparse.Namespace, rep: int, shapes: list[
         served = httpx.get(f"{url}/v1/models", timeout=5).json()["data"][0]["id"]
         for i, shape in enumerate(shapes):   # warm-up: seeds no measured round uses
             asyncio.run(_round(url, served, shape, shape.prompts(vocab, seed=-1 - i)))
-        for r in range(args.rounds):
-            for i, shape in enumerate(shapes):
-                seed = (rep * args.rounds + r) * len(shapes) + i   # the same ids for every system
-                p, o, s = asyncio.run(_round(url, served, shape, shape.prompts(vocab, seed)))
-                readings.append(Reading(system.name, shape.name, rep, r, p, o, s))
-                print(f"{system.name} rep {rep} round {r} {shape.name}: {o / s:.0f} output tokens/s, "
-                      f"{(p + o) / s:.0f} tokens/s", flush=True)
+        states = ((False, True) if rep % 2 == 0 else (True, False)) if args.contention else (False,)
+        for busy in states:
+            hog = _hog(sorted(os.sched_getaffinity(0))[-1]) if busy else None
+            try:
+                for r in range(args.rounds):
+                    for i, shape in enumerate(shapes):
+                        # the same ids for every system; other ids busy than quiet
+                        seed = ((rep * 2 + busy) * args.rounds + r) * len(shapes) + i
+                        p, o, s = asyncio.run(_round(url, served, shape, shape.prompts(vocab, seed)))
+                        readings.append(Reading(system.name, shape.name, rep, r, busy, p, o, s))
+                        print(f"{system.name} rep {rep} round {r}{' busy' if busy else ''} {shape.name}: "
+                              f"{o / s:.0f} output tokens/s, {(p + o) / s:.0f} tokens/s", flush=True)
+            finally:
+                if hog is not None:
+                    hog.kill()
+                    hog.wait()
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -133,6 +146,35 @@ def run_system(system: System, args: argparse.Namespace, rep: int, shapes: list[
 
 
 def report(readings: list[Reading], shapes: list[Shape], baseline: str | None) -> str:
+    quiet = [r for r in readings if not r.busy]
+    busy = [r for r in readings if r.busy]
+    out = _table(quiet, shapes, baseline)
+    if busy:
+        out += "\nOne core busy:\n\n" + _table(busy, shapes, baseline) + "\n" + _busy_ratios(readings, shapes)
+    return out
+
+
+def _rep_medians(rs: list[Reading], all_tokens: bool = False) -> list[float]:
+    return [_median([(r.prompt_tokens * all_tokens + r.output_tokens) / r.seconds for r in rs if r.rep == k])
+            for k in sorted({r.rep for r in rs})]
+
+
+def _busy_ratios(readings: list[Reading], shapes: list[Shape]) -> str:
+    names = list(dict.fromkeys(r.system for r in readings))
+    lines = ["| system | " + " | ".join(f"{s.name}: busy / quiet (reps)" for s in shapes) + " |",
+             "|---|" + "---:|" * len(shapes)]
+    for n in names:
+        cells = []
+        for shape in shapes:
+            mine = [r for r in readings if r.system == n and r.shape == shape.name]
+            ratios = [b / q for q, b in zip(_rep_medians([r for r in mine if not r.busy]),
+                                            _rep_medians([r for r in mine if r.busy]))]
+            cells.append(f"x{_median(ratios):.2f} ({' / '.join(f'{x:.2f}' for x in ratios)})")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _table(readings: list[Reading], shapes: list[Shape], baseline: str | None) -> str:
     names = list(dict.fromkeys(r.system for r in readings))
     lines = []
     for shape in shapes:
@@ -141,16 +183,14 @@ def report(readings: list[Reading], shapes: list[Shape], baseline: str | None) -
                   "| system | output tokens/s (median of reps) | all tokens/s (median) | reps' medians |"
                   + (f" x {baseline} |" if baseline else ""),
                   "|---|---:|---:|---:|" + ("---:|" if baseline else "")]
-        med = {}
+        med, per_rep = {}, {}
         for n in names:
             rs = [r for r in readings if r.system == n and r.shape == shape.name]
-            reps = sorted({r.rep for r in rs})
-            per_rep = [_median([r.output_tokens / r.seconds for r in rs if r.rep == k]) for k in reps]
-            per_rep_all = [_median([(r.prompt_tokens + r.output_tokens) / r.seconds for r in rs if r.rep == k])
-                           for k in reps]
-            med[n] = (_median(per_rep), _median(per_rep_all))
+            per_rep[n] = _rep_medians(rs)
+            med[n] = (_median(per_rep[n]), _median(_rep_medians(rs, all_tokens=True)))
+        for n in names:
             row = (f"| {n} | {med[n][0]:.0f} | {med[n][1]:.0f} | "
-                   f"{' / '.join(f'{x:.0f}' for x in per_rep)} |")
+                   f"{' / '.join(f'{x:.0f}' for x in per_rep[n])} |")
             if baseline:
                 row += f" x{med[n][0] / med[baseline][0]:.2f} |" if baseline in med else " |"
             lines.append(row)
@@ -169,6 +209,8 @@ def main() -> int:
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--contention", action="store_true",
+                   help="measure every system quiet and with one other process busy on the last core")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--start-timeout", type=float, default=600)
     p.add_argument("--out", default="bench-results/server-throughput")

@@ -165,7 +165,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "cgroup quota; the default); a parallel worker's ranks split them")
     p.add_argument("--no-adaptive-threads", dest="adaptive_threads", action="store_false",
                    help="keep --threads compute threads while other processes take some of the cores "
-                        "(by default one fewer per second that they wait for a core, retried every 10 s)")
+                        "(by default one fewer per second that they wait for a core, all again once the "
+                        "cores given up sit idle, at the latest after 10 s)")
     p.add_argument("--tensor-parallel-size", type=_positive, default=1,
                    help="ranks splitting each layer's heads and MLP (one process each; see --distributed-backend)")
     p.add_argument("--pipeline-parallel-size", type=_positive, default=1,

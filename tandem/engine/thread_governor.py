@@ -9,11 +9,13 @@ process on a 2-core host. One thread fewer then runs faster than all of them.
 
 Policy (`ThreadPolicy`, pure): every `window_s` of running, the process's threads' run-queue wait
 per second they ran (Linux schedstat) above `contended_ratio` means its cores are contended:
-one thread fewer, down to one. A reduced count is held `probe_s`, then all threads are tried
-again (a window at most); an idle window (the threads ran under `min_busy` of it per thread)
-decides nothing. Mechanism (`ThreadGovernor`): reads /proc/self/task/*/schedstat and applies the
-count with torch.set_num_threads, which the native kernels read per call; a host without
-schedstat keeps the configured count.
+one thread fewer, down to one. A reduced count comes back to all threads as soon as the cores it
+gave up sit idle (the process's cores' idle time in /proc/stat over a window, at least
+`idle_to_restore` of each core given up), and at the latest after `probe_s` (a window at most at
+full count, where idle time is not reported). An idle window (the threads ran under `min_busy` of
+it per thread) decides nothing. Mechanism (`ThreadGovernor`): reads the schedstat of
+/proc/self/task/* and /proc/stat, and applies the count with torch.set_num_threads, which the
+native kernels read per call; a host without schedstat keeps the configured count.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class CpuTimes:
-    """Summed over the process's threads since they started: seconds on a CPU and on a run queue."""
+    """Summed over the process's threads since they started: seconds on a CPU and on a run queue;
+    and the seconds the cores it may use sat idle since boot (None: not reported)."""
 
     run_s: float
     wait_s: float
+    idle_s: float | None = None
 
 
 class ThreadPolicy:
@@ -56,7 +60,11 @@ class ThreadPolicy:
             return self.threads
         self._last = (now, times)
         run, wait = times.run_s - before.run_s, times.wait_s - before.wait_s
-        if self._reduced_at is not None and now - self._reduced_at >= cfg.probe_s:
+        idle = None if times.idle_s is None or before.idle_s is None else times.idle_s - before.idle_s
+        given_up = self.max_threads - self.threads
+        if self._reduced_at is not None and (
+                now - self._reduced_at >= cfg.probe_s
+                or (idle is not None and idle >= cfg.idle_to_restore * given_up * (now - then))):
             self.threads, self._reduced_at = self.max_threads, None   # try all of them again
         elif run >= cfg.min_busy * (now - then) * self.threads and wait > cfg.contended_ratio * run \
                 and self.threads > 1:
@@ -64,9 +72,25 @@ class ThreadPolicy:
         return self.threads
 
 
+def read_idle_s(cores: set[int], stat: Path = Path("/proc/stat")) -> float | None:
+    """Seconds the given cores sat idle since boot (idle and iowait of their `cpuN` lines)."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return None
+    ticks, found = 0, 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cores:
+            fields = rest.split()
+            ticks += int(fields[3]) + int(fields[4])
+            found += 1
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
 def read_cpu_times(task_dir: Path = Path("/proc/self/task")) -> CpuTimes | None:
-    """This process's threads' CPU and run-queue times (schedstat: ns on a CPU, ns waiting, slices);
-    None where the kernel does not report them."""
+    """This process's threads' CPU and run-queue times (schedstat: ns on a CPU, ns waiting, slices)
+    and its cores' idle time; None where the kernel does not report the threads' times."""
     run = wait = 0
     try:
         tasks = os.listdir(task_dir)
@@ -80,7 +104,9 @@ def read_cpu_times(task_dir: Path = Path("/proc/self/task")) -> CpuTimes | None:
         if len(fields) < 2:
             return None
         run, wait = run + int(fields[0]), wait + int(fields[1])
-    return CpuTimes(run / 1e9, wait / 1e9) if tasks else None
+    if not tasks:
+        return None
+    return CpuTimes(run / 1e9, wait / 1e9, read_idle_s(os.sched_getaffinity(0)))
 
 
 class ThreadGovernor:

@@ -4,12 +4,13 @@ schedstat reader on this machine's /proc."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
 
 from tandem.config import ThreadGovernorConfig
-from tandem.engine.thread_governor import CpuTimes, ThreadGovernor, ThreadPolicy, read_cpu_times
+from tandem.engine.thread_governor import CpuTimes, ThreadGovernor, ThreadPolicy, read_cpu_times, read_idle_s
 
 CFG = ThreadGovernorConfig(window_s=1.0, contended_ratio=0.2, probe_s=10.0, min_busy=0.2)
 
@@ -48,6 +49,24 @@ def test_the_probe_under_lasting_contention_costs_one_window():
     assert counts[0] == 1 and counts.count(2) == 2, counts   # full again at 11 s and 22 s, once each
 
 
+def test_the_cores_given_up_sitting_idle_bring_the_threads_back_before_the_probe():
+    policy = ThreadPolicy(2, CFG)
+    policy.observe(0.0, CpuTimes(0, 0, idle_s=100.0))
+    assert policy.observe(1.0, CpuTimes(2.0, 1.0, idle_s=100.0)) == 1    # contended: one core busy
+    assert policy.observe(2.0, CpuTimes(3.0, 1.0, idle_s=100.1)) == 1    # the other process stays
+    assert policy.observe(3.0, CpuTimes(4.0, 1.0, idle_s=100.9)) == 2    # it left: its core idles
+
+
+def test_read_idle_s_sums_idle_and_iowait_of_the_given_cores(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  9 9 9 900 90 0 0 0 0 0\ncpu0 1 1 1 100 10 0 0 0 0 0\n"
+                    "cpu1 1 1 1 200 20 0 0 0 0 0\nintr 5\n")
+    hz = os.sysconf("SC_CLK_TCK")
+    assert read_idle_s({1}, stat) == pytest.approx(220 / hz)
+    assert read_idle_s({0, 1}, stat) == pytest.approx(330 / hz)
+    assert read_idle_s({7}, stat) is None and read_idle_s({0}, tmp_path / "none") is None
+
+
 def test_idle_and_short_windows_decide_nothing():
     policy, clock = ThreadPolicy(2, CFG), Clock()
     policy.observe(clock.now, CpuTimes(0, 0))
@@ -79,6 +98,7 @@ def test_read_cpu_times_sums_this_process_threads():
     after = read_cpu_times()
     assert before is not None and after is not None
     assert after.run_s > before.run_s and after.wait_s >= before.wait_s >= 0
+    assert after.idle_s is not None and after.idle_s >= before.idle_s
 
 
 def test_bad_config_is_refused():
