@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tandem.kernels.paged_decode import PagedDecodeKernel
 from tandem.kernels.paged_prefill import PagedPrefillKernel
 from tandem.layers.attention import AttentionWorkspace, paged_attention
-from tandem.runner.attn_metadata import AttentionBatch, SeqSlice, _decode_group
+from tandem.layers.attention_batch import AttentionBatch, SeqSlice, _decode_group
 
 
 def bench(fn, min_time: float = 0.3, max_iters: int = 2000) -> float:
