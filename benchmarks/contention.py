@@ -143,14 +143,19 @@ def run_system(name: str, where: str | None, args: argparse.Namespace, rep: int,
             readings.append(Reading(name, rep, busy, tokens, seconds))
             print(f"{name} rep {rep} {'busy' if busy else 'quiet'}: {tokens / seconds:.1f} tokens/s", flush=True)
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
         log.close()
     return readings
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGINT to the server's process group, SIGKILL after 30 s."""
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _median(xs: list[float]) -> float:

@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from contention import _command, _free_port, _hog, _median, _wait_ready  # noqa: E402
+from contention import _command, _free_port, _hog, _median, _stop, _wait_ready  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -135,12 +134,7 @@ def run_system(system: System, args: argparse.Namespace, rep: int, shapes: list[
                     hog.kill()
                     hog.wait()
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
         log.close()
     return readings
 

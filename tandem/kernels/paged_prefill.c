@@ -280,15 +280,22 @@ static void row_state_store(const RowState *st, const RowTile *rt, uint16_t *out
     }
 }
 
+/* Both row tiles' state initialised; returns the end of the keys the item sees (its last row's
+ * position + 1, at most ctx): key blocks past it are skipped. */
+static int64_t item_begin(RowState st[2], const RowTile rt[2], const uint16_t *q, int64_t hd,
+                          int64_t num_heads, int64_t num_computed, int64_t ctx) {
+    for (int i = 0; i < 2; i++) row_state_init(&st[i], &rt[i], q, hd, num_heads);
+    const int64_t q_last = rt[0].q0 > rt[1].q0 ? rt[0].q0 : rt[1].q0;
+    return num_computed + q_last + ROWS < ctx ? num_computed + q_last + ROWS : ctx;
+}
+
 #ifdef HAVE_AMX
 /* One item: two row tiles of the same KV head, whose packed K/V every tile load serves twice.
  * Tiles: 0, 1 = the two row tiles' A operands; 4, 5 = B operands; 2, 3, 6, 7 = accumulators. */
 static void attend_pair_amx(const uint16_t *q, uint16_t *out, const uint16_t *kp, const uint16_t *vp,
                         int64_t hd, int64_t num_heads, const RowTile rt[2], int64_t num_computed,
                         int64_t ctx, float scale, RowState st[2]) {
-    for (int i = 0; i < 2; i++) row_state_init(&st[i], &rt[i], q, hd, num_heads);
-    const int64_t q_last = rt[0].q0 > rt[1].q0 ? rt[0].q0 : rt[1].q0;
-    const int64_t kend = num_computed + q_last + ROWS < ctx ? num_computed + q_last + ROWS : ctx;
+    const int64_t kend = item_begin(st, rt, q, hd, num_heads, num_computed, ctx);
     const int64_t chunks = hd / 32, dtiles = hd / 16;
     float *sa = st[0].s, *sb = st[1].s;
     for (int64_t k0 = 0; k0 < kend; k0 += KEY_BLOCK) {
@@ -401,9 +408,7 @@ static inline void values_vec(const uint16_t *p, const uint16_t *v0, int64_t n32
 static void attend_pair_vec(const uint16_t *q, uint16_t *out, const uint16_t *kp, const uint16_t *vp,
                             int64_t hd, int64_t num_heads, const RowTile rt[2], int64_t num_computed,
                             int64_t ctx, float scale, RowState st[2]) {
-    for (int i = 0; i < 2; i++) row_state_init(&st[i], &rt[i], q, hd, num_heads);
-    const int64_t q_last = rt[0].q0 > rt[1].q0 ? rt[0].q0 : rt[1].q0;
-    const int64_t kend = num_computed + q_last + ROWS < ctx ? num_computed + q_last + ROWS : ctx;
+    const int64_t kend = item_begin(st, rt, q, hd, num_heads, num_computed, ctx);
     const int64_t chunks = hd / 32, dtiles = hd / 16;
     for (int64_t k0 = 0; k0 < kend; k0 += KEY_BLOCK) {
         const int64_t nk = kend - k0 < KEY_BLOCK ? kend - k0 : KEY_BLOCK;
