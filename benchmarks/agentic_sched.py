@@ -3,7 +3,7 @@ them off, and vLLM CPU, on agentic sessions whose contexts exceed the device KV 
 
 Systems (each started fresh per repetition, alone on the host; order alternates: reversed on odd
 repetitions, so a figure and its baseline are minutes apart and neither always goes first):
-  on    tandem defaults: workers --scheduling-policy priority, --kv-retention-share 0.5; gateway
+  on    tandem defaults: workers --scheduling-policy priority, --kv-retention-share 0.9; gateway
         --policy default (sessions by fingerprint, new ones spread), fair queue with
         --max-in-flight = the workers' --max-num-seqs (so waiting happens at the gateway)
   off   today's LRU: workers --kv-retention-share 0 --scheduling-policy fcfs; gateway

@@ -104,7 +104,11 @@ class CacheConfig:
 class RetentionConfig:
     """KV retention across an agent's tool calls (tandem/kv/retention.py: the policy)."""
 
-    share: float = 0.5          # of the device blocks at most retained at once; 0 turns retention off
+    # of the device blocks at most retained at once; 0 turns retention off. Holds keep blocks only
+    # from worse priorities (aging bounds that) and go last to equal ones, so the share is what
+    # worse-priority work always keeps: at 0.5 a tenant's system prompt alone filled it on a
+    # tight cache and no session history survived a priority-10 flood (docs/benchmarks.md 19)
+    share: float = 0.9
     default_gap_s: float = 5.0  # retention of a session (and tenant) with no observed gap yet
     min_gap_s: float = 1.0      # the learned retention is never shorter
     max_s: float = 600.0        # nor longer, a client's hint included

@@ -236,7 +236,8 @@ class _Flow:
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, cache_keys(self.req.context))
         route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude),
-                                     session_ends=self.session_ends)
+                                     session_ends=self.session_ends,
+                                     priority=self.req.context.priority)
         async with aclosing(self._whole_pass(route, pool)) as deltas:
             async for d in deltas:
                 yield d
@@ -246,7 +247,8 @@ class _Flow:
         url = route.worker.url
         wreq = self._worker_request("c" if pool == "both" else "l")
         tracker = self.p.tracker
-        tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens)
+        tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens,
+                          priority=wreq.context.priority)
         dispatched = time.monotonic()
         first = True
         try:
@@ -271,15 +273,15 @@ class _Flow:
         router = self.p.router
         # where to prefill: look at the decode and the prefill worker the router would pick
         decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False,
-                                             session_ends=self.session_ends,
-                                             also=("both",))
+                                             session_ends=self.session_ends, also=("both",),
+                                             priority=self.req.context.priority)
         prefill: Route | None = None
         if decode.worker.role == "both":
             where = Placement(local=True, reason="both")
         else:
             try:
                 prefill = router.choose("prefill", memo, self.session, exclude, commit=False,
-                                        session_ends=self.session_ends)
+                                        session_ends=self.session_ends, priority=self.req.context.priority)
             except (NoHealthyWorker, CapacityExceeded):
                 pass   # the decode worker serves it whole
             where = place(prefill.load if prefill else None, decode.load, decode.request,
@@ -298,7 +300,8 @@ class _Flow:
         p_url = prefill.worker.url
         preq = self._worker_request("p", prefill_only=True)
         tracker = self.p.tracker
-        tracker.dispatch(preq.request_id, p_url, pending=prefill.uncached_tokens)
+        tracker.dispatch(preq.request_id, p_url, pending=prefill.uncached_tokens,
+                         priority=preq.context.priority)
         dispatched = time.monotonic()
         try:
             first = await self._prefill(p_url, preq)
@@ -314,7 +317,7 @@ class _Flow:
         try:
             if decode is None:
                 decode = self.p.router.choose("decode", memo, self.session, exclude,
-                                              session_ends=self.session_ends)
+                                              session_ends=self.session_ends, priority=self.req.context.priority)
             d_url = decode.worker.url
             self._set_headers(p_url, d_url)
             yield self._rewrite(first, finished=False)
@@ -335,7 +338,7 @@ class _Flow:
         dreq = self._worker_request("d", kv_handle=first.kv_handle)
         tracker = self.p.tracker
         tracker.dispatch(dreq.request_id, d_url, pending=0,
-                         context=len(dreq.prompt_token_ids) + len(self.sent))
+                         context=len(dreq.prompt_token_ids) + len(self.sent), priority=dreq.context.priority)
         got_token = False
         try:
             async with aclosing(self._stream(d_url, dreq, "decode")) as deltas:

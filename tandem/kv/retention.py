@@ -17,8 +17,11 @@ blocks of a session that ended (its turn ended in `stop` without tool calls) are
   below `min_gap_s`, never above `max_s`. A hint h replaces the estimate: h x (1 + hint_slack) +
   min_gap_s (the next turn arrives after the pause plus its wait at the gateway), at most `max_s`.
 - The share bound (`over_share`): at most `share` of the device blocks are retained at once; a new
-  retention first releases the oldest ones (the mechanism's order), and keeps only its first
-  blocks if it alone would exceed the bound (the prefix is what every later turn resends).
+  retention first releases the holds whose deadline is later than its own, latest first (their
+  sessions come back last: as Belady's rule evicts what is needed furthest in the future), and
+  keeps only its first blocks if it still exceeds the bound (the prefix is what every later turn
+  resends). Releasing the oldest holds instead gave way to the sessions that paused first, the
+  ones coming back soonest.
 - Eviction order (the mechanism, tandem/kv/block_pool.py): free blocks of ended or expired sessions
   first, then other free blocks least recently used first, then retained blocks (least recently
   freed first); a retained block taken so is demoted to the host tier when one is configured.
@@ -104,6 +107,7 @@ def over_share(num_retained: int, num_new: int, limit: int) -> int:
     return max(0, num_retained + num_new - limit)
 
 
-def first_to_release(holds: Sequence[tuple[str, float]]) -> list[str]:
-    """Holds (id, when retained) in the order they give way to a new one: oldest first."""
-    return [h for h, _ in sorted(holds, key=lambda x: x[1])]
+def first_to_release(holds: Sequence[tuple[str, float]], deadline: float) -> list[str]:
+    """Holds (id, deadline) that give way to a new one held until `deadline`, in order: those
+    held longer than it, the latest deadline first."""
+    return [h for h, d in sorted(holds, key=lambda x: -x[1]) if d > deadline]

@@ -45,7 +45,6 @@ class _Session:
 @dataclass
 class _Hold:
     deadline: float
-    retained_at: float
 
 
 class SessionRetainer:
@@ -113,11 +112,11 @@ class SessionRetainer:
             self.pool.mark_cold(blocks, own_refs=1)   # the ending request still holds its blocks
             return
         s.ended_at = now
-        blocks = self._fit_share(blocks, now)
+        blocks = self._fit_share(blocks, now + retain_s)
         if not blocks:
             return
         self.pool.retain(key, blocks, tag, priority)
-        self._holds[key] = _Hold(now + retain_s, now)
+        self._holds[key] = _Hold(now + retain_s)
         self._next_deadline = min(self._next_deadline, now + retain_s)
 
     def retain_seconds(self, key: str | None, tenant: str | None, agent: AgentTurn) -> float:
@@ -136,10 +135,11 @@ class SessionRetainer:
         self._next_deadline = min((h.deadline for h in self._holds.values()), default=float("inf"))
 
     # --- helpers -----------------------------------------------------------------------------
-    def _fit_share(self, blocks: Sequence[KVBlock], now: float) -> Sequence[KVBlock]:
-        """Release the oldest holds until `blocks` fit the share; past that, keep their prefix."""
+    def _fit_share(self, blocks: Sequence[KVBlock], deadline: float) -> Sequence[KVBlock]:
+        """Release the holds due after `deadline` (the latest first) until `blocks` fit the
+        share; past that, keep their prefix."""
         limit = share_limit(self.pool.num_blocks, self.config)
-        order = first_to_release([(k, h.retained_at) for k, h in self._holds.items()])
+        order = first_to_release([(k, h.deadline) for k, h in self._holds.items()], deadline)
         new = self.pool.new_for_retention(blocks)
         while over_share(self.pool.num_retained, new, limit) and order:
             self._release(order.pop(0), cold=False)

@@ -5,7 +5,10 @@ healthy but takes no new request until its load drops. Except a session's own: a
 session lives on a worker (RequestInfo.session_home) may go there over `max_in_flight` by up to
 `session_overflow` requests (by default a quarter of it, at least one): its history is cached
 there, and elsewhere it would be computed again; there it waits in the worker's queue, where a
-better priority preempts a worse one.
+better priority preempts a worse one. Likewise a request may go over `max_in_flight` by up to
+as many (at most `session_overflow`) as the worker has open requests of a worse priority
+(WorkerLoad.preemptible): the worker gives it one of their slots rather than queue it behind them.
+The two add up: a worker never has more than max_in_flight + 2 x session_overflow requests open.
 """
 
 from __future__ import annotations
@@ -32,7 +35,10 @@ class AdmissionLimits:
 
 
 def is_saturated(w: WorkerLoad, limits: AdmissionLimits, overflow: int = 0) -> bool:
-    """Over a limit; `overflow`: requests allowed over max_in_flight (a session's home)."""
+    """Over a limit; `overflow`: requests allowed over max_in_flight (a session's home); a
+    request of a better priority than some open ones is allowed over it by as many of them more
+    (at most the home overflow)."""
+    overflow += min(limits.home_overflow, w.preemptible)
     return (w.in_flight >= limits.max_in_flight + overflow or w.waiting >= limits.max_waiting
             or w.prefill_tokens >= limits.max_prefill_tokens
             or (limits.max_tokens is not None

@@ -28,6 +28,13 @@ report. So `report` takes the time the poll was sent and is ignored when a dispa
 over or finish on that worker happened after it; the previous offset keeps applying. (Single
 tokens are not counted as changes: the worker's context grows with them on both sides.)
 
+Priority: each entry keeps its request's priority (vLLM's meaning, lower first). A worker under
+the priority policy serves better levels first (a worse prompt's chunks wait, a worse request
+running gives up its slot), so the load a request of priority p meets there is that of the
+entries of priority <= p: `load(worker, p)` counts only those, and names how many worse ones
+are open (`worse_in_flight`, what the worker may preempt for it). The report's offset, which
+the gateway cannot split by priority, applies in the tracked share of those entries' tokens.
+
 Not thread-safe: the gateway uses it from its event loop only.
 """
 
@@ -43,6 +50,7 @@ class _Entry:
     pending: int      # prefill tokens not yet computed
     context: int      # tokens in the active context (0 until prefill is done)
     since: float      # dispatch time
+    priority: int     # the request's (lower first)
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class TokenLoad:
     prefill_tokens: int
     decode_tokens: int
     in_flight: int
+    worse_in_flight: int = 0   # open requests of a worse priority than the one asked for
 
 
 @dataclass
@@ -71,9 +80,11 @@ class LoadTracker:
         """The tracker's clock: pass its value, read before sending a poll, to `report`."""
         return self._clock()
 
-    def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0) -> None:
+    def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0,
+                 priority: int = 0) -> None:
         now = self._clock()
-        self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context), now)
+        self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context), now,
+                                                     priority)
         self._changed_at[worker] = now
 
     def prefill_done(self, request_id: str, worker: str, context: int) -> None:
@@ -101,12 +112,16 @@ class LoadTracker:
             off.prefill = _toward_zero(off.prefill, prefill)
             off.decode = _toward_zero(off.decode, decode)
 
-    def _tracked(self, worker: str) -> TokenLoad:
-        p = d = n = 0
+    def _tracked(self, worker: str, priority: int | None = None) -> TokenLoad:
+        p = d = n = worse = 0
         for e in self._entries.values():
-            if e.worker == worker:
+            if e.worker != worker:
+                continue
+            if priority is not None and e.priority > priority:
+                worse += 1
+            else:
                 p, d, n = p + e.pending, d + e.context, n + 1
-        return TokenLoad(p, d, n)
+        return TokenLoad(p, d, n, worse)
 
     def report(self, worker: str, prefill_tokens: int, decode_tokens: int,
                polled_at: float | None = None) -> bool:
@@ -125,13 +140,25 @@ class LoadTracker:
         self._offsets.pop(worker, None)
         self._changed_at.pop(worker, None)
 
-    def load(self, worker: str) -> TokenLoad:
-        t = self._tracked(worker)
+    def load(self, worker: str, priority: int | None = None) -> TokenLoad:
+        """The estimated load on `worker`; with `priority`, what a request of that priority meets
+        there (entries of priority <= it; `in_flight` counts those, `worse_in_flight` the rest)."""
+        t = self._tracked(worker, priority)
         off = self._offsets.get(worker)
         if off is None or self._clock() - off.at > self._max_age:
             return t
-        return TokenLoad(max(0, t.prefill_tokens + off.prefill),
-                         max(0, t.decode_tokens + off.decode), t.in_flight)
+        prefill, decode = off.prefill, off.decode
+        if t.worse_in_flight:
+            whole = self._tracked(worker)
+            prefill = _share(prefill, t.prefill_tokens, whole.prefill_tokens)
+            decode = _share(decode, t.decode_tokens, whole.decode_tokens)
+        return TokenLoad(max(0, t.prefill_tokens + prefill), max(0, t.decode_tokens + decode),
+                         t.in_flight, t.worse_in_flight)
+
+
+def _share(offset: int, part: int, whole: int) -> int:
+    """The offset in proportion part / whole of the tracked tokens (all of it when none are)."""
+    return offset if whole <= 0 else round(offset * part / whole)
 
 
 def _toward_zero(x: int, by: int) -> int:

@@ -116,14 +116,15 @@ class Router:
 
     def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
                exclude: frozenset[str] = frozenset(), commit: bool = True,
-               also: tuple[str, ...] = (), session_ends: bool = False) -> Route:
+               also: tuple[str, ...] = (), session_ends: bool = False, priority: int = 0) -> Route:
         """Pick a worker of role `pool` (or of a role in `also`, with `pool`'s policy and counter);
         raises NoHealthyWorker (503) or CapacityExceeded (429).
 
         `exclude` lists workers that just failed this request: avoided while another is live.
         `commit=False` only looks: the decision is neither counted nor advances the pool's
         request counter (round robin) until `commit(pool, route)`. `session_ends`: the request is
-        its session's last turn (RequestInfo.session_ends).
+        its session's last turn (RequestInfo.session_ends). `priority`: the request's (lower
+        first): the loads it meets are those of its priority or a better one (LoadTracker.load).
         """
         workers = [*self.registry.pool(pool), *(w for role in also for w in self.registry.pool(role))]
         live = [w for w in workers if w.healthy and not w.draining]
@@ -137,7 +138,7 @@ class Router:
         home = self.sessions.home(pool, session_id) if session_id is not None else None
         counts = self.sessions.counts(pool)
         snap = Snapshot(
-            workers=tuple(self._load(w, matches, counts[w.url]) for w in workers),
+            workers=tuple(self._load(w, matches, counts[w.url], priority) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
                                 block_size=block_size, shared_blocks=matches.get(STORE, 0),
                                 session_id=session_id, session_home=home, seq=seq,
@@ -169,13 +170,14 @@ class Router:
         if self.on_decision is not None:
             self.on_decision(pool, route.decision)
 
-    def _load(self, w: WorkerState, matches: dict[str, int], sessions: int) -> WorkerLoad:
-        load = self.tracker.load(w.url)
+    def _load(self, w: WorkerState, matches: dict[str, int], sessions: int, priority: int) -> WorkerLoad:
+        load = self.tracker.load(w.url, priority)
         s = w.stats
         return WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
                           draining=w.draining, prefill_tokens=load.prefill_tokens,
                           decode_tokens=load.decode_tokens, running=int(s.get("num_running", 0)),
-                          waiting=int(s.get("num_waiting", 0)), in_flight=load.in_flight,
+                          waiting=int(s.get("num_waiting", 0)),
+                          in_flight=load.in_flight + load.worse_in_flight, preemptible=load.worse_in_flight,
                           kv_usage=float(s.get("kv_cache_usage", 0.0)),
                           cached_blocks=matches.get(w.url, 0),
                           host_blocks=matches.get(tier_holder(w.url, "host"), 0),

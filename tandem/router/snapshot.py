@@ -26,11 +26,15 @@ class WorkerLoad:
     healthy: bool = True
     draining: bool = False        # finishing its requests, takes no new ones
     saturated: bool = False       # over an admission limit (see tandem.router.admission)
+    # the token loads this request meets there: of the requests of its priority or a better one
     prefill_tokens: int = 0       # uncached prompt tokens sent to it and not yet processed
     decode_tokens: int = 0        # tokens in the contexts of its active (decoding) requests
     running: int = 0              # requests it reports running
     waiting: int = 0              # requests it reports waiting
     in_flight: int = 0            # requests the gateway has open on it
+    # of those, requests of a worse priority than this request's: the worker (priority policy)
+    # gives their slots to this one, so they count toward in_flight but not toward the token loads
+    preemptible: int = 0
     kv_usage: float = 0.0         # reported fraction of KV blocks held by live requests, in [0, 1]
     cached_blocks: int = 0        # leading blocks of *this request's* prompt it holds (prefix index)
     host_blocks: int = 0          # ... in its host-memory tier (reported by the simulator only)

@@ -67,7 +67,9 @@ def test_share_bound_and_release_order():
     assert share_limit(96, RetentionConfig(share=0.0)) == 0 and not RetentionConfig(share=0.0).enabled
     assert over_share(40, 8, 48) == 0
     assert over_share(40, 11, 48) == 3
-    assert first_to_release([("b", 5.0), ("a", 1.0), ("c", 3.0)]) == ["a", "c", "b"]
+    # holds due after the new one's deadline give way, the latest due first
+    assert first_to_release([("b", 5.0), ("a", 1.0), ("c", 3.0)], 0.0) == ["b", "c", "a"]
+    assert first_to_release([("b", 5.0), ("a", 1.0), ("c", 3.0)], 3.0) == ["b"]
 
 
 def test_config_refuses_a_share_outside_zero_one():

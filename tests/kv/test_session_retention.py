@@ -64,22 +64,22 @@ def test_a_hold_expires_at_its_deadline_cold_and_the_late_turn_still_teaches():
     assert r.hits == 0 and r.retain_seconds("s", None, _tools()) == 60.0
 
 
-def test_the_share_bound_releases_the_oldest_holds_then_keeps_a_prefix():
+def test_the_share_bound_releases_the_holds_due_latest_then_keeps_a_prefix():
     pool = BlockPool(24)                                               # share 0.5: 12 blocks
     r = SessionRetainer(pool, CFG)
     a, b, c = _blocks(pool, 4, 100), _blocks(pool, 4, 200), _blocks(pool, 6, 300)
-    r.finished("a", None, TurnEnd.RETAIN, 60.0, a, (), now=1.0)
-    r.finished("b", None, TurnEnd.RETAIN, 60.0, b, (), now=2.0)
+    r.finished("a", None, TurnEnd.RETAIN, 10.0, a, (), now=1.0)        # due at 11
+    r.finished("b", None, TurnEnd.RETAIN, 60.0, b, (), now=2.0)        # due at 62
     assert pool.num_retained == 8
-    r.finished("c", None, TurnEnd.RETAIN, 60.0, c, (), now=3.0)        # the oldest, a, gives way
-    assert [pool.hold_blocks(h) for h in "abc"] == [0, 4, 6] and pool.num_retained == 10
+    r.finished("c", None, TurnEnd.RETAIN, 30.0, c, (), now=3.0)        # due at 33: b, due last, gives way
+    assert [pool.hold_blocks(h) for h in "abc"] == [4, 0, 6] and pool.num_retained == 10
     big = _blocks(pool, 14, 400)
-    r.finished("d", None, TurnEnd.RETAIN, 60.0, big, (), now=4.0)      # alone past 12: b, c go
-    assert [pool.hold_blocks(h) for h in "bcd"] == [0, 0, 12]          # and d keeps its prefix
-    assert [x.retained for x in big] == [1] * 12 + [0, 0]
+    r.finished("d", None, TurnEnd.RETAIN, 20.0, big, (), now=4.0)      # due at 24: c goes, a (11) stays
+    assert [pool.hold_blocks(h) for h in "acd"] == [4, 0, 8]           # and d keeps its prefix
+    assert [x.retained for x in big] == [1] * 8 + [0] * 6
     e = big[:2] + _blocks(pool, 3, 500)                                # 2 shared with d, 3 new
-    r.finished("e", None, TurnEnd.RETAIN, 60.0, e, (), now=5.0)        # d (oldest) gives way
-    assert pool.hold_blocks("d") == 0 and pool.hold_blocks("e") == 5 and pool.num_retained == 5
+    r.finished("e", None, TurnEnd.RETAIN, 100.0, e, (), now=5.0)       # due last: nothing gives way
+    assert [pool.hold_blocks(h) for h in "ade"] == [4, 8, 2] and pool.num_retained == 12
 
 
 def test_an_ended_session_drops_its_hold_and_goes_first():

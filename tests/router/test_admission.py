@@ -29,6 +29,14 @@ def test_all_saturated_is_429_and_partial_saturation_marks_workers():
     assert [x.worker_id for x in s.available()] == ["b"]
 
 
+def test_open_requests_of_a_worse_priority_make_room_over_the_cap_up_to_the_overflow():
+    lim = AdmissionLimits(max_in_flight=8)                  # overflow: 2
+    sat = lambda **kw: admit(snap(w("a", **kw), w("b")), lim, "decode").workers[0].saturated
+    assert sat(in_flight=8) and not sat(in_flight=8, preemptible=1)
+    assert sat(in_flight=9, preemptible=1)                  # one worse request: one slot over
+    assert not sat(in_flight=9, preemptible=5) and sat(in_flight=10, preemptible=5)   # the overflow bounds it
+
+
 def test_a_sessions_home_takes_it_over_the_in_flight_cap_by_the_overflow_only():
     lim = AdmissionLimits(max_in_flight=8)                  # overflow: 8 // 4 = 2
     assert lim.home_overflow == 2 and AdmissionLimits(max_in_flight=2).home_overflow == 1

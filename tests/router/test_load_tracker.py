@@ -88,3 +88,21 @@ def test_a_request_caught_in_passing_leaves_nothing_behind():
     lt.dispatch("r2", "a", pending=50)
     lt.finish("r2", "a")
     assert lt.load("a") == TokenLoad(0, 1997, 0)
+
+
+def test_a_request_meets_the_load_of_its_priority_or_better_and_the_offset_in_that_share():
+    clock = Clock()
+    lt = LoadTracker(clock=clock)
+    lt.dispatch("flood", "a", pending=3000, priority=10)
+    lt.dispatch("turn", "a", pending=1000, priority=0)
+    lt.prefill_done("turn", "a", context=1000)
+    lt.dispatch("other", "a", pending=1000, priority=0)
+    assert lt.load("a") == TokenLoad(4000, 1000, 3)               # every priority
+    assert lt.load("a", 10) == TokenLoad(4000, 1000, 3, 0)
+    # a priority-0 request waits behind the priority-0 prefill only; the flood is preemptible
+    assert lt.load("a", 0) == TokenLoad(1000, 1000, 2, 1)
+    assert lt.load("a", -1) == TokenLoad(0, 0, 0, 3)
+    # a report 400 prefill tokens below the tracked 4000: the priority-0 view gets its quarter
+    lt.report("a", prefill_tokens=3600, decode_tokens=1000)
+    assert lt.load("a") == TokenLoad(3600, 1000, 3)
+    assert lt.load("a", 0) == TokenLoad(900, 1000, 2, 1)

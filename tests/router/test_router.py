@@ -42,6 +42,19 @@ def test_tracker_load_steers_token_aware():
     assert router.choose("prefill", HashMemo([1] * 10, ()), None).worker.url == "http://127.0.0.1:9001"
 
 
+def test_a_new_session_stays_with_its_prefix_beside_a_flood_of_worse_priority():
+    # worker 1 holds the tenant's system prompt (24 of 40 tokens) and 2,000 tokens of priority-10
+    # prompts: a priority-0 session waits behind none of them there (the worker serves it first)
+    reg, index, tracker, router, _ = cluster(["both", "both"])
+    toks = list(range(40))
+    index.stored("http://127.0.0.1:9001", hash_request_blocks(toks[:24], 4, (), 0))
+    for i in range(4):
+        tracker.dispatch(f"flood{i}", "http://127.0.0.1:9001", pending=500, priority=10)
+    assert router.choose("both", HashMemo(toks, ()), "s1", priority=0).worker.url == "http://127.0.0.1:9001"
+    # at the flood's own priority the load counts, and the session goes where none waits
+    assert router.choose("both", HashMemo(toks, ()), "s2", priority=10).worker.url == "http://127.0.0.1:9000"
+
+
 def test_exclude_is_a_preference():
     reg, index, tracker, router, _ = cluster(["decode", "decode"], policy="round_robin")
     ex = frozenset({"http://127.0.0.1:9000"})

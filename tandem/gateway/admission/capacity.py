@@ -2,7 +2,8 @@
 
 A worker is saturated by `tandem.router.admission.is_saturated` (requests the gateway has open
 on it, requests it reports waiting, estimated tokens), read from the same load tracker and
-stats the router reads, so a request the gate lets through finds a worker the router accepts.
+stats the router reads, for the request's priority as the router reads them, so a request the
+gate lets through finds a worker the router accepts.
 The fleet has capacity when some live worker of the pool that serves a request's last pass
 (colocated: role both; disaggregated: decode, or both; one pool left: that pool) is not
 saturated, or when no worker is live at all: then the router answers 503 at once rather than
@@ -28,16 +29,21 @@ _POOLS = {"colocated": ("both",), "pd": ("decode", "both"), "decode": ("decode",
           "prefill": ("prefill",)}
 
 
-def _saturated(url: str, stats: dict, tracker: LoadTracker, limits: AdmissionLimits) -> bool:
-    load = tracker.load(url)
+def _saturated(url: str, stats: dict, tracker: LoadTracker, limits: AdmissionLimits,
+               priority: int) -> bool:
+    load = tracker.load(url, priority)
     return is_saturated(WorkerLoad(worker_id=url, url=url, role="both",
                                    prefill_tokens=load.prefill_tokens,
-                                   decode_tokens=load.decode_tokens, in_flight=load.in_flight,
+                                   decode_tokens=load.decode_tokens,
+                                   in_flight=load.in_flight + load.worse_in_flight,
+                                   preemptible=load.worse_in_flight,
                                    waiting=int(stats.get("num_waiting") or 0)), limits)
 
 
 def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
-                 limits: AdmissionLimits) -> bool:
+                 limits: AdmissionLimits, priority: int = 0) -> bool:
+    """Whether a request of `priority` can be placed now (the router's rule for it: open
+    requests of a worse priority make room for it, admission.py)."""
     try:
         mode = router.mode()
     except NoHealthyWorker:
@@ -45,7 +51,7 @@ def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
     live = [w for role in _POOLS[mode] for w in registry.pool(role) if w.healthy and not w.draining]
     if not live:
         return True
-    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits)]
+    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits, priority)]
     if mode != "pd" or not free:
         return bool(free)
     headed = sum(tracker.load(w.url).in_flight for w in registry.pool("prefill"))

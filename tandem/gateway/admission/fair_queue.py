@@ -138,12 +138,17 @@ class FairQueue:
         self._take(entry)
         return True
 
+    def peek(self, now: float) -> Entry | None:
+        """The request `pop(now)` would return, left waiting."""
+        heads = [(name, t, self._head(t, now)) for name, t in self._tenants.items() if t.bands]
+        return min(heads, key=lambda h: (self._finish(h[0], h[1], h[2]), h[2].seq))[2] if heads else None
+
     def pop(self, now: float) -> Entry | None:
         """The next request to serve, or None when nothing waits."""
-        heads = [(name, t, self._head(t, now)) for name, t in self._tenants.items() if t.bands]
-        if not heads:
+        entry = self.peek(now)
+        if entry is None:
             return None
-        name, t, entry = min(heads, key=lambda h: (self._finish(h[0], h[1], h[2]), h[2].seq))
+        name, t = entry.tenant, self._tenants[entry.tenant]
         self._vtime = max(self._vtime, t.clock)   # the start of what it serves
         t.clock = self._finish(name, t, entry)
         self._take(entry)

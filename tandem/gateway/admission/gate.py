@@ -1,7 +1,7 @@
 """The gateway's flow control: requests over capacity wait in the fair queue (fair_queue.py).
 
-A request passes at once when nothing waits and `has_capacity()` (capacity.py) says some worker
-can take it: one call, nothing queued. Otherwise it waits on a future in the fair queue, and is
+A request passes at once when nothing waits and `has_capacity(priority)` (capacity.py) says some
+worker can take a request of its priority: one call, nothing queued. Otherwise it waits on a future in the fair queue, and is
 released as capacity frees: when a request that passed the gate ends (its load left the tracker
 before the gate hears of it), and on a tick every `tick_s` while anything waits (the workers'
 stats, polled by the monitor, may show room; waits past max_wait_s end in 503). A tenant whose
@@ -34,7 +34,7 @@ ANONYMOUS = ""   # the tenant of requests to a gateway without keys
 
 
 class AdmissionGate:
-    def __init__(self, config: FairQueueConfig, has_capacity: Callable[[], bool],
+    def __init__(self, config: FairQueueConfig, has_capacity: Callable[[int], bool],
                  metrics: QueueMetrics | None = None, tick_s: float = 0.1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
@@ -64,7 +64,7 @@ class AdmissionGate:
         cost = self.config.cost(len(req.prompt_token_ids) + len(req.resume_output_ids),
                                 req.sampling.max_tokens)
         now = self._clock()
-        if not self._transit and not len(self.queue) and self._has_capacity():
+        if not self._transit and not len(self.queue) and self._has_capacity(ctx.priority):
             self._drain.record(now, cost)
             return
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -74,6 +74,7 @@ class AdmissionGate:
         if self._metrics is not None:
             self._metrics.queued(tenant)
         self._start_ticker()
+        self.pump()   # a better priority than those waiting may have room they lack
         try:
             await fut
         except asyncio.CancelledError:
@@ -86,9 +87,13 @@ class AdmissionGate:
         asyncio.get_running_loop().call_soon(self._end_transit)
 
     def pump(self) -> None:
-        """Release waiting requests while there is room (one in transit at a time)."""
-        while not self._transit and len(self.queue) and self._has_capacity():
+        """Release waiting requests while there is room for the next one's priority (one in
+        transit at a time)."""
+        while not self._transit and len(self.queue):
             now = self._clock()
+            head = self.queue.peek(now)
+            if head is not None and not head.item.done() and not self._has_capacity(head.priority):
+                return
             entry = self.queue.pop(now)
             if entry is None or entry.item.done():
                 continue

@@ -48,6 +48,10 @@ its context: about context / (6 x hidden size) prefill tokens a step), not by it
 weighted 1.0, two sessions in their last decode steps on 4k-token contexts made their worker a
 "hotspot" and sent the next session of the same tenant to a worker without its system prompt,
 which then held two tenants' prompts in a cache with room for one (docs/benchmarks.md 14).
+Only the requests of the routed request's priority or a better one count (WorkerLoad's token
+loads, tandem/router/load_tracker.py): a worker serves better levels first, so a flood of
+priority-10 prompts on a tenant's worker delays none of its priority-0 sessions and must not
+send them to a worker without their system prompt (docs/benchmarks.md 19).
 
 Settings: AffinityConfig (load bound), PrefixAwareConfig (margin_blocks=1, margin_frac=0.1 here;
 tier weights; hotspot guard), SessionConfig.new_session_slack.

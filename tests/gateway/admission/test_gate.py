@@ -16,17 +16,19 @@ from tandem.types import EngineRequest, RequestContext, RequestDelta, SamplingPa
 
 
 class Fleet:
-    """`slots` requests at a time; a flow takes its slot when it starts (as pd_flow dispatches
-    before its first await) and holds it until `release` is set."""
+    """`slots` requests at a time, and `priority_slots` more for requests of a priority below 10
+    (as a worker preempts worse requests for better ones); a flow takes its slot when it starts
+    (as pd_flow dispatches before its first await) and holds it until `release` is set."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, priority_slots: int = 0) -> None:
         self.slots = slots
+        self.priority_slots = priority_slots
         self.used = 0
         self.started: list[str] = []
         self.peak = 0
 
-    def has_capacity(self) -> bool:
-        return self.used < self.slots
+    def has_capacity(self, priority: int = 0) -> bool:
+        return self.used < self.slots + (self.priority_slots if priority < 10 else 0)
 
     async def flow(self, name: str, release: asyncio.Event):
         self.used += 1
@@ -55,6 +57,25 @@ async def consume(gate, fleet, r, release):
 async def settle():
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+def test_a_better_priority_passes_worse_ones_waiting_where_the_fleet_has_room_for_it():
+    async def main():
+        fleet, rel = Fleet(2, priority_slots=1), asyncio.Event()
+        gate = AdmissionGate(FairQueueConfig(), fleet.has_capacity, tick_s=0.01)
+        tasks = [asyncio.create_task(consume(gate, fleet, req(f"f{i}", "A", priority=10), rel))
+                 for i in range(3)]
+        await settle()
+        assert fleet.started == ["f0", "f1"] and gate.queue.depth("A") == 1
+        tasks.append(asyncio.create_task(consume(gate, fleet, req("s", "A", priority=0), rel)))
+        await settle()
+        # the priority-0 request waited behind nothing: the fleet had room for its priority
+        assert fleet.started == ["f0", "f1", "s"] and gate.queue.depth("A") == 1
+        rel.set()
+        await asyncio.gather(*tasks)
+        assert fleet.started[-1] == "f2" and fleet.used == 0 and len(gate.queue) == 0
+
+    asyncio.run(main())
 
 
 def test_passes_at_once_when_there_is_room_and_waits_when_full():
