@@ -6,16 +6,17 @@ starts its own cluster and measures twice: the small tenant alone, then the same
 with the big tenant beside it. Both tenants send open-loop Poisson arrivals of streamed
 completions with distinct random token-id prompts (no prefix hits); the big tenant sends
 `--ratio` times the small one's tokens (as many times the requests, same sizes). Modes:
-  fair  gateway with the fair queue, workers at capacity at --max-in-flight requests each (set it
-        to the workers' --max-num-seqs, given with --worker-arg, so requests wait at the gateway
-        rather than in a worker's own queue, where tenants are not told apart)
+  fair  gateway with the fair queue, workers at capacity at --max-in-flight requests each (give
+        the workers --max-num-seqs of --max-in-flight plus its overflow, a quarter of it, with
+        --worker-arg: requests wait at the gateway, and the small tenant's, sent over the cap
+        while the big one holds more than its share, find a free slot)
   off   today without it: --no-fair-queue, default limits (requests pile onto the workers)
 Reported per mode and repetition: small tenant's p50/p90 TTFT alone and with the flood, the ratio
 (the figure), both tenants' completed requests and errors (429s). JSON to --out. Not run in CI.
 
   .venv/bin/python benchmarks/fairness.py --model DIR --workers 1 --max-in-flight 8 \\
-      --small-rps 1 --ratio 10 --prompt-tokens 512 --output-tokens 64 --duration 60 --reps 3 \\
-      --out bench-results/fairness
+      --worker-arg=--max-num-seqs=10 --small-rps 1 --ratio 10 --prompt-tokens 512 \\
+      --output-tokens 64 --duration 60 --reps 3 --out bench-results/fairness
   .venv/bin/python benchmarks/fairness.py --smoke     # tiny model, seconds: the script works
 """
 

@@ -101,7 +101,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     g.add_argument("--max-in-flight", type=int, default=256,
                    help="requests open on one worker before it counts as saturated (when all are, "
                         "requests wait in the fair queue; 429 with --no-fair-queue); a session's own "
-                        "worker takes its requests over it by a quarter more (at least one)")
+                        "worker takes its requests over it by a quarter more (at least one), as does "
+                        "any worker for a request of a tenant below its fair share of the slots "
+                        "(--no-tenant-overflow: not), and for one of a better priority than some "
+                        "open there")
+    g.add_argument("--tenant-overflow", action=argparse.BooleanOptionalAction, default=True,
+                   help="a tenant holding fewer requests than its fair share of the slots, while "
+                        "another holds more, goes over --max-in-flight by a quarter of it (default on)")
     g.add_argument("--max-waiting", type=int, default=128,
                    help="requests a worker reports waiting before it counts as saturated")
     g.add_argument("--prefill-placement", default="auto", choices=("auto", "remote"),
@@ -167,7 +173,8 @@ def gateway_config_from_args(args: argparse.Namespace) -> GatewayConfig:
                                 allow_loopback_workers=args.allow_loopback_workers),
         connect_timeout_s=args.connect_timeout, worker_read_timeout_s=args.worker_read_timeout,
         admission=AdmissionLimits(max_in_flight=args.max_in_flight, max_waiting=args.max_waiting,
-                                  max_tokens=args.max_inflight_tokens_per_worker),
+                                  max_tokens=args.max_inflight_tokens_per_worker,
+                                  tenant_overflow=args.tenant_overflow),
         fair_queue=fair_queue_config_from_args(args),
         placement=PlacementConfig(enabled=args.prefill_placement == "auto",
                                   stall_weight=args.placement_stall_weight,

@@ -38,6 +38,10 @@ within a level, and levels go first:
   hits); once running, its next blocks come from those unretained free blocks too, and when
   they run out the worst running requests give way (itself when it is the worst), as under
   block pressure; a request running alone takes retained blocks rather than stop.
+Tenants (RequestContext.tenant): within a level, the prefills, running and waiting, of the
+tenant with the fewest running requests go first (then as above), so a tenant sending a tenth
+of another's requests does not queue its prompts behind the other's; with one tenant present
+nothing changes. The gateway sends such a tenant over its cap (tandem/router/admission.py).
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -57,7 +61,7 @@ at finish (unless a connector keeps them, until it reports them released) and af
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -104,6 +108,7 @@ class Scheduler:
         # priority policy: the waiting requests' levels in this step, and when the queue was sorted
         self._levels: dict[str, int] = {}
         self._sorted_levels: dict[str, int] = {}
+        self._sorted_tenants: dict[str | None, int] = {}
         self._lowest_level = 0           # the best level of any request present in this step
         self.num_preemptions = 0
 
@@ -450,10 +455,13 @@ class Scheduler:
 
         def level(r: Request) -> int:
             return admitted_level(r) if self.by_priority else 0
+        share = self._tenant_running()
         if not self._ordered():
-            return sorted(self.running, key=lambda r: (is_prefill(r), level(r)))
-        return sorted(self.running, key=lambda r: (is_prefill(r), level(r), self.order.key(
-            r, r.num_tokens - r.num_computed_tokens) if is_prefill(r) else 0.0))
+            return sorted(self.running, key=lambda r: (is_prefill(r), level(r),
+                                                       share.get(r.context.tenant, 0) if is_prefill(r) else 0))
+        return sorted(self.running, key=lambda r: (is_prefill(r), level(r), *((
+            share.get(r.context.tenant, 0), self.order.key(r, r.num_tokens - r.num_computed_tokens))
+            if is_prefill(r) else (0, 0.0))))
 
     def _sort_waiting(self) -> None:
         """Waiting requests by level (priority policy), then by key, their remaining work
@@ -463,19 +471,28 @@ class Scheduler:
         # then (re-sorting every step would look every waiting prompt up in the prefix cache
         # each step)
         levels_changed = any(self._sorted_levels.get(rid) != lv for rid, lv in self._levels.items())
-        if not (self._waiting_unsorted or levels_changed) or len(self.waiting) < 2 or \
-                not (self._ordered() or self.by_priority):
+        share = self._tenant_running()
+        if not (self._waiting_unsorted or levels_changed or share != self._sorted_tenants) or \
+                len(self.waiting) < 2 or not (self._ordered() or self.by_priority or share):
             return
         self._waiting_unsorted = False
         self._sorted_levels = dict(self._levels)
+        self._sorted_tenants = share
         if self._ordered():
             ordered = sorted(self.waiting, key=lambda r: (self._levels.get(r.request_id, 0),
+                                                          share.get(r.context.tenant, 0),
                                                           self.order.key(r, self._waiting_work(r))))
         else:
             ordered = sorted(self.waiting, key=lambda r: (self._levels.get(r.request_id, 0),
-                                                          r.queue_order))
+                                                          share.get(r.context.tenant, 0), r.queue_order))
         self.waiting.clear()
         self.waiting.extend(ordered)
+
+    def _tenant_running(self) -> dict[str | None, int]:
+        """Running requests per tenant, while more than one tenant is present (else empty: one
+        tenant's requests keep their order)."""
+        tenants = {r.context.tenant for r in self.running} | {r.context.tenant for r in self.waiting}
+        return dict(Counter(r.context.tenant for r in self.running)) if len(tenants) > 1 else {}
 
     # --- priority levels (tandem/engine/priority.py) ------------------------------------
     def _update_levels(self) -> None:

@@ -231,13 +231,19 @@ class _Flow:
                              context=context, arrival_time=r.arrival_time,
                              resume_output_ids=list(self.sent), **kw)
 
+    def _choose(self, pool: str, memo: HashMemo, exclude: frozenset[str], commit: bool = True,
+                also: tuple[str, ...] = ()) -> Route:
+        """The router's choice in `pool` for this request: its session, priority and tenant."""
+        ctx = self.req.context
+        return self.p.router.choose(pool, memo, self.session, exclude, commit=commit, also=also,
+                                    session_ends=self.session_ends, priority=ctx.priority,
+                                    tenant=ctx.tenant)
+
     async def _colocated_pass(self, pool: str) -> AsyncIterator[RequestDelta]:
         """Whole requests on `pool`: "both", or a disaggregated pool while the other is down."""
         self.passes += 1
         memo = HashMemo(self.req.prompt_token_ids + self.sent, cache_keys(self.req.context))
-        route = self.p.router.choose(pool, memo, self.session, frozenset(self.exclude),
-                                     session_ends=self.session_ends,
-                                     priority=self.req.context.priority)
+        route = self._choose(pool, memo, frozenset(self.exclude))
         async with aclosing(self._whole_pass(route, pool)) as deltas:
             async for d in deltas:
                 yield d
@@ -248,7 +254,8 @@ class _Flow:
         wreq = self._worker_request("c" if pool == "both" else "l")
         tracker = self.p.tracker
         tracker.dispatch(wreq.request_id, url, pending=route.uncached_tokens,
-                          priority=wreq.context.priority)
+                          priority=wreq.context.priority,
+                         tenant=wreq.context.tenant)
         dispatched = time.monotonic()
         first = True
         try:
@@ -272,16 +279,13 @@ class _Flow:
         exclude = frozenset(self.exclude)
         router = self.p.router
         # where to prefill: look at the decode and the prefill worker the router would pick
-        decode: Route | None = router.choose("decode", memo, self.session, exclude, commit=False,
-                                             session_ends=self.session_ends, also=("both",),
-                                             priority=self.req.context.priority)
+        decode: Route | None = self._choose("decode", memo, exclude, commit=False, also=("both",))
         prefill: Route | None = None
         if decode.worker.role == "both":
             where = Placement(local=True, reason="both")
         else:
             try:
-                prefill = router.choose("prefill", memo, self.session, exclude, commit=False,
-                                        session_ends=self.session_ends, priority=self.req.context.priority)
+                prefill = self._choose("prefill", memo, exclude, commit=False)
             except (NoHealthyWorker, CapacityExceeded):
                 pass   # the decode worker serves it whole
             where = place(prefill.load if prefill else None, decode.load, decode.request,
@@ -301,7 +305,8 @@ class _Flow:
         preq = self._worker_request("p", prefill_only=True)
         tracker = self.p.tracker
         tracker.dispatch(preq.request_id, p_url, pending=prefill.uncached_tokens,
-                         priority=preq.context.priority)
+                         priority=preq.context.priority,
+                         tenant=preq.context.tenant)
         dispatched = time.monotonic()
         try:
             first = await self._prefill(p_url, preq)
@@ -316,8 +321,7 @@ class _Flow:
         got_token = False
         try:
             if decode is None:
-                decode = self.p.router.choose("decode", memo, self.session, exclude,
-                                              session_ends=self.session_ends, priority=self.req.context.priority)
+                decode = self._choose("decode", memo, exclude)
             d_url = decode.worker.url
             self._set_headers(p_url, d_url)
             yield self._rewrite(first, finished=False)
@@ -338,7 +342,8 @@ class _Flow:
         dreq = self._worker_request("d", kv_handle=first.kv_handle)
         tracker = self.p.tracker
         tracker.dispatch(dreq.request_id, d_url, pending=0,
-                         context=len(dreq.prompt_token_ids) + len(self.sent), priority=dreq.context.priority)
+                         context=len(dreq.prompt_token_ids) + len(self.sent), priority=dreq.context.priority,
+                         tenant=dreq.context.tenant)
         got_token = False
         try:
             async with aclosing(self._stream(d_url, dreq, "decode")) as deltas:

@@ -8,11 +8,18 @@ there, and elsewhere it would be computed again; there it waits in the worker's 
 better priority preempts a worse one. Likewise a request may go over `max_in_flight` by up to
 as many (at most `session_overflow`) as the worker has open requests of a worse priority
 (WorkerLoad.preemptible): the worker gives it one of their slots rather than queue it behind them.
-The two add up: a worker never has more than max_in_flight + 2 x session_overflow requests open.
+And a request whose tenant has fewer requests open than its fair share of the fleet's slots
+(max_in_flight x live workers / tenants with requests open, its own counted), while another tenant
+has more than its own, goes over it as a session's home does (`fair_share_overflow`): the small
+tenant waits for no other tenant's request to end (the worker serves its prefill first among
+equals, tandem/engine/scheduler.py). The allowances add up to at most max_in_flight + 2 x
+session_overflow requests open on a worker: give the workers that many sequence slots
+(--max-num-seqs) and the requests over the cap find one free.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from tandem.errors import CapacityExceeded, NoHealthyWorker
@@ -28,6 +35,8 @@ class AdmissionLimits:
     max_tokens: int | None = None
     # requests of its sessions a worker takes over max_in_flight (None: max(1, max_in_flight // 4))
     session_overflow: int | None = None
+    # a tenant below its fair share of the slots goes over max_in_flight by the home overflow
+    tenant_overflow: bool = True
 
     @property
     def home_overflow(self) -> int:
@@ -45,11 +54,25 @@ def is_saturated(w: WorkerLoad, limits: AdmissionLimits, overflow: int = 0) -> b
                 and w.prefill_tokens + w.decode_tokens >= limits.max_tokens))
 
 
-def admit(snap: Snapshot, limits: AdmissionLimits, pool: str) -> Snapshot:
-    """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded."""
+def fair_share_overflow(tenant: str, open_per_tenant: Mapping[str, int], slots: int,
+                        limits: AdmissionLimits) -> int:
+    """Requests over max_in_flight that a request of `tenant` may take on a worker: the home
+    overflow while the tenant holds fewer than its fair share of the fleet's `slots` and another
+    tenant holds more than its own; else 0 (and always 0 with `tenant_overflow` off)."""
+    if not limits.tenant_overflow:
+        return 0
+    tenants = {*open_per_tenant, tenant}
+    share = slots / len(tenants)
+    below = open_per_tenant.get(tenant, 0) < share
+    return limits.home_overflow if below and any(n > share for n in open_per_tenant.values()) else 0
+
+
+def admit(snap: Snapshot, limits: AdmissionLimits, pool: str, fair_overflow: int = 0) -> Snapshot:
+    """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded.
+    `fair_overflow`: the request's tenant's (fair_share_overflow)."""
     home = snap.request.session_home
-    workers = tuple(replace(w, saturated=is_saturated(w, limits, limits.home_overflow if w.worker_id == home
-                                                      else 0))
+    workers = tuple(replace(w, saturated=is_saturated(
+        w, limits, max(fair_overflow, limits.home_overflow if w.worker_id == home else 0)))
                     for w in snap.workers)
     live = [w for w in workers if w.healthy and not w.draining]
     if not live:

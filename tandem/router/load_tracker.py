@@ -51,6 +51,7 @@ class _Entry:
     context: int      # tokens in the active context (0 until prefill is done)
     since: float      # dispatch time
     priority: int     # the request's (lower first)
+    tenant: str       # the request's ("" without keys)
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,10 @@ class LoadTracker:
         return self._clock()
 
     def dispatch(self, request_id: str, worker: str, pending: int, context: int = 0,
-                 priority: int = 0) -> None:
+                 priority: int = 0, tenant: str | None = None) -> None:
         now = self._clock()
         self._entries[(request_id, worker)] = _Entry(worker, max(0, pending), max(0, context), now,
-                                                     priority)
+                                                     priority, tenant or "")
         self._changed_at[worker] = now
 
     def prefill_done(self, request_id: str, worker: str, context: int) -> None:
@@ -134,6 +135,13 @@ class LoadTracker:
         self._offsets[worker] = _Offset(prefill_tokens - t.prefill_tokens,
                                         decode_tokens - t.decode_tokens, self._clock())
         return True
+
+    def open_per_tenant(self) -> dict[str, int]:
+        """Requests open on any worker, per tenant ("" without keys)."""
+        out: dict[str, int] = {}
+        for e in self._entries.values():
+            out[e.tenant] = out.get(e.tenant, 0) + 1
+        return out
 
     def forget(self, worker: str) -> None:
         """Drop a worker's correction (it left or restarted); its requests end on their own."""

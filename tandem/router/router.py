@@ -19,7 +19,7 @@ from typing import Protocol
 
 from tandem.errors import NoHealthyWorker
 from tandem.kv.block_hash import Partition, hash_request_blocks
-from tandem.router.admission import AdmissionLimits, admit
+from tandem.router.admission import AdmissionLimits, admit, fair_share_overflow
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.base import Policy
 from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
@@ -116,7 +116,8 @@ class Router:
 
     def choose(self, pool: str, tokens: HashMemo, session_id: str | None,
                exclude: frozenset[str] = frozenset(), commit: bool = True,
-               also: tuple[str, ...] = (), session_ends: bool = False, priority: int = 0) -> Route:
+               also: tuple[str, ...] = (), session_ends: bool = False, priority: int = 0,
+               tenant: str | None = None) -> Route:
         """Pick a worker of role `pool` (or of a role in `also`, with `pool`'s policy and counter);
         raises NoHealthyWorker (503) or CapacityExceeded (429).
 
@@ -125,6 +126,7 @@ class Router:
         request counter (round robin) until `commit(pool, route)`. `session_ends`: the request is
         its session's last turn (RequestInfo.session_ends). `priority`: the request's (lower
         first): the loads it meets are those of its priority or a better one (LoadTracker.load).
+        `tenant`: the request's, for its fair share of the slots (admission.fair_share_overflow).
         """
         workers = [*self.registry.pool(pool), *(w for role in also for w in self.registry.pool(role))]
         live = [w for w in workers if w.healthy and not w.draining]
@@ -143,7 +145,9 @@ class Router:
                                 block_size=block_size, shared_blocks=matches.get(STORE, 0),
                                 session_id=session_id, session_home=home, seq=seq,
                                 session_ends=session_ends and session_id is not None))
-        snap = admit(snap, self.limits, pool)
+        fair = fair_share_overflow(tenant or "", self.tracker.open_per_tenant(),
+                                   len(live) * self.limits.max_in_flight, self.limits)
+        snap = admit(snap, self.limits, pool, fair)
         decision = self.policies[pool].choose(snap)
         chosen = snap.by_id(decision.worker_id)
         worker = next(w for w in workers if w.url == decision.worker_id)

@@ -1,6 +1,6 @@
 """Flow control at the gateway end to end: a real worker (tiny model) behind a real gateway that
-keeps one request in flight (--max-in-flight 1), three tenants (--api-key). While tenant C's
-stream holds the only slot, tenant A floods and tenant B sends two: A's queue fills (the next
+keeps one request in flight (--max-in-flight 1, --no-tenant-overflow: a tenant below its share
+waits too), three tenants (--api-key). While tenant C's stream holds the only slot, tenant A floods and tenant B sends two: A's queue fills (the next
 gets 429 with Retry-After), and once C's client leaves, B's two are served before most of A's.
 Every accepted request is answered, the queue depths in /metrics return to 0, no KV block is
 left held. Asserts orders and counts, never timings."""
@@ -41,7 +41,7 @@ def wait_for(cond, what: str, timeout_s: float = 30.0) -> None:
 def test_a_flooding_tenant_waits_its_turn_and_a_full_queue_is_429(llama_dir):
     keys = tuple(a for k in KEYS for a in ("--api-key", k))
     cluster = build(str(llama_dir), ["both"], {"gateway": ([0], "round_robin", (
-        *keys, "--no-queue", "--max-in-flight", "1",
+        *keys, "--no-queue", "--max-in-flight", "1", "--no-tenant-overflow",
         "--fair-queue-max-requests", str(A_QUEUE)))})
     cluster.cluster_secret = "fair-queue-e2e-cluster-secret"   # /internal: never a tenant's key
     with running(cluster):

@@ -121,3 +121,29 @@ def test_a_request_with_a_kv_handle_counts_as_one_token():
     sched.add(pulled)
     # no connector here, so it computes its prompt, but it was ordered as a pull (key 1 + 2 against 5)
     assert [rid for rid, _, _ in _plan(sched.schedule())] == ["pulled", "prompt"]
+
+
+def test_the_tenant_with_fewest_running_requests_prefills_first_among_equals():
+    # budget 12, no chunk cap: big's three prompts (12 tokens each) run; small's arrives after
+    sched = _sched(budget=12, threshold=0)
+    for i in range(3):
+        sched.add(_req(f"big{i}", 12, arrival=0.0 + i / 1000, first=100 + 20 * i, tenant="big"))
+    _advance(sched.schedule())                       # big0 whole
+    sched.add(_req("small", 12, arrival=1.0, first=500, tenant="small"))
+    out = sched.schedule()
+    # big0 decodes first; small (tenant running none) is admitted ahead of big1's and big2's chunks
+    assert _plan(out)[:2] == [("big0", 1, True), ("small", 11, False)]
+    _advance(out)
+    out = sched.schedule()
+    # running now: small's remaining token goes before big's prefills (its tenant runs 1, big 3)
+    prefills = [rid for rid, n, _ in _plan(out) if rid != "big0"]
+    assert prefills[0] == "small"
+
+
+def test_one_tenant_keeps_the_arrival_order():
+    sched = _sched(budget=12, threshold=0)
+    for i in range(3):
+        sched.add(_req(f"a{i}", 12, arrival=i / 1000, first=100 + 20 * i, tenant="t"))
+    _advance(sched.schedule())
+    sched.add(_req("late", 12, arrival=1.0, first=500, tenant="t"))
+    assert _plan(sched.schedule())[:2] == [("a0", 1, True), ("a1", 11, False)]

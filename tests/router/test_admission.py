@@ -54,3 +54,23 @@ def test_a_sessions_home_takes_it_over_the_in_flight_cap_by_the_overflow_only():
     assert admit(waiting, lim, "decode").workers[0].saturated
     assert [x.saturated for x in admit(home_a, AdmissionLimits(max_in_flight=8, session_overflow=0),
                                        "decode").workers] == [True, False]
+
+
+def test_a_tenant_below_its_fair_share_goes_over_the_cap_while_another_is_above_its_own():
+    from tandem.router.admission import fair_share_overflow
+    lim = AdmissionLimits(max_in_flight=8)                  # overflow 2; two workers: 16 slots
+    assert fair_share_overflow("small", {"big": 16}, 16, lim) == 2          # share 8 each: 0 < 8 < 16
+    assert fair_share_overflow("small", {"big": 9, "small": 7}, 16, lim) == 2
+    assert fair_share_overflow("small", {"big": 8, "small": 7}, 16, lim) == 0   # nobody above
+    assert fair_share_overflow("big", {"big": 16, "small": 1}, 16, lim) == 0    # above its own
+    assert fair_share_overflow("alone", {"alone": 15}, 16, lim) == 0            # no other tenant
+    assert fair_share_overflow("c", {"a": 7, "b": 7}, 16, lim) == 2             # share 16/3
+    assert fair_share_overflow("small", {"big": 16}, 16, AdmissionLimits(max_in_flight=8,
+                                                                          tenant_overflow=False)) == 0
+    # admitted over the cap by it, as a session's home is
+    snap_full = snap(w("a", in_flight=8), w("b", in_flight=8))
+    with pytest.raises(CapacityExceeded):
+        admit(snap_full, lim, "decode")
+    assert [x.saturated for x in admit(snap_full, lim, "decode", 2).workers] == [False, False]
+    assert [x.saturated for x in admit(snap(w("a", in_flight=10), w("b", in_flight=9)), lim, "decode",
+                                       2).workers] == [True, False]

@@ -171,3 +171,14 @@ def test_a_sessions_last_turn_goes_home_and_then_the_session_no_longer_counts():
     # without a session there is nothing to end
     r = router.choose("both", HashMemo(list(range(50, 70)), ()), None, session_ends=True)
     assert not r.request.session_ends
+
+
+def test_a_tenant_below_its_fair_share_is_placed_over_the_cap_that_refuses_the_big_one():
+    reg, index, tracker, router, _ = cluster(["both", "both"], limits=AdmissionLimits(max_in_flight=4))
+    for i in range(8):
+        tracker.dispatch(f"big{i}", f"http://127.0.0.1:{9000 + i % 2}", pending=10, tenant="big")
+    with pytest.raises(CapacityExceeded):
+        router.choose("both", HashMemo([1] * 10, ()), None, tenant="big")
+    r = router.choose("both", HashMemo([1] * 10, ()), None, tenant="small")
+    tracker.dispatch("small0", r.worker.url, pending=10, tenant="small")
+    router.choose("both", HashMemo([1] * 10, ()), None, tenant="small")   # 1 of its share of 4: again

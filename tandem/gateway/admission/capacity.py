@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tandem.errors import NoHealthyWorker
 from tandem.gateway.registry import Registry
-from tandem.router.admission import AdmissionLimits, is_saturated
+from tandem.router.admission import AdmissionLimits, fair_share_overflow, is_saturated
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.router import Router
 from tandem.router.snapshot import WorkerLoad
@@ -30,20 +30,21 @@ _POOLS = {"colocated": ("both",), "pd": ("decode", "both"), "decode": ("decode",
 
 
 def _saturated(url: str, stats: dict, tracker: LoadTracker, limits: AdmissionLimits,
-               priority: int) -> bool:
+               priority: int, fair_overflow: int) -> bool:
     load = tracker.load(url, priority)
     return is_saturated(WorkerLoad(worker_id=url, url=url, role="both",
                                    prefill_tokens=load.prefill_tokens,
                                    decode_tokens=load.decode_tokens,
                                    in_flight=load.in_flight + load.worse_in_flight,
                                    preemptible=load.worse_in_flight,
-                                   waiting=int(stats.get("num_waiting") or 0)), limits)
+                                   waiting=int(stats.get("num_waiting") or 0)), limits, fair_overflow)
 
 
 def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
-                 limits: AdmissionLimits, priority: int = 0) -> bool:
-    """Whether a request of `priority` can be placed now (the router's rule for it: open
-    requests of a worse priority make room for it, admission.py)."""
+                 limits: AdmissionLimits, priority: int = 0, tenant: str = "") -> bool:
+    """Whether a request of `priority` and `tenant` can be placed now (the router's rule for
+    it: open requests of a worse priority, and a tenant below its fair share, make room over
+    the cap, admission.py)."""
     try:
         mode = router.mode()
     except NoHealthyWorker:
@@ -51,7 +52,8 @@ def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
     live = [w for role in _POOLS[mode] for w in registry.pool(role) if w.healthy and not w.draining]
     if not live:
         return True
-    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits, priority)]
+    fair = fair_share_overflow(tenant, tracker.open_per_tenant(), len(live) * limits.max_in_flight, limits)
+    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits, priority, fair)]
     if mode != "pd" or not free:
         return bool(free)
     headed = sum(tracker.load(w.url).in_flight for w in registry.pool("prefill"))

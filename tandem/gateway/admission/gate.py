@@ -1,8 +1,8 @@
 """The gateway's flow control: requests over capacity wait in the fair queue (fair_queue.py).
 
-A request passes at once when nothing waits and `has_capacity(priority)` (capacity.py) says some
-worker can take a request of its priority: one call, nothing queued. Otherwise it waits on a future in the fair queue, and is
-released as capacity frees: when a request that passed the gate ends (its load left the tracker
+A request passes at once when nothing waits and `has_capacity(priority, tenant)` (capacity.py)
+says some worker can take a request of its priority and tenant: one call, nothing queued.
+Otherwise it waits on a future in the fair queue, and is released as capacity frees: when a request that passed the gate ends (its load left the tracker
 before the gate hears of it), and on a tick every `tick_s` while anything waits (the workers'
 stats, polled by the monitor, may show room; waits past max_wait_s end in 503). A tenant whose
 queue is full gets 429 with Retry-After at once.
@@ -34,7 +34,7 @@ ANONYMOUS = ""   # the tenant of requests to a gateway without keys
 
 
 class AdmissionGate:
-    def __init__(self, config: FairQueueConfig, has_capacity: Callable[[int], bool],
+    def __init__(self, config: FairQueueConfig, has_capacity: Callable[[int, str], bool],
                  metrics: QueueMetrics | None = None, tick_s: float = 0.1,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
@@ -64,7 +64,7 @@ class AdmissionGate:
         cost = self.config.cost(len(req.prompt_token_ids) + len(req.resume_output_ids),
                                 req.sampling.max_tokens)
         now = self._clock()
-        if not self._transit and not len(self.queue) and self._has_capacity(ctx.priority):
+        if not self._transit and not len(self.queue) and self._has_capacity(ctx.priority, tenant):
             self._drain.record(now, cost)
             return
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -92,7 +92,8 @@ class AdmissionGate:
         while not self._transit and len(self.queue):
             now = self._clock()
             head = self.queue.peek(now)
-            if head is not None and not head.item.done() and not self._has_capacity(head.priority):
+            if head is not None and not head.item.done() and \
+                    not self._has_capacity(head.priority, head.tenant):
                 return
             entry = self.queue.pop(now)
             if entry is None or entry.item.done():

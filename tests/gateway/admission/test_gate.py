@@ -27,7 +27,7 @@ class Fleet:
         self.started: list[str] = []
         self.peak = 0
 
-    def has_capacity(self, priority: int = 0) -> bool:
+    def has_capacity(self, priority: int = 0, tenant: str = "") -> bool:
         return self.used < self.slots + (self.priority_slots if priority < 10 else 0)
 
     async def flow(self, name: str, release: asyncio.Event):
