@@ -25,7 +25,9 @@ within a level, and levels go first:
 - the waiting queue is ordered by level, then as above (the prefill order, or arrival);
 - running decodes, then running prefills, go by level, then as above; a running prefill of a
   worse level than the best waiting request leaves the step to admission first (it gets what
-  admission leaves, in the same step);
+  admission leaves, in the same step); the chunk cap counts only waiting requests of the
+  prefill's level or a better one (a worse one is admitted after it anyway: a session's turn
+  beside a waiting flood of priority 10 is computed in whole steps, not 256-token chunks);
 - a waiting request that finds no sequence slot or too few blocks preempts running requests of a
   level worse than its priority, the worst (then the latest admitted) first, as few as make it
   fit, and none when it would not fit even without them all;
@@ -226,7 +228,7 @@ class Scheduler:
                 outranked, room = True, 0
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
-            num_new = min(remaining, room, self._chunk_cap(0), self._request_cap(req))
+            num_new = min(remaining, room, self._chunk_cap(0, self._level_of(req)), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             level = self._growth_level(req)
@@ -258,8 +260,7 @@ class Scheduler:
             budget, deferred = self._admit(seqs, loads, budget, scheduled, preempted)
             if (reserve or deferred or outranked) and budget > 0:
                 # a prompt deferred for an in-flight prefix is no reason to cap the others' chunks
-                cap = self._chunk_cap(0) if len(self.waiting) > deferred else self.config.max_num_batched_tokens
-                self._extend_prefills(seqs, budget, cap)
+                self._extend_prefills(seqs, budget, capped=len(self.waiting) > deferred)
         for seq in seqs:
             if seq.request.request_id in unpublished:
                 self._publish(seq)
@@ -299,7 +300,8 @@ class Scheduler:
                 num_new = req.num_tokens - hit.num_tokens
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
-                num_new = min(num_new, budget, self._chunk_cap(1), self._request_cap(req))
+                num_new = min(num_new, budget, self._chunk_cap(1, self._levels.get(req.request_id)),
+                              self._request_cap(req))
                 tokens = hit.num_tokens + num_new
                 if self._allocate_admitting(req, tokens, hit, seqs, scheduled, preempted) is None:
                     break
@@ -419,9 +421,10 @@ class Scheduler:
             return 0
         return min(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
 
-    def _extend_prefills(self, seqs: list[ScheduledSeq], budget: int, cap: int) -> None:
+    def _extend_prefills(self, seqs: list[ScheduledSeq], budget: int, capped: bool) -> None:
         """Give the budget admission left to running prefills, in admission order: a chunk cut
-        short by the reserve grows (to at most `cap` tokens), one skipped gets its chunk now."""
+        short by the reserve grows (to at most the chunk cap if `capped`), one skipped gets its
+        chunk now."""
         index = {s.request.request_id: i for i, s in enumerate(seqs)}
         for req in self._running_order():
             if budget <= 0:
@@ -431,6 +434,7 @@ class Scheduler:
             remaining = req.num_tokens - req.num_computed_tokens - done
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
+            cap = self._chunk_cap(0, self._level_of(req)) if capped else self.config.max_num_batched_tokens
             extra = min(remaining, budget, min(cap, self._request_cap(req)) - done)
             if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra,
                                               priority=self._growth_level(req)) is None:
@@ -448,20 +452,22 @@ class Scheduler:
         return bool(self.config.long_prefill_token_threshold and self.config.enable_chunked_prefill)
 
     def _running_order(self) -> list[Request]:
-        """Running requests: decodes in admission order, then prefills by key (stable sorts);
-        under the priority policy each by level first."""
+        """Running requests: decodes in admission order, then prefills by their tenant's running
+        requests (fewest first), then by key (stable sorts); under the priority policy each by
+        level first."""
         def is_prefill(r: Request) -> bool:
             return r.num_tokens - r.num_computed_tokens > 1
 
         def level(r: Request) -> int:
             return admitted_level(r) if self.by_priority else 0
         share = self._tenant_running()
-        if not self._ordered():
-            return sorted(self.running, key=lambda r: (is_prefill(r), level(r),
-                                                       share.get(r.context.tenant, 0) if is_prefill(r) else 0))
-        return sorted(self.running, key=lambda r: (is_prefill(r), level(r), *((
-            share.get(r.context.tenant, 0), self.order.key(r, r.num_tokens - r.num_computed_tokens))
-            if is_prefill(r) else (0, 0.0))))
+        ordered = self._ordered()
+
+        def among_prefills(r: Request) -> tuple[int, float]:
+            key = self.order.key(r, r.num_tokens - r.num_computed_tokens) if ordered else 0.0
+            return share.get(r.context.tenant, 0), key
+        return sorted(self.running, key=lambda r: (is_prefill(r), level(r),
+                                                   among_prefills(r) if is_prefill(r) else (0, 0.0)))
 
     def _sort_waiting(self) -> None:
         """Waiting requests by level (priority policy), then by key, their remaining work
@@ -552,10 +558,18 @@ class Scheduler:
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
         return cfg.background_chunk_tokens if background else cfg.max_num_batched_tokens
 
-    def _chunk_cap(self, others_behind: int) -> int:
-        """Largest prefill chunk while more than `others_behind` requests wait for admission."""
+    def _chunk_cap(self, others_behind: int, level: int | None = None) -> int:
+        """Largest prefill chunk while more than `others_behind` requests wait for admission;
+        with a `level` (priority policy) only waiting requests of that level or a better one
+        count: a worse one is admitted after it anyway, so it caps nothing."""
         cap = self.config.long_prefill_token_threshold
-        return cap if cap and len(self.waiting) > others_behind else self.config.max_num_batched_tokens
+        waiting = len(self.waiting) if level is None else \
+            sum(1 for r in self.waiting if self._levels.get(r.request_id, r.context.priority) <= level)
+        return cap if cap and waiting > others_behind else self.config.max_num_batched_tokens
+
+    def _level_of(self, req: Request) -> int | None:
+        """A running request's level under the priority policy (None under fcfs)."""
+        return admitted_level(req) if self.by_priority else None
 
     def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch, loads: list[KVLoad],
                         seqs: list[ScheduledSeq], budget: int, scheduled: set[str],
@@ -570,8 +584,8 @@ class Scheduler:
         keep = match.num_local_tokens // self.kv.block_size
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
         end = local.num_tokens + match.num_external_tokens
-        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, self._chunk_cap(1),
-                                                  self._request_cap(req))
+        cap = self._chunk_cap(1, self._levels.get(req.request_id))
+        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, cap, self._request_cap(req))
         if not match.load_async and num_new <= 0:
             return None   # no budget left for its next chunk (or a connector offered every token)
         new_ids = self._allocate_admitting(req, end + num_new, local, seqs, scheduled, preempted)

@@ -197,6 +197,16 @@ def test_a_running_prefill_of_a_worse_priority_leaves_the_step_to_a_better_promp
         assert _plan(sched.schedule()) == want, policy
 
 
+def test_only_waiting_requests_of_its_priority_or_better_cap_a_running_prefills_chunk():
+    # one sequence slot: "other" waits while "hi" prefills; the chunk cap is 4 of a 20-token step
+    for policy, other_priority, want in (("priority", 10, 20), ("priority", 0, 4), ("fcfs", 10, 4)):
+        sched = _sched(policy, max_num_batched_tokens=20, long_prefill_token_threshold=4, max_num_seqs=1)
+        sched.add(_req("hi", 60, 0))
+        _advance(sched.schedule())
+        sched.add(_req("other", 8, other_priority, first=300))
+        assert _plan(sched.schedule()) == [("hi", want, False)], (policy, other_priority)
+
+
 def _drive(sched, clock, arrivals=lambda step: (), last_arrival=0, dt=0.1, max_steps=2000):
     """Step as the engine does (token 1 sampled; a request ends at max_tokens) until nothing is
     left after the last arrival, or max_steps; returns {request_id: finish time}."""
