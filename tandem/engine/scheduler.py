@@ -42,8 +42,10 @@ within a level, and levels go first:
   block pressure; a request running alone takes retained blocks rather than stop.
 Tenants (RequestContext.tenant): within a level, the prefills, running and waiting, of the
 tenant with the fewest running requests go first (then as above), so a tenant sending a tenth
-of another's requests does not queue its prompts behind the other's; with one tenant present
-nothing changes. The gateway sends such a tenant over its cap (tandem/router/admission.py).
+of another's requests does not queue its prompts behind the other's, and while such a prompt is
+computed (running, or waiting with a slot free) the prompts of tenants running more
+requests take at most background_chunk_tokens a step, so its steps stay short; with one tenant
+present nothing changes. The gateway sends such a tenant over its cap (tandem/router/admission.py).
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -111,6 +113,9 @@ class Scheduler:
         self._levels: dict[str, int] = {}
         self._sorted_levels: dict[str, int] = {}
         self._sorted_tenants: dict[str | None, int] = {}
+        # this step's running requests per tenant, and the fewest of a tenant with a prompt to compute
+        self._step_share: dict[str | None, int] = {}
+        self._favoured_share: int | None = None
         self._lowest_level = 0           # the best level of any request present in this step
         self.num_preemptions = 0
 
@@ -212,6 +217,8 @@ class Scheduler:
         scheduled: set[str] = set()
         unpublished: set[str] = set()     # scheduled, their blocks published at the step's end
         self._update_levels()
+        self._step_share = self._tenant_running()
+        self._favoured_share = self._fewest_running_with_a_prompt(self._step_share)
         # priority: running prefills of a worse level than the best waiting request come after admission
         best_waiting = min(self._levels.values(), default=None)
         outranked = False
@@ -553,10 +560,27 @@ class Scheduler:
     def _request_cap(self, req: Request) -> int:
         """Largest prefill chunk of this request: a background prompt is computed in chunks of at
         most background_chunk_tokens, so that a request arriving meanwhile waits for one short
-        step, not for a long chunk of it."""
+        step, not for a long chunk of it; so is the prompt of a tenant running more requests than
+        another tenant with a prompt to compute in this step (its steps stay short until that
+        prompt is done)."""
         cfg = self.config
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
-        return cfg.background_chunk_tokens if background else cfg.max_num_batched_tokens
+        favoured = self._favoured_share
+        over_share = favoured is not None and self._step_share.get(req.context.tenant, 0) > favoured
+        return cfg.background_chunk_tokens if (background or (over_share and cfg.background_chunk_tokens)) \
+            else cfg.max_num_batched_tokens
+
+    def _fewest_running_with_a_prompt(self, share: dict[str | None, int]) -> int | None:
+        """Among tenants with a prompt to compute in this step (a running prefill, or a waiting
+        request while a sequence slot is free), the fewest running requests any of them
+        has, when some tenant runs more; else None. `share`: running requests per tenant."""
+        if not share:
+            return None
+        tenants = {r.context.tenant for r in self.running if r.num_tokens - r.num_computed_tokens > 1}
+        if self._slot_free():
+            tenants.update(r.context.tenant for r in self.waiting)
+        fewest = min((share.get(t, 0) for t in tenants), default=None)
+        return fewest if fewest is not None and fewest < max(share.values()) else None
 
     def _chunk_cap(self, others_behind: int, level: int | None = None) -> int:
         """Largest prefill chunk while more than `others_behind` requests wait for admission;
