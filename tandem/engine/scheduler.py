@@ -43,8 +43,8 @@ within a level, and levels go first:
 Tenants (RequestContext.tenant): within a level, the prefills, running and waiting, of the
 tenant with the fewest running requests go first (then as above), so a tenant sending a tenth
 of another's requests does not queue its prompts behind the other's, and while such a prompt is
-computed (running, or waiting with a slot free) the prompts of tenants running more
-requests take at most background_chunk_tokens a step, so its steps stay short; with one tenant
+computed (running, or waiting with a slot free) the prompts of tenants running at least two
+more requests take at most background_chunk_tokens a step, so its steps stay short; with one tenant
 present nothing changes. The gateway sends such a tenant over its cap (tandem/router/admission.py).
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
@@ -560,27 +560,28 @@ class Scheduler:
     def _request_cap(self, req: Request) -> int:
         """Largest prefill chunk of this request: a background prompt is computed in chunks of at
         most background_chunk_tokens, so that a request arriving meanwhile waits for one short
-        step, not for a long chunk of it; so is the prompt of a tenant running more requests than
-        another tenant with a prompt to compute in this step (its steps stay short until that
-        prompt is done)."""
+        step, not for a long chunk of it; so is the prompt of a tenant running at least two more
+        requests than another tenant with a prompt to compute in this step (its steps stay short
+        until that prompt is done)."""
         cfg = self.config
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
         favoured = self._favoured_share
-        over_share = favoured is not None and self._step_share.get(req.context.tenant, 0) > favoured
+        over_share = favoured is not None and self._step_share.get(req.context.tenant, 0) > favoured + 1
         return cfg.background_chunk_tokens if (background or (over_share and cfg.background_chunk_tokens)) \
             else cfg.max_num_batched_tokens
 
     def _fewest_running_with_a_prompt(self, share: dict[str | None, int]) -> int | None:
         """Among tenants with a prompt to compute in this step (a running prefill, or a waiting
         request while a sequence slot is free), the fewest running requests any of them
-        has, when some tenant runs more; else None. `share`: running requests per tenant."""
+        has, when some tenant runs at least two more; else None (near-equal tenants keep whole
+        chunks). `share`: running requests per tenant."""
         if not share:
             return None
         tenants = {r.context.tenant for r in self.running if r.num_tokens - r.num_computed_tokens > 1}
         if self._slot_free():
             tenants.update(r.context.tenant for r in self.waiting)
         fewest = min((share.get(t, 0) for t in tenants), default=None)
-        return fewest if fewest is not None and fewest < max(share.values()) else None
+        return fewest if fewest is not None and fewest + 1 < max(share.values()) else None
 
     def _chunk_cap(self, others_behind: int, level: int | None = None) -> int:
         """Largest prefill chunk while more than `others_behind` requests wait for admission;

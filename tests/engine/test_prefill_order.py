@@ -150,17 +150,19 @@ def test_one_tenant_keeps_the_arrival_order():
 
 
 def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short():
-    # budget 40, background chunk 4: big runs two long prompts; small's 30-token prompt arrives
+    # budget 40, background chunk 4: big runs three requests (two decoding, one long prompt)
     sched = _sched(budget=40, threshold=0, background_chunk_tokens=4)
-    sched.add(_req("big0", 100, arrival=0.0, first=100, tenant="big"))
-    sched.add(_req("big1", 100, arrival=0.001, first=300, tenant="big"))
+    sched.add(_req("big0", 5, arrival=0.0, first=100, tenant="big"))
+    sched.add(_req("big1", 5, arrival=0.001, first=200, tenant="big"))
+    sched.add(_req("big2", 100, arrival=0.002, first=300, tenant="big"))
     out = sched.schedule()
-    assert _plan(out) == [("big0", 40, False)]                       # one tenant: whole steps
+    assert _plan(out) == [("big0", 5, True), ("big1", 5, True), ("big2", 30, False)]
     _advance(out)
     sched.add(_req("small", 30, arrival=1.0, first=600, tenant="small"))
     out = sched.schedule()
-    # small (no running request) goes first; big's prompts (one running) take at most 4 tokens
-    assert sorted(_plan(out)) == [("big0", 4, False), ("big1", 4, False), ("small", 30, True)]
+    # small (no running request, big three) goes whole; big's prompt takes at most 4 tokens
+    assert sorted(_plan(out)) == [("big0", 1, True), ("big1", 1, True), ("big2", 4, False),
+                                  ("small", 30, True)]
     _advance(out)
-    # small decodes now, no prompt of a tenant with fewer running requests: whole chunks again
-    assert _plan(sched.schedule()) == [("small", 1, True), ("big0", 39, False)]
+    # small decodes now, no prompt of a tenant with fewer running requests: a whole chunk again
+    assert _plan(sched.schedule())[-1] == ("big2", 37, False)
