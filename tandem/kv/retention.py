@@ -20,8 +20,7 @@ blocks of a session that ended (its turn ended in `stop` without tool calls) are
   retention first releases the holds whose deadline is later than its own, latest first (their
   sessions come back last: as Belady's rule evicts what is needed furthest in the future), and
   keeps only its first blocks if it still exceeds the bound (the prefix is what every later turn
-  resends). Releasing the oldest holds instead gave way to the sessions that paused first, the
-  ones coming back soonest.
+  resends).
 - Eviction order (the mechanism, tandem/kv/block_pool.py): free blocks of ended or expired sessions
   first, then other free blocks least recently used first, then retained blocks (least recently
   freed first); a retained block taken so is demoted to the host tier when one is configured.

@@ -1,7 +1,8 @@
 """Flow control at the gateway end to end: a real worker (tiny model) behind a real gateway that
 keeps one request in flight (--max-in-flight 1, --no-tenant-overflow: a tenant below its share
-waits too), three tenants (--api-key). While tenant C's stream holds the only slot, tenant A floods and tenant B sends two: A's queue fills (the next
-gets 429 with Retry-After), and once C's client leaves, B's two are served before most of A's.
+waits too), three tenants (--api-key). While tenant C's stream holds the only slot, tenant A
+floods and tenant B sends two: A's queue fills (the next gets 429 with Retry-After), and once C's
+client leaves, B's two are served before most of A's.
 Every accepted request is answered, the queue depths in /metrics return to 0, no KV block is
 left held. Asserts orders and counts, never timings."""
 

@@ -2,10 +2,13 @@
 
 A request passes at once when nothing waits and `has_capacity(priority, tenant)` (capacity.py)
 says some worker can take a request of its priority and tenant: one call, nothing queued.
-Otherwise it waits on a future in the fair queue, and is released as capacity frees: when a request that passed the gate ends (its load left the tracker
-before the gate hears of it), and on a tick every `tick_s` while anything waits (the workers'
-stats, polled by the monitor, may show room; waits past max_wait_s end in 503). A tenant whose
-queue is full gets 429 with Retry-After at once.
+Otherwise it waits on a future in the fair queue, and is released as capacity frees: when a
+request that passed the gate ends (its load left the tracker before the gate hears of it), when
+a request joins the queue (it may have room that those waiting lack: a better priority, a tenant
+below its share), and on a tick every `tick_s` while anything waits (the workers' stats, polled
+by the monitor, may show room; waits past max_wait_s end in 503). Only the queue's head is
+released: a head without room holds back the rest. A tenant whose queue is full gets 429 with
+Retry-After at once.
 
 Invariants:
 - One request at a time is "in transit": released but not yet counted by the load tracker.
