@@ -43,8 +43,9 @@ served the prefix it holds it too, and the load spreads over both.
 
 Near-best (off by default, on in the default policy): with a margin
 m = max(margin_blocks * block_size, margin_frac * num_prompt_tokens), every cool worker whose cost
-is within m of the lowest is near-best, and the least loaded of them wins, then the one holding
-fewest sessions, then the lowest cost. A prefix that differs by less than the margin (a chat
+is within m of the lowest is near-best, and the least loaded of them wins (loads within m of the
+least count as equal: a few tokens of a report's offset or a decode tail decide nothing), then
+the one holding fewest sessions, then the lowest cost. A prefix that differs by less than the margin (a chat
 template's opening shared by every request) then does not pull every request onto one worker.
 Without a margin the lowest cost wins, then the least load.
 
@@ -119,8 +120,11 @@ class PrefixAware:
             rank = rotation(ws, req.seq)
         if len(near) == 1 or (cfg.margin_blocks == 0 and cfg.margin_frac == 0.0):
             key = lambda w: (cost[w.worker_id], loads[w.worker_id], w.sessions, rank[w.worker_id])  # noqa: E731
-        else:   # near-best: the least loaded, then the one holding fewest sessions
-            key = lambda w: (loads[w.worker_id], w.sessions, cost[w.worker_id], rank[w.worker_id])  # noqa: E731
+        else:   # near-best: the least loaded (within the margin), then the one holding fewest sessions
+            m = margin_tokens(snap, cfg)
+            least = min(loads[w.worker_id] for w in near)
+            near = [w for w in near if loads[w.worker_id] <= least + m + 1e-9]
+            key = lambda w: (w.sessions, loads[w.worker_id], cost[w.worker_id], rank[w.worker_id])  # noqa: E731
         best = min(near, key=key)
         longest_all = max(value.values())
         longest_cool = max(value[w.worker_id] for w in cool)

@@ -66,3 +66,13 @@ def test_decode_context_counts_as_load():
     b = w("b")
     assert PrefixAware().choose(snap(a, b)).worker_id == "b"
     assert PrefixAware(PrefixAwareConfig(decode_weight=0.01)).choose(snap(a, b)).worker_id == "a"
+
+
+def test_near_best_loads_within_the_margin_are_equal_and_sessions_decide():
+    near = PrefixAware(PrefixAwareConfig(margin_blocks=1, margin_frac=0.1))   # margin 102 tokens
+    # both hold the prompt; a's 40 tokens of load (a report's offset, a decode tail) decide nothing
+    ws = (w("a", prefill_tokens=40, cached_blocks=64, sessions=1), w("b", cached_blocks=64, sessions=3))
+    assert near.choose(snap(*ws)).worker_id == "a"
+    # a real gap in load still does
+    ws = (w("a", prefill_tokens=400, cached_blocks=64, sessions=1), w("b", cached_blocks=64, sessions=3))
+    assert near.choose(snap(*ws)).worker_id == "b"
