@@ -145,6 +145,8 @@ class StreamingClient:
                         has_output = has_output or n > 0
                     else:
                         n = 1
+                    if text and sample.first_text is None:
+                        sample.first_text = now
                     if has_output:
                         sample.chunk_times.append(now)
                         sample.chunk_tokens.append(max(n, 1))

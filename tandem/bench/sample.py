@@ -21,6 +21,9 @@ class RequestSample:
     end: float = 0.0                      # s since the run started, when the stream ended
     chunk_times: list[float] = field(default_factory=list)   # s since `start`, one per output chunk
     chunk_tokens: list[int] = field(default_factory=list)    # tokens in each output chunk
+    # s since `start` of the first chunk with text; with continuous usage stats the first chunk
+    # may carry tokens without text (a special token), and then this comes later than ttft
+    first_text: float | None = None
     prompt_tokens: int = 0                # from usage; the planned length when usage is missing
     completion_tokens: int = 0            # from usage; else the sum of chunk_tokens
     cached_tokens: int | None = None      # usage.prompt_tokens_details.cached_tokens (None: not reported)

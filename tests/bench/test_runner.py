@@ -94,6 +94,17 @@ def test_tokens_without_text_count_at_the_finishing_chunk(trace_path):
         (s,) = run(wl, server)
     assert s.ok and s.completion_tokens == 6
     assert len(s.chunk_times) == 1 and s.chunk_tokens == [6] and s.ttft > 0
+    assert s.first_text is None
+
+
+def test_tokens_without_text_count_as_first_token_with_continuous_usage(trace_path):
+    wl = trace_workload(trace_path, TokenSpace(0, 1000), TraceConfig(time_scale=0.0, max_requests=1))
+    with FakeServer(FakeState(empty_text=True)) as server:
+        (s,) = run(wl, server, continuous_usage_stats=True)
+    assert s.ok and len(s.chunk_times) == 6 and s.first_text is None
+    with FakeServer(FakeState()) as server:
+        (s,) = run(wl, server, continuous_usage_stats=True)
+    assert s.first_text == s.ttft
 
 
 def test_closed_loop_respects_concurrency_and_max_requests(trace_path):

@@ -5,6 +5,10 @@ either SSE events or, collected, one response object. Shapes follow OpenAI's API
 chat chunks open with the role and close with an empty delta carrying finish_reason;
 with stream_options.include_usage every chunk has "usage": null (the usage so far with vLLM's
 continuous_usage_stats) and one last chunk has empty choices and the usage.
+A step's tokens get a chunk even when they add no text (a special token, the first bytes of a
+character, text held back as a possible stop string): "text" / "content" "", as vLLM sends, so
+a client sees the first token when it is made and continuous usage counts every step. Only a
+chat output parser (tool calls, reasoning) holding text back sends nothing until it has a part.
 """
 
 from __future__ import annotations
@@ -176,8 +180,8 @@ class OpenAIFormatter:
         events = []
         prompt_lp = self._vllm_prompt_logprobs(i) if d.prompt_logprobs is not None else None
         if self.chat:
-            if c.output is None:
-                deltas = [{"content": d.new_text}] if d.new_text else []
+            if c.output is None:   # a token without text (a special token, part of a character): ""
+                deltas = [{"content": d.new_text}] if d.new_text or d.new_token_ids else []
             else:
                 deltas = chat_deltas(c.output.feed(d.new_text)
                                      + (c.output.finish() if d.finished else []))
@@ -198,7 +202,7 @@ class OpenAIFormatter:
                 echo_lp, c.text_offset = self._echoed_logprobs(i)
                 events.append(sse_event(self._chunk([{"index": i, "text": self._echo(i),
                                                       "logprobs": echo_lp, "finish_reason": None}])))
-            if d.new_text or has_lp or d.finished or prompt_lp is not None:
+            if d.new_text or d.new_token_ids or has_lp or d.finished or prompt_lp is not None:
                 lp = None
                 if has_lp:
                     lp, c.text_offset = completion_logprobs(d.logprobs, self.texts, c.text_offset)

@@ -139,3 +139,28 @@ def test_echo_with_logprobs_puts_the_scored_prompt_first():
     assert ev[1]["choices"][0]["text"] == "a"
     assert ev[1]["choices"][0]["logprobs"]["text_offset"] == [len(bos_text) + 2]
     assert ev[1]["choices"][0]["prompt_logprobs"] == choice["prompt_logprobs"]
+
+
+def _textless(i):
+    """A step's token that adds no text (a special token, the first byte of a character)."""
+    return RequestDelta(request_id=f"r-{i}", new_token_ids=[1], new_text="", finished=False,
+                        num_prompt_tokens=10, num_cached_tokens=4, num_output_tokens=1)
+
+
+def test_a_token_without_text_still_gets_a_chunk_with_its_usage():
+    p = parse_completion({"model": "m", "prompt": "x", "stream": True, "stream_options": {
+        "include_usage": True, "continuous_usage_stats": True}}, CTX)
+    f = OpenAIFormatter(p, "cmpl-1", "fp", TokenTexts(TOK))
+    (e,) = events(f.stream_delta(0, _textless(0)).decode())
+    assert e["choices"][0]["text"] == "" and e["choices"][0]["finish_reason"] is None
+    assert e["usage"]["completion_tokens"] == 1
+    c = parse_chat({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}, CTX)
+    f = OpenAIFormatter(c, "chatcmpl-1", "fp", TokenTexts(TOK))
+    (e,) = events(f.stream_delta(0, _textless(0)).decode())
+    assert e["choices"][0]["delta"] == {"content": ""}
+
+
+def test_a_delta_without_tokens_or_text_sends_nothing():
+    p = parse_completion({"model": "m", "prompt": "x", "stream": True}, CTX)
+    f = OpenAIFormatter(p, "cmpl-1", "fp", TokenTexts(TOK))
+    assert f.stream_delta(0, replace(_textless(0), new_token_ids=[])) == b""
