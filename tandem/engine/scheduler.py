@@ -41,11 +41,15 @@ within a level, and levels go first:
   they run out the worst running requests give way (itself when it is the worst), as under
   block pressure; a request running alone takes retained blocks rather than stop.
 Tenants (RequestContext.tenant): within a level, the prefills, running and waiting, of the
-tenant with the fewest running requests go first (then as above), so a tenant sending a tenth
-of another's requests does not queue its prompts behind the other's, and while such a prompt is
-computed (running, or waiting with a slot free) the prompts of tenants running at least two
-more requests take at most background_chunk_tokens a step, so its steps stay short; with one tenant
-present nothing changes. The gateway sends such a tenant over its cap (tandem/router/admission.py).
+tenant that has lately taken the fewest tokens of this engine go first (by usage class,
+tandem/engine/tenant_usage.py; then as above), so a tenant sending a tenth of another's tokens
+does not queue its prompts behind the other's, even with as many requests running. Nor do that
+tenant's prompts yield to another's: only waiting requests of its class or a better one cap its
+chunk (long_prefill_token_threshold) or take a reserve of the step from it. While such a prompt
+is computed (running, or waiting with a slot free), the prompts of tenants two classes or more
+above (about 4x its tokens) take at most background_chunk_tokens a step, so its steps stay
+short; with one tenant present nothing changes. The gateway sends such a tenant over its cap
+(tandem/router/admission.py).
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -65,7 +69,7 @@ at finish (unless a connector keeps them, until it reports them released) and af
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,6 +77,7 @@ from tandem.config import SchedulerConfig
 from tandem.engine.prefill_order import PrefillOrder
 from tandem.engine.priority import admitted_level, retention_level, waiting_level
 from tandem.engine.request import Request, RequestStatus
+from tandem.engine.tenant_usage import TenantUsage, usage_class
 from tandem.kv.connector import NOTHING_KEPT, ExternalMatch, FinishedKV, KVConnectorScheduler, KVLoad
 from tandem.kv.kv_cache_manager import NO_HIT, KVCacheManager, PrefixHit
 from tandem.runner.scheduled import ScheduledSeq
@@ -113,9 +118,11 @@ class Scheduler:
         self._levels: dict[str, int] = {}
         self._sorted_levels: dict[str, int] = {}
         self._sorted_tenants: dict[str | None, int] = {}
-        # this step's running requests per tenant, and the fewest of a tenant with a prompt to compute
-        self._step_share: dict[str | None, int] = {}
-        self._favoured_share: int | None = None
+        # tokens each tenant took lately; in this step each present tenant's usage class (empty
+        # with one tenant present), and the least class of a tenant with a prompt to compute
+        self.usage = TenantUsage()
+        self._classes: dict[str | None, int] = {}
+        self._favoured_class: int | None = None
         self._lowest_level = 0           # the best level of any request present in this step
         self.num_preemptions = 0
 
@@ -217,12 +224,12 @@ class Scheduler:
         scheduled: set[str] = set()
         unpublished: set[str] = set()     # scheduled, their blocks published at the step's end
         self._update_levels()
-        self._step_share = self._tenant_running()
-        self._favoured_share = self._fewest_running_with_a_prompt(self._step_share)
-        # priority: running prefills of a worse level than the best waiting request come after admission
-        best_waiting = min(self._levels.values(), default=None)
-        outranked = False
-        reserve = self._admission_reserve()
+        self._classes = self._tenant_classes()
+        self._favoured_class = self._least_class_with_a_prompt()
+        # running prefills of a worse level than the best waiting request (priority), or of the
+        # same level and a higher tenant class, come after admission
+        best_waiting = self._best_waiting()
+        outranked = reserved = False
         # decodes first, so that a long prefill chunk never delays a stream's next token
         for req in self._running_order():
             if budget <= 0:
@@ -230,12 +237,15 @@ class Scheduler:
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this step
             remaining = req.num_tokens - req.num_computed_tokens
-            room = budget - reserve if remaining > 1 else budget
-            if remaining > 1 and best_waiting is not None and admitted_level(req) > best_waiting:
+            reserve = self._admission_reserve(req) if remaining > 1 else 0
+            reserved = reserved or reserve > 0
+            room = budget - reserve
+            if remaining > 1 and best_waiting is not None and self._rank(req) > best_waiting:
                 outranked, room = True, 0
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
-            num_new = min(remaining, room, self._chunk_cap(0, self._level_of(req)), self._request_cap(req))
+            num_new = 1 if remaining == 1 else \
+                min(remaining, room, self._chunk_cap(req, 0), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             level = self._growth_level(req)
@@ -265,12 +275,16 @@ class Scheduler:
         loads: list[KVLoad] = []
         if not preempted:
             budget, deferred = self._admit(seqs, loads, budget, scheduled, preempted)
-            if (reserve or deferred or outranked) and budget > 0:
+            if (reserved or deferred or outranked) and budget > 0:
                 # a prompt deferred for an in-flight prefix is no reason to cap the others' chunks
                 self._extend_prefills(seqs, budget, capped=len(self.waiting) > deferred)
         for seq in seqs:
             if seq.request.request_id in unpublished:
                 self._publish(seq)
+        now = self.clock()
+        for seq in seqs:
+            self.usage.charge(seq.request.context.tenant, seq.num_new_tokens, now)
+        self.usage.prune(now)
         for req in capacity_finished:
             req.finish_reason = FinishReason.LENGTH
         return SchedulerOutput(seqs, loads, preempted, capacity_finished)
@@ -307,8 +321,7 @@ class Scheduler:
                 num_new = req.num_tokens - hit.num_tokens
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
-                num_new = min(num_new, budget, self._chunk_cap(1, self._levels.get(req.request_id)),
-                              self._request_cap(req))
+                num_new = min(num_new, budget, self._chunk_cap(req, 1), self._request_cap(req))
                 tokens = hit.num_tokens + num_new
                 if self._allocate_admitting(req, tokens, hit, seqs, scheduled, preempted) is None:
                     break
@@ -418,13 +431,14 @@ class Scheduler:
         first_missing = len(hit.blocks)
         return first_missing < len(hashes) and hashes[first_missing] in in_flight
 
-    def _admission_reserve(self) -> int:
-        """Tokens of this step that running prefills leave to waiting requests: the chunk cap
-        while a request waits and a sequence slot is free, else 0."""
+    def _admission_reserve(self, req: Request) -> int:
+        """Tokens of this step that the running prefill `req` leaves to waiting requests: the
+        chunk cap while one of its level and tenant class or better waits and a sequence slot is
+        free, else 0."""
         cfg = self.config
         if not (cfg.long_prefill_token_threshold and cfg.enable_chunked_prefill and self.waiting):
             return 0
-        if len(self.running) + len(self.loading) >= cfg.max_num_seqs:
+        if len(self.running) + len(self.loading) >= cfg.max_num_seqs or not self._waiting_ahead(req):
             return 0
         return min(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
 
@@ -441,7 +455,7 @@ class Scheduler:
             remaining = req.num_tokens - req.num_computed_tokens - done
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
-            cap = self._chunk_cap(0, self._level_of(req)) if capped else self.config.max_num_batched_tokens
+            cap = self._chunk_cap(req, 0) if capped else self.config.max_num_batched_tokens
             extra = min(remaining, budget, min(cap, self._request_cap(req)) - done)
             if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra,
                                               priority=self._growth_level(req)) is None:
@@ -459,20 +473,19 @@ class Scheduler:
         return bool(self.config.long_prefill_token_threshold and self.config.enable_chunked_prefill)
 
     def _running_order(self) -> list[Request]:
-        """Running requests: decodes in admission order, then prefills by their tenant's running
-        requests (fewest first), then by key (stable sorts); under the priority policy each by
-        level first."""
+        """Running requests: decodes in admission order, then prefills by their tenant's usage
+        class (least first), then by key (stable sorts); under the priority policy each by level
+        first."""
         def is_prefill(r: Request) -> bool:
             return r.num_tokens - r.num_computed_tokens > 1
 
         def level(r: Request) -> int:
             return admitted_level(r) if self.by_priority else 0
-        share = self._tenant_running()
         ordered = self._ordered()
 
         def among_prefills(r: Request) -> tuple[int, float]:
             key = self.order.key(r, r.num_tokens - r.num_computed_tokens) if ordered else 0.0
-            return share.get(r.context.tenant, 0), key
+            return self._classes.get(r.context.tenant, 0), key
         return sorted(self.running, key=lambda r: (is_prefill(r), level(r),
                                                    among_prefills(r) if is_prefill(r) else (0, 0.0)))
 
@@ -484,7 +497,7 @@ class Scheduler:
         # then (re-sorting every step would look every waiting prompt up in the prefix cache
         # each step)
         levels_changed = any(self._sorted_levels.get(rid) != lv for rid, lv in self._levels.items())
-        share = self._tenant_running()
+        share = self._classes
         if not (self._waiting_unsorted or levels_changed or share != self._sorted_tenants) or \
                 len(self.waiting) < 2 or not (self._ordered() or self.by_priority or share):
             return
@@ -501,11 +514,14 @@ class Scheduler:
         self.waiting.clear()
         self.waiting.extend(ordered)
 
-    def _tenant_running(self) -> dict[str | None, int]:
-        """Running requests per tenant, while more than one tenant is present (else empty: one
-        tenant's requests keep their order)."""
+    def _tenant_classes(self) -> dict[str | None, int]:
+        """Usage class of each tenant present (running or waiting), while more than one is
+        (else empty: one tenant's requests keep their order)."""
         tenants = {r.context.tenant for r in self.running} | {r.context.tenant for r in self.waiting}
-        return dict(Counter(r.context.tenant for r in self.running)) if len(tenants) > 1 else {}
+        if len(tenants) < 2:
+            return {}
+        now, step = self.clock(), self.config.max_num_batched_tokens
+        return {t: usage_class(self.usage.of(t, now), step) for t in tenants}
 
     # --- priority levels (tandem/engine/priority.py) ------------------------------------
     def _update_levels(self) -> None:
@@ -565,32 +581,54 @@ class Scheduler:
         until that prompt is done)."""
         cfg = self.config
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
-        favoured = self._favoured_share
-        over_share = favoured is not None and self._step_share.get(req.context.tenant, 0) > favoured + 1
+        favoured = self._favoured_class
+        over_share = favoured is not None and self._classes.get(req.context.tenant, 0) >= favoured + 2
         return cfg.background_chunk_tokens if (background or (over_share and cfg.background_chunk_tokens)) \
             else cfg.max_num_batched_tokens
 
-    def _fewest_running_with_a_prompt(self, share: dict[str | None, int]) -> int | None:
+    def _least_class_with_a_prompt(self) -> int | None:
         """Among tenants with a prompt to compute in this step (a running prefill, or a waiting
-        request while a sequence slot is free), the fewest running requests any of them
-        has, when some tenant runs at least two more; else None (near-equal tenants keep whole
-        chunks). `share`: running requests per tenant."""
-        if not share:
+        request while a sequence slot is free), the least usage class, when some tenant present
+        is two classes or more above it; else None (near-equal tenants keep whole chunks)."""
+        if not self._classes:
             return None
         tenants = {r.context.tenant for r in self.running if r.num_tokens - r.num_computed_tokens > 1}
         if self._slot_free():
             tenants.update(r.context.tenant for r in self.waiting)
-        fewest = min((share.get(t, 0) for t in tenants), default=None)
-        return fewest if fewest is not None and fewest + 1 < max(share.values()) else None
+        least = min((self._classes.get(t, 0) for t in tenants), default=None)
+        return least if least is not None and least + 2 <= max(self._classes.values()) else None
 
-    def _chunk_cap(self, others_behind: int, level: int | None = None) -> int:
-        """Largest prefill chunk while more than `others_behind` requests wait for admission;
-        with a `level` (priority policy) only waiting requests of that level or a better one
-        count: a worse one is admitted after it anyway, so it caps nothing."""
+    def _rank(self, req: Request) -> tuple[int, int]:
+        """A running request's (level, tenant class): less goes first."""
+        return admitted_level(req) if self.by_priority else 0, self._classes.get(req.context.tenant, 0)
+
+    def _best_waiting(self) -> tuple[int, int] | None:
+        """The best (level, tenant class) of a waiting request; the class counts only while a
+        sequence slot is free (else none is admitted before the running ones go on)."""
+        if not self.waiting or not (self._levels or self._classes):
+            return None
+        classes = self._classes if self._slot_free() else {}
+        return min(((self._levels.get(r.request_id, 0), classes.get(r.context.tenant, 0))
+                    for r in self.waiting), default=None)
+
+    def _waiting_ahead(self, req: Request) -> int:
+        """Waiting requests that `req` (running or waiting) does not go before: of its level or a
+        better one (priority policy) and of its tenant's usage class or a lesser one; the others
+        are admitted after it anyway. A waiting `req` counts itself."""
+        level = None if not self.by_priority else self._levels[req.request_id] \
+            if req.request_id in self._levels else admitted_level(req)
+        mine = self._classes.get(req.context.tenant, 0)
+        return sum(1 for r in self.waiting
+                   if (level is None or self._levels.get(r.request_id, r.context.priority) <= level)
+                   and self._classes.get(r.context.tenant, 0) <= mine)
+
+    def _chunk_cap(self, req: Request, others_behind: int) -> int:
+        """Largest prefill chunk of `req` while more than `others_behind` requests that it does
+        not go before wait for admission (`_waiting_ahead`)."""
         cap = self.config.long_prefill_token_threshold
-        waiting = len(self.waiting) if level is None else \
-            sum(1 for r in self.waiting if self._levels.get(r.request_id, r.context.priority) <= level)
-        return cap if cap and waiting > others_behind else self.config.max_num_batched_tokens
+        if not cap or len(self.waiting) <= others_behind:
+            return self.config.max_num_batched_tokens
+        return cap if self._waiting_ahead(req) > others_behind else self.config.max_num_batched_tokens
 
     def _level_of(self, req: Request) -> int | None:
         """A running request's level under the priority policy (None under fcfs)."""
@@ -609,7 +647,7 @@ class Scheduler:
         keep = match.num_local_tokens // self.kv.block_size
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
         end = local.num_tokens + match.num_external_tokens
-        cap = self._chunk_cap(1, self._levels.get(req.request_id))
+        cap = self._chunk_cap(req, 1)
         num_new = 0 if match.load_async else min(req.num_tokens - end, budget, cap, self._request_cap(req))
         if not match.load_async and num_new <= 0:
             return None   # no budget left for its next chunk (or a connector offered every token)

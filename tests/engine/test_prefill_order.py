@@ -123,21 +123,48 @@ def test_a_request_with_a_kv_handle_counts_as_one_token():
     assert [rid for rid, _, _ in _plan(sched.schedule())] == ["pulled", "prompt"]
 
 
-def test_the_tenant_with_fewest_running_requests_prefills_first_among_equals():
-    # budget 12, no chunk cap: big's three prompts (12 tokens each) run; small's arrives after
-    sched = _sched(budget=12, threshold=0)
-    for i in range(3):
+def _frozen_sched(budget, threshold, **kw):
+    """A scheduler whose clock stands still: tenants' usage does not decay between steps."""
+    return Scheduler(SchedulerConfig(max_num_batched_tokens=budget, long_prefill_token_threshold=threshold, **kw),
+                     KVCacheManager(100, 4, False), clock=lambda: 0.0)
+
+
+def test_the_tenant_that_took_fewest_tokens_prefills_first_among_equals():
+    # budget 12, no chunk cap: big's four prompts (12 tokens each) run; small's arrives after
+    sched = _frozen_sched(budget=12, threshold=0)
+    for i in range(4):
         sched.add(_req(f"big{i}", 12, arrival=0.0 + i / 1000, first=100 + 20 * i, tenant="big"))
-    _advance(sched.schedule())                       # big0 whole
+    for _ in range(3):
+        _advance(sched.schedule())                   # big took 36 tokens: usage class 2
     sched.add(_req("small", 12, arrival=1.0, first=500, tenant="small"))
     out = sched.schedule()
-    # big0 decodes first; small (tenant running none) is admitted ahead of big1's and big2's chunks
-    assert _plan(out)[:2] == [("big0", 1, True), ("small", 11, False)]
+    # decodes first; small (class 0) is admitted ahead of big's remaining prompt chunks
+    plan = _plan(out)
+    assert [rid for rid, n, _ in plan if n > 1 or rid == "small"][0] == "small"
     _advance(out)
     out = sched.schedule()
-    # running now: small's remaining token goes before big's prefills (its tenant runs 1, big 3)
-    prefills = [rid for rid, n, _ in _plan(out) if rid != "big0"]
+    # running now: small's remaining tokens go before big's prefills
+    prefills = [rid for rid, n, _ in _plan(out) if not rid.startswith("big") or n > 1]
     assert prefills[0] == "small"
+
+
+def test_tokens_not_requests_decide_between_tenants():
+    # both tenants run two requests; big's took ten times the tokens: small's new prompt goes first,
+    # neither capped by big's waiting prompts nor leaving them a reserve of the step
+    sched = _frozen_sched(budget=64, threshold=16, max_num_seqs=8)
+    sched.usage.charge("big", 640, 0.0)
+    sched.usage.charge("small", 64, 0.0)
+    for i in range(2):
+        for tenant in ("big", "small"):
+            r = _req(f"{tenant}{i}", 1, arrival=i / 1000, first=100 + 10 * i, tenant=tenant)
+            sched.add(r)
+    _advance(sched.schedule())                       # four one-token prompts: all decode now
+    for i in range(2, 4):
+        sched.add(_req(f"big{i}", 40, arrival=1.0 + i / 1000, first=300 + 50 * i, tenant="big"))
+    sched.add(_req("small2", 40, arrival=2.0, first=700, tenant="small"))
+    plan = _plan(sched.schedule())
+    prompts = [(rid, n) for rid, n, _ in plan if n > 1]
+    assert prompts[0] == ("small2", 40)             # whole, though big's two wait (cap 16)
 
 
 def test_one_tenant_keeps_the_arrival_order():
@@ -150,8 +177,10 @@ def test_one_tenant_keeps_the_arrival_order():
 
 
 def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short():
-    # budget 40, background chunk 4: big runs three requests (two decoding, one long prompt)
-    sched = _sched(budget=40, threshold=0, background_chunk_tokens=4)
+    # budget 40, background chunk 4: big runs three requests (two decoding, one long prompt) and
+    # took 200 tokens before (usage class 2 after this step; small none: class 0)
+    sched = _frozen_sched(budget=40, threshold=0, background_chunk_tokens=4)
+    sched.usage.charge("big", 160, 0.0)
     sched.add(_req("big0", 5, arrival=0.0, first=100, tenant="big"))
     sched.add(_req("big1", 5, arrival=0.001, first=200, tenant="big"))
     sched.add(_req("big2", 100, arrival=0.002, first=300, tenant="big"))
@@ -160,9 +189,9 @@ def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short
     _advance(out)
     sched.add(_req("small", 30, arrival=1.0, first=600, tenant="small"))
     out = sched.schedule()
-    # small (no running request, big three) goes whole; big's prompt takes at most 4 tokens
+    # small goes whole; big's prompt (two classes above) takes at most 4 tokens
     assert sorted(_plan(out)) == [("big0", 1, True), ("big1", 1, True), ("big2", 4, False),
                                   ("small", 30, True)]
     _advance(out)
-    # small decodes now, no prompt of a tenant with fewer running requests: a whole chunk again
+    # small decodes now, no prompt of a lesser class to compute: a whole chunk again
     assert _plan(sched.schedule())[-1] == ("big2", 37, False)
