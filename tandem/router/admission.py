@@ -10,11 +10,14 @@ as many (at most `session_overflow`) as the worker has open requests of a worse 
 (WorkerLoad.preemptible): the worker gives it one of their slots rather than queue it behind them.
 And a request whose tenant has fewer requests open than its fair share of the fleet's slots
 (max_in_flight x live workers / tenants with requests open, its own counted), while another tenant
-has more than its own, goes over it as a session's home does (`fair_share_overflow`): the small
-tenant waits for no other tenant's request to end (the worker serves its prefill first among
-equals, tandem/engine/scheduler.py). The allowances add up to at most max_in_flight + 2 x
-session_overflow requests open on a worker: give the workers that many sequence slots
-(--max-num-seqs) and the requests over the cap find one free.
+has more than its own, goes over it as a session's home does, and its tenant's own open requests
+on the worker do not count against it either (`fair_share_overflow`, `fair_allowance`): the small
+tenant waits for no other tenant's request to end, nor for its own earlier ones (the worker
+serves its prefill first among equals, tandem/engine/scheduler.py). Others fill a worker only
+to max_in_flight, so the allowances add up to about max_in_flight + 2 x session_overflow requests
+open on a worker, plus the small tenant's own (fewer than its share): give the workers that many
+sequence slots (--max-num-seqs); a request over them waits in the worker's queue, where its
+tenant goes first.
 """
 
 from __future__ import annotations
@@ -67,12 +70,20 @@ def fair_share_overflow(tenant: str, open_per_tenant: Mapping[str, int], slots: 
     return limits.home_overflow if below and any(n > share for n in open_per_tenant.values()) else 0
 
 
+def fair_allowance(fair_overflow: int, tenant_open: int) -> int:
+    """Requests over max_in_flight a request may take on a worker where its tenant has
+    `tenant_open` open: while the tenant is below its fair share (`fair_overflow` > 0), its own
+    open requests there count as allowance too; else 0."""
+    return fair_overflow + tenant_open if fair_overflow else 0
+
+
 def admit(snap: Snapshot, limits: AdmissionLimits, pool: str, fair_overflow: int = 0) -> Snapshot:
     """The snapshot with `saturated` marked; raises NoHealthyWorker or CapacityExceeded.
     `fair_overflow`: the request's tenant's (fair_share_overflow)."""
     home = snap.request.session_home
     workers = tuple(replace(w, saturated=is_saturated(
-        w, limits, max(fair_overflow, limits.home_overflow if w.worker_id == home else 0)))
+        w, limits, max(fair_allowance(fair_overflow, w.tenant_open),
+                       limits.home_overflow if w.worker_id == home else 0)))
                     for w in snap.workers)
     live = [w for w in workers if w.healthy and not w.draining]
     if not live:

@@ -143,6 +143,11 @@ class LoadTracker:
             out[e.tenant] = out.get(e.tenant, 0) + 1
         return out
 
+    def open_on(self, worker: str, tenant: str | None) -> int:
+        """Requests of `tenant` open on `worker`."""
+        tenant = tenant or ""
+        return sum(1 for e in self._entries.values() if e.worker == worker and e.tenant == tenant)
+
     def forget(self, worker: str) -> None:
         """Drop a worker's correction (it left or restarted); its requests end on their own."""
         self._offsets.pop(worker, None)

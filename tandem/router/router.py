@@ -140,7 +140,7 @@ class Router:
         home = self.sessions.home(pool, session_id) if session_id is not None else None
         counts = self.sessions.counts(pool)
         snap = Snapshot(
-            workers=tuple(self._load(w, matches, counts[w.url], priority) for w in workers),
+            workers=tuple(self._load(w, matches, counts[w.url], priority, tenant) for w in workers),
             request=RequestInfo(num_prompt_tokens=len(tokens.token_ids), block_hashes=tuple(hashes),
                                 block_size=block_size, shared_blocks=matches.get(STORE, 0),
                                 session_id=session_id, session_home=home, seq=seq,
@@ -174,7 +174,8 @@ class Router:
         if self.on_decision is not None:
             self.on_decision(pool, route.decision)
 
-    def _load(self, w: WorkerState, matches: dict[str, int], sessions: int, priority: int) -> WorkerLoad:
+    def _load(self, w: WorkerState, matches: dict[str, int], sessions: int, priority: int,
+              tenant: str | None) -> WorkerLoad:
         load = self.tracker.load(w.url, priority)
         s = w.stats
         return WorkerLoad(worker_id=w.url, url=w.url, role=w.role or "both", healthy=w.healthy,
@@ -182,6 +183,7 @@ class Router:
                           decode_tokens=load.decode_tokens, running=int(s.get("num_running", 0)),
                           waiting=int(s.get("num_waiting", 0)),
                           in_flight=load.in_flight + load.worse_in_flight, preemptible=load.worse_in_flight,
+                          tenant_open=self.tracker.open_on(w.url, tenant),
                           kv_usage=float(s.get("kv_cache_usage", 0.0)),
                           cached_blocks=matches.get(w.url, 0),
                           host_blocks=matches.get(tier_holder(w.url, "host"), 0),

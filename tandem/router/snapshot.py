@@ -35,6 +35,7 @@ class WorkerLoad:
     # of those, requests of a worse priority than this request's: the worker (priority policy)
     # gives their slots to this one, so they count toward in_flight but not toward the token loads
     preemptible: int = 0
+    tenant_open: int = 0          # of those, requests of this request's tenant
     kv_usage: float = 0.0         # reported fraction of KV blocks held by live requests, in [0, 1]
     cached_blocks: int = 0        # leading blocks of *this request's* prompt it holds (prefix index)
     host_blocks: int = 0          # ... in its host-memory tier (reported by the simulator only)

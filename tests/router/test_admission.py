@@ -74,3 +74,17 @@ def test_a_tenant_below_its_fair_share_goes_over_the_cap_while_another_is_above_
     assert [x.saturated for x in admit(snap_full, lim, "decode", 2).workers] == [False, False]
     assert [x.saturated for x in admit(snap(w("a", in_flight=10), w("b", in_flight=9)), lim, "decode",
                                        2).workers] == [True, False]
+
+
+def test_below_its_share_a_tenants_own_open_requests_do_not_use_up_its_allowance():
+    from tandem.router.admission import fair_allowance
+    lim = AdmissionLimits(max_in_flight=8)                  # overflow 2
+    assert fair_allowance(2, 3) == 5 and fair_allowance(0, 3) == 0
+    # a holds 8 of big's and 3 of small's: 11 open, over cap + overflow, yet small's own 3 count
+    # as allowance while it is below its share; b is full of big's
+    workers = (w("a", in_flight=11, tenant_open=3), w("b", in_flight=10))
+    assert [x.saturated for x in admit(snap(*workers), lim, "decode", 2).workers] == [False, True]
+    with pytest.raises(CapacityExceeded):                   # 13 open: 8 + 2 + its own 3 reached
+        admit(snap(w("a", in_flight=13, tenant_open=3)), lim, "decode", 2)
+    with pytest.raises(CapacityExceeded):                   # at or above its share: no allowance
+        admit(snap(*workers), lim, "decode", 0)

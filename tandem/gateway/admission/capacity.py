@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tandem.errors import NoHealthyWorker
 from tandem.gateway.registry import Registry
-from tandem.router.admission import AdmissionLimits, fair_share_overflow, is_saturated
+from tandem.router.admission import AdmissionLimits, fair_allowance, fair_share_overflow, is_saturated
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.router import Router
 from tandem.router.snapshot import WorkerLoad
@@ -30,14 +30,15 @@ _POOLS = {"colocated": ("both",), "pd": ("decode", "both"), "decode": ("decode",
 
 
 def _saturated(url: str, stats: dict, tracker: LoadTracker, limits: AdmissionLimits,
-               priority: int, fair_overflow: int) -> bool:
+               priority: int, tenant: str, fair_overflow: int) -> bool:
     load = tracker.load(url, priority)
+    allowance = fair_allowance(fair_overflow, tracker.open_on(url, tenant))
     return is_saturated(WorkerLoad(worker_id=url, url=url, role="both",
                                    prefill_tokens=load.prefill_tokens,
                                    decode_tokens=load.decode_tokens,
                                    in_flight=load.in_flight + load.worse_in_flight,
                                    preemptible=load.worse_in_flight,
-                                   waiting=int(stats.get("num_waiting") or 0)), limits, fair_overflow)
+                                   waiting=int(stats.get("num_waiting") or 0)), limits, allowance)
 
 
 def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
@@ -53,7 +54,7 @@ def has_capacity(router: Router, registry: Registry, tracker: LoadTracker,
     if not live:
         return True
     fair = fair_share_overflow(tenant, tracker.open_per_tenant(), len(live) * limits.max_in_flight, limits)
-    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits, priority, fair)]
+    free = [w for w in live if not _saturated(w.url, w.stats, tracker, limits, priority, tenant, fair)]
     if mode != "pd" or not free:
         return bool(free)
     headed = sum(tracker.load(w.url).in_flight for w in registry.pool("prefill"))

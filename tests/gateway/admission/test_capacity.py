@@ -52,3 +52,22 @@ def test_colocated_capacity_is_a_free_worker():
     assert has_capacity(Mode("colocated"), reg, tracker, limits)
     tracker.dispatch("r1", D, pending=10)
     assert not has_capacity(Mode("colocated"), reg, tracker, limits)
+
+
+def test_a_tenant_below_its_share_is_not_held_back_by_its_own_open_requests():
+    reg = Registry(RegistryConfig())
+    reg.heartbeat(D, "both", now=0.0)
+    reg.poll_ok(D, {"role": "both", "num_waiting": 0}, now=0.0)
+    tracker, limits = LoadTracker(), AdmissionLimits(max_in_flight=8)   # overflow 2, share 4 each
+    for i in range(6):
+        tracker.dispatch(f"big{i}", D, pending=10, tenant="big")
+    for i in range(3):
+        tracker.dispatch(f"small{i}", D, pending=10, tenant="small")
+    # 9 open, over the cap: big is above its share and has no room; small (3 < 4) still has:
+    # the overflow (2) plus its own three
+    assert not has_capacity(Mode("colocated"), reg, tracker, limits, tenant="big")
+    assert has_capacity(Mode("colocated"), reg, tracker, limits, tenant="small")
+    for i in range(6, 10):
+        tracker.dispatch(f"big{i}", D, pending=10, tenant="big")
+    # 13 open: the cap, the overflow and small's own three are all taken
+    assert not has_capacity(Mode("colocated"), reg, tracker, limits, tenant="small")
