@@ -31,6 +31,7 @@ No I/O, no clock of its own: every call that needs the time takes `now`.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -138,14 +139,16 @@ class FairQueue:
         self._take(entry)
         return True
 
-    def peek(self, now: float) -> Entry | None:
-        """The request `pop(now)` would return, left waiting."""
+    def peek(self, now: float, eligible: Callable[[Entry], bool] | None = None) -> Entry | None:
+        """The request `pop(now, eligible)` would return, left waiting."""
         heads = [(name, t, self._head(t, now)) for name, t in self._tenants.items() if t.bands]
-        return min(heads, key=lambda h: (self._finish(h[0], h[1], h[2]), h[2].seq))[2] if heads else None
+        heads.sort(key=lambda h: (self._finish(h[0], h[1], h[2]), h[2].seq))
+        return next((h[2] for h in heads if eligible is None or eligible(h[2])), None)
 
-    def pop(self, now: float) -> Entry | None:
-        """The next request to serve, or None when nothing waits."""
-        entry = self.peek(now)
+    def pop(self, now: float, eligible: Callable[[Entry], bool] | None = None) -> Entry | None:
+        """The next request to serve: the first tenant's head in fair order, among heads that
+        are `eligible` (all by default); None when none is."""
+        entry = self.peek(now, eligible)
         if entry is None:
             return None
         name, t = entry.tenant, self._tenants[entry.tenant]

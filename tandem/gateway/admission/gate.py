@@ -6,9 +6,11 @@ Otherwise it waits on a future in the fair queue, and is released as capacity fr
 request that passed the gate ends (its load left the tracker before the gate hears of it), when
 a request joins the queue (it may have room that those waiting lack: a better priority, a tenant
 below its share), and on a tick every `tick_s` while anything waits (the workers' stats, polled
-by the monitor, may show room; waits past max_wait_s end in 503). Only the queue's head is
-released: a head without room holds back the rest. A tenant whose queue is full gets 429 with
-Retry-After at once.
+by the monitor, may show room; waits past max_wait_s end in 503). What is released is the first
+tenant's head, in the fair queue's order, that has room for its priority and tenant: a head
+without room (its tenant over its share of the slots, or its priority worse than those open)
+holds back its own tenant only, not a tenant below its share that has room. A tenant whose
+queue is full gets 429 with Retry-After at once.
 
 Invariants:
 - One request at a time is "in transit": released but not yet counted by the load tracker.
@@ -90,16 +92,17 @@ class AdmissionGate:
         asyncio.get_running_loop().call_soon(self._end_transit)
 
     def pump(self) -> None:
-        """Release waiting requests while there is room for the next one's priority (one in
-        transit at a time)."""
+        """Release waiting requests while some tenant's head has room for its priority and
+        tenant (one in transit at a time)."""
+        def eligible(e: Entry) -> bool:
+            return e.item.done() or self._has_capacity(e.priority, e.tenant)   # a done one is dropped
+
         while not self._transit and len(self.queue):
             now = self._clock()
-            head = self.queue.peek(now)
-            if head is not None and not head.item.done() and \
-                    not self._has_capacity(head.priority, head.tenant):
+            entry = self.queue.pop(now, eligible)
+            if entry is None:
                 return
-            entry = self.queue.pop(now)
-            if entry is None or entry.item.done():
+            if entry.item.done():
                 continue
             entry.item.set_result(None)
             self._transit = True

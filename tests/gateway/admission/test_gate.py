@@ -202,3 +202,25 @@ def test_waiting_past_the_bound_is_503():
         await running
         await gate.close()
     asyncio.run(main())
+
+
+def test_a_head_without_room_holds_back_only_its_own_tenant():
+    # the fleet has room for B (below its share) but none for A: B's request passes A's queue,
+    # even when A's head comes first in fair order
+    async def main():
+        room = {"A": False, "B": True}
+        fleet, rel = Fleet(1), asyncio.Event()
+        gate = AdmissionGate(FairQueueConfig(), lambda p=0, t="": room[t] or fleet.has_capacity(p, t),
+                             tick_s=10.0)
+        tasks = [asyncio.create_task(consume(gate, fleet, req(f"a{i}", "A"), rel)) for i in range(3)]
+        await settle()
+        assert fleet.started == ["a0"] and gate.queue.depth("A") == 2
+        tasks.append(asyncio.create_task(consume(gate, fleet, req("b", "B", prompt=1000), rel)))
+        await settle()
+        assert gate.queue.peek(0.0) is not None and gate.queue.peek(0.0).tenant == "A"  # A first in order
+        assert fleet.started == ["a0", "b"] and gate.queue.depth("A") == 2
+        rel.set()
+        await asyncio.gather(*tasks)
+        assert fleet.used == 0 and len(gate.queue) == 0
+        await gate.close()
+    asyncio.run(main())
