@@ -235,7 +235,7 @@ class Scheduler:
         self._now = self.clock()
         self._classes = self._tenant_classes()
         self._favoured_class = self._least_class_with_a_prompt()
-        self._lightest_recent = self._lightest_recent_class()
+        self._lightest_recent = self._lightest_usage_class()
         # running prefills of a worse level than the best waiting request (priority), or of the
         # same level and a higher tenant class, come after admission
         best_waiting = self._best_waiting()
@@ -540,8 +540,7 @@ class Scheduler:
         tenants = {r.context.tenant for r in self.running} | {r.context.tenant for r in self.waiting}
         if len(tenants) < 2:
             return {}
-        now, step = self.clock(), self.config.max_num_batched_tokens
-        return {t: usage_class(self.usage.of(t, now), step) for t in tenants}
+        return {t: self._usage_class(t) for t in tenants}
 
     # --- priority levels (tandem/engine/priority.py) ------------------------------------
     def _update_levels(self) -> None:
@@ -609,19 +608,19 @@ class Scheduler:
             return cfg.background_chunk_tokens
         lightest = self._lightest_recent
         if lightest is not None and cfg.long_prefill_token_threshold and \
-                self._recent_class(req.context.tenant) >= lightest + 2:
+                self._usage_class(req.context.tenant) >= lightest + 2:
             return cfg.long_prefill_token_threshold
         return cfg.max_num_batched_tokens
 
-    def _recent_class(self, tenant: str | None) -> int:
+    def _usage_class(self, tenant: str | None) -> int:
         return usage_class(self.usage.of(tenant, self._now), self.config.max_num_batched_tokens)
 
-    def _lightest_recent_class(self) -> int | None:
+    def _lightest_usage_class(self) -> int | None:
         """The least usage class among the tenants that took at least an eighth of a step's
         budget lately (about the last half-minute for one request), when more than one did."""
         floor = self.config.max_num_batched_tokens / 8
         recent = [t for t in self.usage.tenants() if self.usage.of(t, self._now) >= floor]
-        return min(map(self._recent_class, recent)) if len(recent) > 1 else None
+        return min(map(self._usage_class, recent)) if len(recent) > 1 else None
 
     def _least_class_with_a_prompt(self) -> int | None:
         """Among tenants with a prompt to compute in this step (a running prefill, or a waiting
@@ -666,10 +665,6 @@ class Scheduler:
         if not cap or len(self.waiting) <= others_behind:
             return self.config.max_num_batched_tokens
         return cap if self._waiting_ahead(req) > others_behind else self.config.max_num_batched_tokens
-
-    def _level_of(self, req: Request) -> int | None:
-        """A running request's level under the priority policy (None under fcfs)."""
-        return admitted_level(req) if self.by_priority else None
 
     def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch, loads: list[KVLoad],
                         seqs: list[ScheduledSeq], budget: int, scheduled: set[str],
