@@ -23,6 +23,7 @@ class PreemptingBackend:
         self.after: int | None = None
         self.service = None
         self.log: list[tuple] = []
+        self.delivered: dict[str, int] = {}
 
     @property
     def model_name(self) -> str:
@@ -59,6 +60,7 @@ class PreemptingBackend:
         finally:
             await gen.aclose()
             self.log.append(("end", req.request_id, finished))
+            self.delivered[req.request_id] = n   # output tokens handed on, resumed ones included
 
 
 def live_app(llama_dir, queue_db):
