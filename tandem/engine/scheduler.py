@@ -630,10 +630,6 @@ class Scheduler:
             return self.config.max_num_batched_tokens
         return cap if self._waiting_ahead(req) > others_behind else self.config.max_num_batched_tokens
 
-    def _level_of(self, req: Request) -> int | None:
-        """A running request's level under the priority policy (None under fcfs)."""
-        return admitted_level(req) if self.by_priority else None
-
     def _admit_external(self, req: Request, hit: PrefixHit, match: ExternalMatch, loads: list[KVLoad],
                         seqs: list[ScheduledSeq], budget: int, scheduled: set[str],
                         preempted: list[Request]) -> int | None:
