@@ -236,9 +236,13 @@ class ControlSource(KVSource):
             self._pins.end_read(rid)
             send_msg(conn, _error("bad_request", f"indices must be ints in [0, {len(block_ids)})", self._layout))
             return None
-        send_msg(conn, {"ok": True, "layout": self._layout.to_dict(), "block_ids": selected,
-                        **plane.describe(selected)})
-        plane.stream(conn, selected)
+        try:
+            send_msg(conn, {"ok": True, "layout": self._layout.to_dict(), "block_ids": selected,
+                            **plane.describe(selected)})
+            plane.stream(conn, selected)
+        except BaseException:
+            self._pins.end_read(rid)   # a reset or stall mid-stream ends the read here, not in the caller
+            raise
         return rid
 
 

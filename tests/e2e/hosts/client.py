@@ -80,9 +80,18 @@ def blocks_held(url: str) -> int:
 def wait_no_blocks_held(cluster: HostCluster, names: Iterable[str], timeout_s: float = 30.0) -> float:
     """The idle invariant on each named worker: nothing running or waiting, every block free."""
     names = list(names)
-    return cluster.wait_until(f"no KV block held on {', '.join(names)}",
-                              lambda: all(blocks_held(cluster.url(n)) == 0 for n in names),
-                              timeout_s, watch=names, poll_s=0.2)
+    try:
+        return cluster.wait_until(f"no KV block held on {', '.join(names)}",
+                                  lambda: all(blocks_held(cluster.url(n)) == 0 for n in names),
+                                  timeout_s, watch=names, poll_s=0.2)
+    except AssertionError as exc:
+        stats = {}
+        for n in names:
+            try:
+                stats[n] = httpx.get(cluster.url(n) + "/internal/stats", timeout=5).json()
+            except (httpx.HTTPError, ValueError) as err:
+                stats[n] = repr(err)
+        raise AssertionError(f"{exc}\nstats: {stats}") from None
 
 
 def metric(url: str, name: str) -> float:
