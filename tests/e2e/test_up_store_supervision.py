@@ -71,6 +71,8 @@ def test_master_restarted_and_nothing_outlives_a_killed_tandem_up(llama_dir, tmp
     try:
         wait_for(lambda: len(workers(base)) == 1 and all(w["healthy"] for w in workers(base).values()),
                  200, "the cluster")
+        # supervision starts once tandem up itself saw the cluster ready (a death before is fatal)
+        wait_for(lambda: "tandem up: ready at" in log_path.read_text(), 60, "tandem up's ready line")
         ports.append(int(workers(base)["both"]["url"].rsplit(":", 1)[1]))
         master_port = int(log_path.read_text().split("mooncake_master at mooncake://127.0.0.1:")[1].split()[0])
         ports.append(master_port)

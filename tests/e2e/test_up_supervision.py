@@ -60,7 +60,8 @@ def metric(base: str, name: str, worker: str) -> float:
 
 def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
     port = free_port()
-    log = open(tmp_path / "up.log", "wb")
+    log_path = tmp_path / "up.log"
+    log = open(log_path, "wb")
     cmd = [sys.executable, "-m", "tandem", "up", "--model", str(llama_dir), "--prefill", "1",
            "--decode", "1", "--port", str(port), "--ready-timeout", "200",
            "--worker-arg=--kv-cache-memory=16MiB", "--worker-arg=--dtype=float32",
@@ -73,6 +74,8 @@ def test_kill_9_prefill_worker_under_tandem_up(llama_dir, tmp_path):
     try:
         wait_for(lambda: all(w["healthy"] for w in workers(base).values()) and len(workers(base)) == 2,
                  200, "the cluster")
+        # supervision starts once tandem up itself saw the cluster ready (a death before is fatal)
+        wait_for(lambda: "tandem up: ready at" in log_path.read_text(), 60, "tandem up's ready line")
         prefill_url = workers(base)["prefill"]["url"]
         first = complete(base)
         assert first.status_code == 200
