@@ -53,6 +53,7 @@ from tandem.models.arch import ModelArch
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
+from tandem.router.routed_prefixes import RoutedPrefixes
 from tandem.router.router import Router, pools_policies
 from tandem.tokenization.tokenizer import Tokenizer, warm_chat_template
 
@@ -173,13 +174,16 @@ def build_gateway_app(config: GatewayConfig, tokenizer, model_name: str, max_mod
     policies = pools_policies(make_policy(config.policy),
                               make_policy(config.prefill_policy) if config.prefill_policy else None,
                               make_policy(config.decode_policy) if config.decode_policy else None)
-    router = Router(registry, index, tracker, policies, config.admission)
+    # a routed prompt counts as cached until the worker's events have had a few polls to tell
+    routed = RoutedPrefixes(ttl_s=max(10.0, 4 * config.registry.poll_interval_s))
+    router = Router(registry, index, tracker, policies, config.admission, routed=routed)
     http = worker_http or HTTPClient(ClientConfig(
         connect_timeout_s=config.connect_timeout_s,
         headers=tuple(cluster_secret.headers(config.cluster_secret).items())))
     # a worker given up has its connections aborted (a test's own HTTP layer has none to abort)
     monitor = Monitor(registry, index, tracker, http,
-                      on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None))
+                      on_lost=http.abort if isinstance(http, HTTPClient) else (lambda url: None),
+                      routed=routed)
     parts = GatewayParts(config, registry, router, tracker, http, None, monitor.forget,
                          marker=assistant_marker(tokenizer))
     backend = GatewayBackend(parts, tokenizer, model_name, max_model_len)

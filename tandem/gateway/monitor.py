@@ -28,6 +28,7 @@ from tandem.gateway.worker_client import WorkerHTTP
 from tandem.http.client import ConnectFailed, HTTPFailure
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.prefix_index import PrefixIndex
+from tandem.router.routed_prefixes import RoutedPrefixes
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +36,11 @@ log = logging.getLogger(__name__)
 class Monitor:
     def __init__(self, registry: Registry, index: PrefixIndex, tracker: LoadTracker,
                  http: WorkerHTTP, clock: Callable[[], float] = time.monotonic,
-                 on_lost: Callable[[str], object] = lambda url: None) -> None:
+                 on_lost: Callable[[str], object] = lambda url: None,
+                 routed: RoutedPrefixes | None = None) -> None:
         self.registry = registry
         self.index = index
+        self.routed = routed     # the router's prompts sent lately, forgotten with the worker
         self.tracker = tracker
         self.http = http
         self.clock = clock
@@ -86,6 +89,8 @@ class Monitor:
         """Give a worker up (unhealthy, expired, gone, restarted): its cache and load entries go,
         and its connections are aborted."""
         self.index.clear(url)
+        if self.routed is not None:
+            self.routed.forget(url)
         self.tracker.forget(url)
         self.on_lost(url)
 

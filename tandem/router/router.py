@@ -23,6 +23,7 @@ from tandem.router.admission import AdmissionLimits, admit, fair_share_overflow
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.base import Policy
 from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
+from tandem.router.routed_prefixes import RoutedPrefixes
 from tandem.router.sessions import SessionTable
 from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
 
@@ -85,9 +86,12 @@ class Router:
     def __init__(self, registry: WorkerPools, index: PrefixIndex, tracker: LoadTracker,
                  policies: dict[str, Policy], limits: AdmissionLimits,
                  on_decision: Callable[[str, Decision], None] | None = None,
-                 sessions: SessionTable | None = None) -> None:
+                 sessions: SessionTable | None = None, routed: RoutedPrefixes | None = None) -> None:
+        """`routed`: prompts committed to each worker count as held there until its KV events
+        tell (routed_prefixes.py); None where the index is fed without delay (the simulator)."""
         self.registry = registry
         self.index = index
+        self.routed = routed
         self.tracker = tracker
         self.policies = policies          # pool (role) -> policy
         self.limits = limits
@@ -136,6 +140,9 @@ class Router:
         block_size = ref.block_size if ref else DEFAULT_BLOCK_SIZE
         hashes = tokens.get(block_size, ref.hash_seed if ref else 0)
         matches = self.index.match(hashes)
+        if self.routed is not None:
+            for w, n in self.routed.match(hashes).items():
+                matches[w] = max(n, matches.get(w, 0))
         seq = self._seq.get(pool, 0)
         home = self.sessions.home(pool, session_id) if session_id is not None else None
         counts = self.sessions.counts(pool)
@@ -161,11 +168,14 @@ class Router:
         return route
 
     def commit(self, pool: str, route: Route) -> None:
-        """Count a decision taken: the pool's request counter moves on, the metric sees it, and
-        the request's session (if any) is bound to the chosen worker in this pool, or, on its last
-        turn, leaves the table."""
+        """Count a decision taken: the pool's request counter moves on, the metric sees it, the
+        prompt's blocks count as held by the chosen worker (`routed`), and the request's session
+        (if any) is bound to the chosen worker in this pool, or, on its last turn, leaves the
+        table."""
         self._seq[pool] = self._seq.get(pool, 0) + 1
         req = route.request
+        if self.routed is not None and req is not None:
+            self.routed.routed(route.worker.url, req.block_hashes)
         if req is not None and req.session_id is not None:
             if req.session_ends:
                 self.sessions.end(pool, req.session_id)

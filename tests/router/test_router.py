@@ -9,6 +9,7 @@ from tandem.router.admission import AdmissionLimits
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
+from tandem.router.routed_prefixes import RoutedPrefixes
 
 
 def cluster(roles, policy="default", limits=AdmissionLimits()):
@@ -182,3 +183,24 @@ def test_a_tenant_below_its_fair_share_is_placed_over_the_cap_that_refuses_the_b
     r = router.choose("both", HashMemo([1] * 10, ()), None, tenant="small")
     tracker.dispatch("small0", r.worker.url, pending=10, tenant="small")
     router.choose("both", HashMemo([1] * 10, ()), None, tenant="small")   # 1 of its share of 4: again
+
+
+def test_a_routed_prompt_counts_as_cached_before_its_kv_events():
+    # eight sessions sharing a system prompt, sent one after another faster than the KV events
+    # are polled: the router's own routes tell where the prompt is, and they spread four and four
+    reg, index, tracker, _, decisions = cluster(["both", "both"])
+    router = Router(reg, index, tracker, pools_policies(make_policy("default")), AdmissionLimits(),
+                    on_decision=lambda pool, d: decisions.append((pool, d.reason)),
+                    routed=RoutedPrefixes())
+    system = list(range(200))
+    first = router.choose("both", HashMemo(system + [1000], ()), "s0")
+    second = router.choose("both", HashMemo(system + [1001], ()), "s1")
+    assert second.worker.url == first.worker.url and second.cached_blocks == 50
+    assert decisions[1] == ("both", "new_prefix")
+    for i in range(2, 8):
+        router.choose("both", HashMemo(system + [1000 + i], ()), f"s{i}")
+    assert sorted(router.sessions.counts("both").values()) == [4, 4]
+    # without the table the second session saw nothing cached and went by load
+    reg, index, tracker, plain, decisions = cluster(["both", "both"])
+    plain.choose("both", HashMemo(system + [1000], ()), "s0")
+    assert plain.choose("both", HashMemo(system + [1001], ()), "s1").cached_blocks == 0
