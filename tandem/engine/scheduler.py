@@ -48,8 +48,13 @@ tenant's prompts yield to another's: only waiting requests of its class or a bet
 chunk (long_prefill_token_threshold) or take a reserve of the step from it. While such a prompt
 is computed (running, or waiting with a slot free), the prompts of tenants two classes or more
 above (about 4x its tokens) take at most background_chunk_tokens a step, so its steps stay
-short; with one tenant present nothing changes. The gateway sends such a tenant over its cap
+short; and while a tenant of two classes or more below another has been about lately (an
+eighth of a step's budget of usage or more), the other's chunks take at most
+long_prefill_token_threshold, so that the light tenant's next prompt waits for a shorter step in
+flight. With one tenant present nothing changes. The gateway sends such a tenant over its cap
 (tandem/router/admission.py).
+A prompt whose remaining tokens pass the step's room by no more than the step's decodes (at most
+an eighth of the budget) is finished in the step rather than left a few tokens short.
 Aging bounds the wait (tandem/engine/priority.py): a request of priority p waits behind newer
 requests of a better priority q at most (p - q) * priority_aging_s seconds, then competes as one
 of them; a request admitted by preempting others is never preempted for their admission. With
@@ -123,6 +128,9 @@ class Scheduler:
         self.usage = TenantUsage()
         self._classes: dict[str | None, int] = {}
         self._favoured_class: int | None = None
+        self._decodes = 0
+        self._now = 0.0
+        self._lightest_recent: int | None = None   # least usage class of a tenant seen lately
         self._lowest_level = 0           # the best level of any request present in this step
         self.num_preemptions = 0
 
@@ -224,12 +232,15 @@ class Scheduler:
         scheduled: set[str] = set()
         unpublished: set[str] = set()     # scheduled, their blocks published at the step's end
         self._update_levels()
+        self._now = self.clock()
         self._classes = self._tenant_classes()
         self._favoured_class = self._least_class_with_a_prompt()
+        self._lightest_recent = self._lightest_usage_class()
         # running prefills of a worse level than the best waiting request (priority), or of the
         # same level and a higher tenant class, come after admission
         best_waiting = self._best_waiting()
         outranked = reserved = False
+        self._decodes = 0   # decodes in this step so far (they come first): a finishing prompt's slack
         # decodes first, so that a long prefill chunk never delays a stream's next token
         for req in self._running_order():
             if budget <= 0:
@@ -244,8 +255,8 @@ class Scheduler:
                 outranked, room = True, 0
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
-            num_new = 1 if remaining == 1 else \
-                min(remaining, room, self._chunk_cap(req, 0), self._request_cap(req))
+            num_new = 1 if remaining == 1 else min(remaining, self._finishing_room(remaining, room),
+                                                   self._chunk_cap(req, 0), self._request_cap(req))
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             level = self._growth_level(req)
@@ -271,6 +282,7 @@ class Scheduler:
                 if not publish:
                     unpublished.add(req.request_id)
                 budget -= num_new
+                self._decodes += remaining == 1
 
         loads: list[KVLoad] = []
         if not preempted:
@@ -321,7 +333,8 @@ class Scheduler:
                 num_new = req.num_tokens - hit.num_tokens
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
-                num_new = min(num_new, budget, self._chunk_cap(req, 1), self._request_cap(req))
+                num_new = min(num_new, self._finishing_room(num_new, budget), self._chunk_cap(req, 1),
+                              self._request_cap(req))
                 tokens = hit.num_tokens + num_new
                 if self._allocate_admitting(req, tokens, hit, seqs, scheduled, preempted) is None:
                     break
@@ -340,6 +353,13 @@ class Scheduler:
                 self._enqueue(victim, front=True)
             self.waiting.extendleft(reversed(deferred))   # back at the front, in their order
         return budget, len(deferred)
+
+    def _finishing_room(self, remaining: int, room: int) -> int:
+        """The tokens a prompt with `remaining` to compute may take of a step with `room` left: all
+        of them when they pass the room by no more than the step's decodes (at most an eighth of
+        the budget; one more step for its last few tokens would cost its first token a step)."""
+        slack = min(self._decodes, self.config.max_num_batched_tokens // 8)
+        return remaining if room > 0 and remaining <= room + slack else room
 
     def _budget_left(self, seqs: list[ScheduledSeq]) -> int:
         return self.config.max_num_batched_tokens - sum(s.num_new_tokens for s in seqs)
@@ -520,8 +540,7 @@ class Scheduler:
         tenants = {r.context.tenant for r in self.running} | {r.context.tenant for r in self.waiting}
         if len(tenants) < 2:
             return {}
-        now, step = self.clock(), self.config.max_num_batched_tokens
-        return {t: usage_class(self.usage.of(t, now), step) for t in tenants}
+        return {t: self._usage_class(t) for t in tenants}
 
     # --- priority levels (tandem/engine/priority.py) ------------------------------------
     def _update_levels(self) -> None:
@@ -576,15 +595,32 @@ class Scheduler:
     def _request_cap(self, req: Request) -> int:
         """Largest prefill chunk of this request: a background prompt is computed in chunks of at
         most background_chunk_tokens, so that a request arriving meanwhile waits for one short
-        step, not for a long chunk of it; so is the prompt of a tenant running at least two more
-        requests than another tenant with a prompt to compute in this step (its steps stay short
-        until that prompt is done)."""
+        step, not for a long chunk of it; so is the prompt of a tenant two usage classes or more
+        above another tenant with a prompt to compute in this step (its steps stay short until
+        that prompt is done). And while a tenant that lately took a quarter of its tokens or less
+        is about (`_lightest_recent`), its chunks take at most long_prefill_token_threshold: that
+        tenant's next prompt, whenever it comes, waits for a shorter step in flight."""
         cfg = self.config
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
         favoured = self._favoured_class
         over_share = favoured is not None and self._classes.get(req.context.tenant, 0) >= favoured + 2
-        return cfg.background_chunk_tokens if (background or (over_share and cfg.background_chunk_tokens)) \
-            else cfg.max_num_batched_tokens
+        if cfg.background_chunk_tokens and (background or over_share):
+            return cfg.background_chunk_tokens
+        lightest = self._lightest_recent
+        if lightest is not None and cfg.long_prefill_token_threshold and \
+                self._usage_class(req.context.tenant) >= lightest + 2:
+            return cfg.long_prefill_token_threshold
+        return cfg.max_num_batched_tokens
+
+    def _usage_class(self, tenant: str | None) -> int:
+        return usage_class(self.usage.of(tenant, self._now), self.config.max_num_batched_tokens)
+
+    def _lightest_usage_class(self) -> int | None:
+        """The least usage class among the tenants that took at least an eighth of a step's
+        budget lately (about the last half-minute for one request), when more than one did."""
+        floor = self.config.max_num_batched_tokens / 8
+        recent = [t for t in self.usage.tenants() if self.usage.of(t, self._now) >= floor]
+        return min(map(self._usage_class, recent)) if len(recent) > 1 else None
 
     def _least_class_with_a_prompt(self) -> int | None:
         """Among tenants with a prompt to compute in this step (a running prefill, or a waiting

@@ -37,6 +37,9 @@ class TenantUsage:
         tokens, at = self._usage.get(tenant, (0.0, now))
         return tokens * 0.5 ** (max(0.0, now - at) / self.half_life_s)
 
+    def tenants(self) -> list[str | None]:
+        return list(self._usage)
+
     def prune(self, now: float) -> None:
         for tenant in [t for t in self._usage if self.of(t, now) < 1.0]:
             del self._usage[tenant]

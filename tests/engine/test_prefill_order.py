@@ -173,7 +173,25 @@ def test_one_tenant_keeps_the_arrival_order():
         sched.add(_req(f"a{i}", 12, arrival=i / 1000, first=100 + 20 * i, tenant="t"))
     _advance(sched.schedule())
     sched.add(_req("late", 12, arrival=1.0, first=500, tenant="t"))
-    assert _plan(sched.schedule())[:2] == [("a0", 1, True), ("a1", 11, False)]
+    # a1 is next (whole: it passes the 11 tokens left by one, the step's one decode)
+    assert _plan(sched.schedule())[:2] == [("a0", 1, True), ("a1", 12, True)]
+
+
+def test_a_prompt_over_the_room_by_no_more_than_the_steps_decodes_finishes_in_it():
+    # budget 64 (slack at most 8): four decodes, then prompts of 64 and 69 tokens
+    sched = _sched(budget=64, threshold=0, max_num_seqs=8)
+    for i in range(4):
+        sched.add(_req(f"d{i}", 1, arrival=i / 1000, first=100 + i))
+    _advance(sched.schedule())
+    sched.add(_req("p", 64, arrival=1.0, first=200))
+    plan = _plan(sched.schedule())
+    assert plan[-1] == ("p", 64, True)               # 60 left + 4 decodes: whole, in one step
+    sched = _sched(budget=64, threshold=0, max_num_seqs=8)
+    for i in range(4):
+        sched.add(_req(f"d{i}", 1, arrival=i / 1000, first=100 + i))
+    _advance(sched.schedule())
+    sched.add(_req("p", 65, arrival=1.0, first=200))
+    assert _plan(sched.schedule())[-1] == ("p", 60, False)   # over by 5 > 4 decodes: chunked
 
 
 def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short():
@@ -195,3 +213,19 @@ def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short
     _advance(out)
     # small decodes now, no prompt of a lesser class to compute: a whole chunk again
     assert _plan(sched.schedule())[-1] == ("big2", 37, False)
+
+
+def test_while_a_light_tenant_is_about_a_heavy_ones_chunks_stay_under_the_chunk_cap():
+    # small took 64 tokens lately and has nothing on the worker now; big (four classes above)
+    # prompts in chunks of at most the threshold (16), so small's next prompt waits less
+    sched = _frozen_sched(budget=64, threshold=16)
+    sched.usage.charge("big", 1000, 0.0)
+    sched.usage.charge("small", 64, 0.0)
+    sched.add(_req("b", 100, arrival=0.0, first=100, tenant="big"))
+    assert _plan(sched.schedule()) == [("b", 16, False)]
+    # small long gone (under an eighth of a step lately): whole steps again
+    sched = _frozen_sched(budget=64, threshold=16)
+    sched.usage.charge("big", 1000, 0.0)
+    sched.usage.charge("small", 7, 0.0)
+    sched.add(_req("b", 100, arrival=0.0, first=100, tenant="big"))
+    assert _plan(sched.schedule()) == [("b", 64, False)]
