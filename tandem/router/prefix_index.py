@@ -36,7 +36,7 @@ Invariant: `_by_hash[h]` contains worker w exactly when `h in _by_worker[w]`.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 STORE = "store"   # the pseudo-worker holding what the shared KV store holds
 STORE_EVENTS = {"store_stored": "stored", "store_removed": "removed"}
@@ -46,6 +46,21 @@ LOWER_TIERS = ("host", "disk")   # a worker's own tiers below the device
 def tier_holder(worker: str, tier: str) -> str:
     """The holder id of a worker's lower tier ("host" or "disk")."""
     return f"{worker}#{tier}"
+
+
+def leading_blocks(block_hashes: Sequence[int], holders: Mapping[int, set[str]]) -> dict[str, int]:
+    """Per holder of block 0, how many leading blocks of `block_hashes` it holds (`holders`:
+    block hash -> who holds it)."""
+    result: dict[str, int] = {}
+    alive: set[str] | None = None
+    for i, h in enumerate(block_hashes):
+        owners = holders.get(h) or set()
+        alive = set(owners) if alive is None else alive & owners
+        if not alive:
+            break
+        for w in alive:
+            result[w] = i + 1
+    return result
 
 
 class PrefixIndex:
@@ -107,16 +122,7 @@ class PrefixIndex:
 
     def match(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """Per worker that holds block 0, the number of leading blocks it holds (others: absent)."""
-        result: dict[str, int] = {}
-        alive: set[str] | None = None
-        for i, h in enumerate(block_hashes):
-            owners = self._by_hash.get(h)
-            alive = set(owners or ()) if alive is None else alive & (owners or set())
-            if not alive:
-                break
-            for w in alive:
-                result[w] = i + 1
-        return result
+        return leading_blocks(block_hashes, self._by_hash)
 
     def num_blocks(self, worker: str) -> int:
         return len(self._by_worker.get(worker, ()))

@@ -25,6 +25,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from tandem.router.prefix_index import leading_blocks
+
 
 class RoutedPrefixes:
     def __init__(self, ttl_s: float = 10.0, capacity: int = 1 << 18,
@@ -50,16 +52,7 @@ class RoutedPrefixes:
     def match(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """Per worker routed block 0 of `block_hashes`, the number of leading blocks it was routed."""
         self._expire()
-        result: dict[str, int] = {}
-        alive: set[str] | None = None
-        for i, h in enumerate(block_hashes):
-            owners = self._by_hash.get(h, set())
-            alive = set(owners) if alive is None else alive & owners
-            if not alive:
-                break
-            for w in alive:
-                result[w] = i + 1
-        return result
+        return leading_blocks(block_hashes, self._by_hash)
 
     def forget(self, worker: str) -> None:
         """The worker restarted or left: nothing routed to it is cached there."""
