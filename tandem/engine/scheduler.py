@@ -49,9 +49,9 @@ chunk (long_prefill_token_threshold) or take a reserve of the step from it. Whil
 is computed (running, or waiting with a slot free), the prompts of tenants two classes or more
 above (about 4x its tokens) take at most background_chunk_tokens a step, so its steps stay
 short; and while a tenant of two classes or more below another has been about lately (an
-eighth of a step's budget of usage or more), the other's chunks take at most
-long_prefill_token_threshold, so that the light tenant's next prompt waits for a shorter step in
-flight. With one tenant present nothing changes. The gateway sends such a tenant over its cap
+eighth of a step's budget of usage or more), the other's prompts take at most
+long_prefill_token_threshold tokens of a step together (not each; at least half the step's
+budget), so that the light tenant's next prompt waits for a short step in flight. With one tenant present nothing changes. The gateway sends such a tenant over its cap
 (tandem/router/admission.py).
 A prompt whose remaining tokens pass the step's room by no more than the step's decodes (at most
 an eighth of the budget) is finished in the step rather than left a few tokens short.
@@ -256,7 +256,9 @@ class Scheduler:
             if room <= 0:
                 continue  # a prefill: admission has its share first, leftovers come back below
             num_new = 1 if remaining == 1 else min(remaining, self._finishing_room(remaining, room),
-                                                   self._chunk_cap(req, 0), self._request_cap(req))
+                                                   self._chunk_cap(req, 0), self._request_cap(req, seqs))
+            if num_new <= 0:
+                continue  # a heavier tenant's prompt: the step's share for such prompts is taken
             proposed = self._proposals(req, room) if remaining == 1 else ()
             num_new += len(proposed)
             level = self._growth_level(req)
@@ -334,7 +336,9 @@ class Scheduler:
                 if num_new > budget and not self.config.enable_chunked_prefill and seqs:
                     break
                 num_new = min(num_new, self._finishing_room(num_new, budget), self._chunk_cap(req, 1),
-                              self._request_cap(req))
+                              self._request_cap(req, seqs))
+                if num_new <= 0:
+                    break     # a heavier tenant's prompt, and the step's share for those is taken
                 tokens = hit.num_tokens + num_new
                 if self._allocate_admitting(req, tokens, hit, seqs, scheduled, preempted) is None:
                     break
@@ -476,7 +480,7 @@ class Scheduler:
             if req.status is not RequestStatus.RUNNING or remaining <= 0 or (i is None and remaining == 1):
                 continue  # finished this step, or a decode (never extended; scheduled above)
             cap = self._chunk_cap(req, 0) if capped else self.config.max_num_batched_tokens
-            extra = min(remaining, budget, min(cap, self._request_cap(req)) - done)
+            extra = min(remaining, budget, min(cap, self._request_cap(req, seqs)) - done)
             if extra <= 0 or self.kv.allocate(req.request_id, req.num_computed_tokens + done + extra,
                                               priority=self._growth_level(req)) is None:
                 continue
@@ -592,25 +596,40 @@ class Scheduler:
         return req.num_tokens - self.kv.lookup_prefix(req.request_id, req.all_token_ids,
                                                        req.cache_keys).num_tokens
 
-    def _request_cap(self, req: Request) -> int:
-        """Largest prefill chunk of this request: a background prompt is computed in chunks of at
-        most background_chunk_tokens, so that a request arriving meanwhile waits for one short
-        step, not for a long chunk of it; so is the prompt of a tenant two usage classes or more
-        above another tenant with a prompt to compute in this step (its steps stay short until
-        that prompt is done). And while a tenant that lately took a quarter of its tokens or less
-        is about (`_lightest_recent`), its chunks take at most long_prefill_token_threshold: that
-        tenant's next prompt, whenever it comes, waits for a shorter step in flight."""
+    def _request_cap(self, req: Request, seqs: list[ScheduledSeq]) -> int:
+        """Largest prefill chunk of this request in a step holding `seqs` (its own chunk, if any,
+        not counted): a background prompt is computed in chunks of at most
+        background_chunk_tokens, so that a request arriving meanwhile waits for one short step,
+        not for a long chunk of it; so is the prompt of a tenant two usage classes or more above
+        another tenant with a prompt to compute in this step (its steps stay short until that
+        prompt is done). And while a tenant that lately took a quarter of the tokens of another or
+        less is about (`_lightest_recent`), the prompts of the heavier tenants take at most
+        `_heavy_share` tokens of a step together: the light tenant's next prompt, whenever it
+        comes, waits for a short step in flight."""
         cfg = self.config
         background = cfg.background_chunk_tokens and req.context.priority >= cfg.background_priority
         favoured = self._favoured_class
         over_share = favoured is not None and self._classes.get(req.context.tenant, 0) >= favoured + 2
         if cfg.background_chunk_tokens and (background or over_share):
             return cfg.background_chunk_tokens
-        lightest = self._lightest_recent
-        if lightest is not None and cfg.long_prefill_token_threshold and \
-                self._usage_class(req.context.tenant) >= lightest + 2:
-            return cfg.long_prefill_token_threshold
+        if self._heavy(req):
+            taken = sum(s.num_new_tokens for s in seqs if s.request is not req and self._heavy(s.request)
+                        and s.request.num_tokens - s.request.num_computed_tokens > 1)
+            return max(0, self._heavy_share() - taken)
         return cfg.max_num_batched_tokens
+
+    def _heavy_share(self) -> int:
+        """Prefill tokens of a step the heavier tenants' prompts take together while a light one is
+        about: the chunk cap, but never less than half the step (a large step budget keeps at least
+        half of its prefill throughput)."""
+        cfg = self.config
+        return max(cfg.long_prefill_token_threshold, cfg.max_num_batched_tokens // 2)
+
+    def _heavy(self, req: Request) -> bool:
+        """The request's tenant is two usage classes or more above the lightest tenant about lately."""
+        lightest = self._lightest_recent
+        return lightest is not None and bool(self.config.long_prefill_token_threshold) and \
+            self._usage_class(req.context.tenant) >= lightest + 2
 
     def _usage_class(self, tenant: str | None) -> int:
         return usage_class(self.usage.of(tenant, self._now), self.config.max_num_batched_tokens)
@@ -680,7 +699,7 @@ class Scheduler:
         local = PrefixHit(hit.blocks[:keep], keep * self.kv.block_size)
         end = local.num_tokens + match.num_external_tokens
         cap = self._chunk_cap(req, 1)
-        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, cap, self._request_cap(req))
+        num_new = 0 if match.load_async else min(req.num_tokens - end, budget, cap, self._request_cap(req, seqs))
         if not match.load_async and num_new <= 0:
             return None   # no budget left for its next chunk (or a connector offered every token)
         new_ids = self._allocate_admitting(req, end + num_new, local, seqs, scheduled, preempted)

@@ -215,14 +215,25 @@ def test_while_a_small_tenants_prompt_is_computed_the_big_ones_chunks_stay_short
     assert _plan(sched.schedule())[-1] == ("big2", 37, False)
 
 
-def test_while_a_light_tenant_is_about_a_heavy_ones_chunks_stay_under_the_chunk_cap():
+def test_while_a_light_tenant_is_about_a_heavy_ones_prompts_take_half_a_step_together():
     # small took 64 tokens lately and has nothing on the worker now; big (four classes above)
-    # prompts in chunks of at most the threshold (16), so small's next prompt waits less
+    # prompts take at most half the step together (32 here: the threshold, 16, is less), so
+    # small's next prompt waits less
     sched = _frozen_sched(budget=64, threshold=16)
     sched.usage.charge("big", 1000, 0.0)
     sched.usage.charge("small", 64, 0.0)
     sched.add(_req("b", 100, arrival=0.0, first=100, tenant="big"))
-    assert _plan(sched.schedule()) == [("b", 16, False)]
+    assert _plan(sched.schedule()) == [("b", 32, False)]
+    sched = _frozen_sched(budget=64, threshold=16)
+    sched.usage.charge("big", 1000, 0.0)
+    sched.usage.charge("small", 64, 0.0)
+    for i, rid in enumerate("bcd"):
+        sched.add(_req(rid, 100, arrival=i / 1000, first=100 + 200 * i, tenant="big"))
+    out = sched.schedule()
+    assert _plan(out) == [("b", 16, False), ("c", 16, False)]
+    _advance(out)
+    assert _plan(sched.schedule()) == [("b", 16, False), ("c", 16, False)]
+    assert [r.request_id for r in sched.waiting] == ["d"]
     # small long gone (under an eighth of a step lately): whole steps again
     sched = _frozen_sched(budget=64, threshold=16)
     sched.usage.charge("big", 1000, 0.0)
