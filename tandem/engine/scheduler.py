@@ -51,7 +51,8 @@ above (about 4x its tokens) take at most background_chunk_tokens a step, so its 
 short; and while a tenant of two classes or more below another has been about lately (an
 eighth of a step's budget of usage or more), the other's prompts take at most
 long_prefill_token_threshold tokens of a step together (not each; at least half the step's
-budget), so that the light tenant's next prompt waits for a short step in flight. With one tenant present nothing changes. The gateway sends such a tenant over its cap
+budget), so that the light tenant's next prompt waits for a short step in flight. With one
+tenant present nothing changes. The gateway sends such a tenant over its cap
 (tandem/router/admission.py).
 A prompt whose remaining tokens pass the step's room by no more than the step's decodes (at most
 an eighth of the budget) is finished in the step rather than left a few tokens short.

@@ -8,7 +8,10 @@ system prompt to, and placed the next session as if nothing were cached there (t
 rule then compared a stale view: eight sessions sent one after another split 5/3 when the
 polls fell badly). As SGLang's cache-aware router and Dynamo's KV router do, a committed route
 counts the request's full prompt blocks as held by its worker at once; the worker's events
-confirm them (or report them evicted) within a poll or two.
+confirm them (or report them evicted) within a poll or two. This also covers a prompt still being
+computed: the worker holds the next prompt that shares it until its blocks are cached
+(Scheduler._continues_in_flight), so a session arriving meanwhile is better placed there than
+where it would compute the shared prefix a second time (the simulator models both).
 
 A routed entry lasts `ttl_s`: long enough for the events of a prompt that queued a while to
 arrive, short enough that a request that failed or was never cached (a worker without prefix

@@ -88,7 +88,7 @@ class Router:
                  on_decision: Callable[[str, Decision], None] | None = None,
                  sessions: SessionTable | None = None, routed: RoutedPrefixes | None = None) -> None:
         """`routed`: prompts committed to each worker count as held there until its KV events
-        tell (routed_prefixes.py); None where the index is fed without delay (the simulator)."""
+        tell (routed_prefixes.py); None: only what the index holds counts."""
         self.registry = registry
         self.index = index
         self.routed = routed

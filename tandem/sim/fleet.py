@@ -18,6 +18,7 @@ from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
 from tandem.router.router import Router, pools_policies
+from tandem.router.routed_prefixes import RoutedPrefixes
 from tandem.router.sessions import SessionTable
 from tandem.sim.agentic import agentic_trace
 from tandem.sim.config import SimConfig
@@ -78,7 +79,8 @@ class Fleet:
         policy = make_policy(cfg.policy)
         self.router = Router(self.registry, self.index, self.tracker, pools_policies(policy), cfg.limits,
                              on_decision=lambda pool, d: self.metrics.decisions.update([f"{pool}:{d.reason}"]),
-                             sessions=SessionTable(clock=lambda: self.loop.now))
+                             sessions=SessionTable(clock=lambda: self.loop.now),
+                             routed=RoutedPrefixes(clock=lambda: self.loop.now))
         self.gateway = SimGateway(self.loop, self.router, self.tracker, self.registry, self.metrics,
                                   cfg.gateway, bs)
         self._arrived = 0

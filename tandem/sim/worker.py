@@ -162,15 +162,31 @@ class SimWorker:
         self.loop.after(dt, lambda: self._step_done(plan))
 
     def _admit(self) -> None:
-        cfg, bs = self.sched, self._block_size
+        bs = self._block_size
         # sorted only when a job joined (as the engine's scheduler does): aging moves every key alike
         if self._unsorted and len(self.waiting) > 1 and self.sched.long_prefill_token_threshold:
             self._unsorted = False
             self.waiting.sort(key=lambda j: self.order.key(j, self._waiting_work(j)))
+        in_flight = {h for j in self.running if j.in_prefill and j.kind != "decode"
+                     for h in j.req.full_blocks(bs)}
+        deferred: list[Job] = []
+        try:
+            self._admit_from(in_flight, deferred)
+        finally:
+            self.waiting[:0] = deferred   # back at the front, in their order
+
+    def _admit_from(self, in_flight: set[int], deferred: list[Job]) -> None:
+        """Admit waiting jobs while slots and blocks last. A prompt whose first uncached block is
+        one a running prefill computes waits for it (`deferred`), as the engine's scheduler does
+        (Scheduler._continues_in_flight): it hits it once published instead of computing it twice."""
+        cfg, bs = self.sched, self._block_size
         while self.waiting and len(self.running) + len(self.loading) < cfg.max_num_seqs:
             job = self.waiting[0]
             hashes = job.req.full_blocks(bs)
             hit = self.cache.match(hashes)
+            if job.kind != "decode" and hit < len(hashes) and hashes[hit] in in_flight:
+                deferred.append(self.waiting.pop(0))
+                continue
             total_blocks = -(-(job.prompt + job.outputs) // bs)
             if total_blocks > self.cache.capacity:
                 self.waiting.pop(0)   # can never fit: an explicit error, as the engine's context_length_exceeded
@@ -200,6 +216,7 @@ class SimWorker:
             else:
                 job.computed, job.hit_tokens = hit_tokens, hit_tokens
                 self.running.append(job)
+                in_flight.update(hashes[hit:])
 
     def _waiting_work(self, job: Job) -> int:
         if job.kind == "decode":
