@@ -33,9 +33,11 @@ tandem/router/sessions.py) and how many live sessions each worker holds (`Worker
 Near-best (prefix_aware.py with a margin): cost(w) = load(w) + what w computes or loads of the
 prompt, each tier's hit valued by the load-versus-recompute model (prefix_value.py). The workers
 within `margin` of the lowest cost, margin = max(margin_blocks blocks, margin_frac of the prompt),
-are near-best; the least loaded of them wins, then the one holding fewest sessions. So a prefix
-that differs by a block or a tenth of the prompt (a chat template's opening, a short shared system
-prompt) does not decide alone, while a session's whole history does.
+are near-best; of those, the ones whose hit is within the margin of the largest, then the least
+loaded wins, then the one holding fewest sessions. So a prefix that differs by a block or a tenth
+of the prompt (a chat template's opening, a short shared system prompt) does not decide alone,
+while a session's whole history, or a system prompt a worker holds or is computing, does at a
+near tie in cost.
 
 Reasons (metric labels): "affinity"; prefix_aware's ("prefix", "store", "load", "hotspot"), bare
 for requests of no session, prefixed "new_" for a session's first request and "session_" for a

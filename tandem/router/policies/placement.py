@@ -42,7 +42,12 @@ with these rules first, in order:
    computed on its decode worker (a turn's new part, at most chunk_tokens while d decodes), so
    a lone decode worker carries more of the prefill work. On with keep_prefix=True (off by default);
 6. the comparison above: local ("idle_decode" when d decodes nothing, else "queue"), or remote
-   ("remote").
+   ("remote"). When p computes at least m tokens fewer than d would (it holds more of the prompt,
+   or is computing it for another request: routed prompts count as held), m = max(margin_blocks
+   blocks, margin_frac of the prompt) as the router's near-best margin, local must win by more
+   than stall + m: a near tie in this request's wait does not buy a second copy of a prompt in
+   flight (a session arriving while its tenant's system prompt is prefilled for another session
+   used to recompute it on an idle decode worker).
 
 The handoff's own cost (a KV pull, one more hop) is not credited to local: with both workers
 idle the request goes remote, which keeps d free for the streams that come next. The remote
@@ -52,7 +57,8 @@ cost little stall.
 
 Settings (PlacementConfig): enabled, stall_weight (raise it to protect inter-token latency,
 lower it to favour time to first token), chunk_tokens, max_local_tokens, always_local_tokens,
-keep_prefix (rule 5), tiers (the hit's value per tier, prefix_value.py).
+keep_prefix (rule 5), margin_blocks and margin_frac (rule 6's near tie), tiers (the hit's value
+per tier, prefix_value.py).
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ class PlacementConfig:
     # session's prefix whole (cached tokens 0.96 -> 0.98-1.00 of the ideal, simulated) but makes a
     # lone decode worker prefill later turns (p90 ITL +45-80% simulated), against design goal 2
     keep_prefix: bool = False
+    # rule 6's near-equal margin, max(margin_blocks blocks, margin_frac of the prompt), as the
+    # router's near-best (tandem/router/policies/combined.py)
+    margin_blocks: int = 1
+    margin_frac: float = 0.1
     tiers: TierWeights = field(default_factory=TierWeights)
 
 
@@ -97,6 +107,13 @@ def streams(w: WorkerLoad) -> int:
     return max(w.in_flight, w.running)
 
 
+def near_equal(saving: float, req: RequestInfo, cfg: PlacementConfig) -> float:
+    """How much cheaper local must be to win when p computes `saving` tokens fewer than d would:
+    the margin when the saving is at least the margin, else 0."""
+    m = max(cfg.margin_blocks * req.block_size, cfg.margin_frac * req.num_prompt_tokens)
+    return m if saving >= m else 0.0
+
+
 def place(prefill: WorkerLoad | None, decode: WorkerLoad, req: RequestInfo,
           cfg: PlacementConfig) -> Placement:
     """Where the prompt is computed; `prefill` is None when no prefill worker is available."""
@@ -116,6 +133,6 @@ def place(prefill: WorkerLoad | None, decode: WorkerLoad, req: RequestInfo,
     home = req.session_home is not None and req.session_home == decode.worker_id
     if cfg.keep_prefix and (u_p - u_d >= req.block_size or (home and u_p >= u_d)):
         return Placement(True, "prefix", remote, local, stall)
-    if remote - local > stall:
+    if remote - local > stall + near_equal(u_d - u_p, req, cfg):
         return Placement(True, "idle_decode" if streams(decode) == 0 else "queue", remote, local, stall)
     return Placement(False, "remote", remote, local, stall)

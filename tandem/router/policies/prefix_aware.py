@@ -43,11 +43,16 @@ served the prefix it holds it too, and the load spreads over both.
 
 Near-best (off by default, on in the default policy): with a margin
 m = max(margin_blocks * block_size, margin_frac * num_prompt_tokens), every cool worker whose cost
-is within m of the lowest is near-best, and the least loaded of them wins (loads within m of the
-least count as equal: a few tokens of a report's offset or a decode tail decide nothing), then
-the one holding fewest sessions, then the lowest cost. A prefix that differs by less than the margin (a chat
-template's opening shared by every request) then does not pull every request onto one worker.
-Without a margin the lowest cost wins, then the least load.
+is within m of the lowest is near-best; of those, the ones whose hit is within m of the largest
+hit among them, then the least loaded (loads within m of the least count as equal: a few tokens
+of a report's offset or a decode tail decide nothing), then the one holding fewest sessions, then
+the lowest cost. A prefix that differs by less than the margin (a chat template's opening shared
+by every request) then does not pull every request onto one worker, while at a near tie in cost
+a worker that holds (or is computing: routed_prefixes.py) far more of the prompt wins over an
+idle one that would compute it again: the tie is in this request's wait, the hit saves the
+fleet's work (a session arriving while its tenant's system prompt is computed for another
+session waits for it instead of computing a second copy). Without a margin the lowest cost
+wins, then the least load.
 
 Reasons (metric labels): "prefix" - the winner holds the longest match (> 0 blocks) of all
 available workers; "store" - the winner holds less of the prompt than the shared store and loads
@@ -120,8 +125,10 @@ class PrefixAware:
             rank = rotation(ws, req.seq)
         if len(near) == 1 or (cfg.margin_blocks == 0 and cfg.margin_frac == 0.0):
             key = lambda w: (cost[w.worker_id], loads[w.worker_id], w.sessions, rank[w.worker_id])  # noqa: E731
-        else:   # near-best: the least loaded (within the margin), then the one holding fewest sessions
-            m = margin_tokens(snap, cfg)
+        else:   # near-best: the largest hits (within the margin), then the least loaded (within
+            m = margin_tokens(snap, cfg)   # the margin), then the one holding fewest sessions
+            most = max(value[w.worker_id] for w in near)
+            near = [w for w in near if value[w.worker_id] >= most - m - 1e-9]
             least = min(loads[w.worker_id] for w in near)
             near = [w for w in near if loads[w.worker_id] <= least + m + 1e-9]
             key = lambda w: (w.sessions, loads[w.worker_id], cost[w.worker_id], rank[w.worker_id])  # noqa: E731

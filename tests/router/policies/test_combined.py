@@ -120,6 +120,21 @@ def test_no_session_takes_the_least_loaded_of_the_near_best():
     assert Combined().choose(snap(*ws, session=None)).worker_id == "a"
 
 
+def test_a_new_session_waits_for_its_tenants_prompt_rather_than_recomputing_it_near_a_tie():
+    # a computes the tenant's 1,696-token system prompt for another session (routed: held) and
+    # has it queued; b is idle. Costs: a 1768 + 72, b 1768, near-best both (margin 177 tokens);
+    # a's hit is larger by far more than the margin, so a, not the least loaded b
+    ws = (w("a", cached_blocks=106, prefill_tokens=1768, sessions=1), w("b", sessions=1))
+    d = Combined().choose(snap(*ws, prompt=1768, session="s3"))
+    assert (d.worker_id, d.reason) == ("a", "new_prefix")
+    # with a queue past the margin the idle worker computes its own copy
+    ws = (w("a", cached_blocks=106, prefill_tokens=2000, sessions=1), w("b", sessions=1))
+    assert Combined().choose(snap(*ws, prompt=1768, session="s3")).worker_id == "b"
+    # hits within the margin of each other (one block): the least loaded, as before
+    ws = (w("a", cached_blocks=2, prefill_tokens=100, sessions=1), w("b", cached_blocks=1, sessions=1))
+    assert Combined().choose(snap(*ws, prompt=1768, session="s3")).worker_id == "b"
+
+
 def test_the_margin_setting_is_respected():
     ws = (w("a", cached_blocks=10, prefill_tokens=8), w("b", cached_blocks=8))
     # no margin: the lowest cost (a: 8 + 320 = 328 against b: 352)
@@ -131,9 +146,11 @@ def test_the_margin_setting_is_respected():
     # two blocks (32 >= 24): near-best, least loaded
     two = PrefixAware(PrefixAwareConfig(margin_blocks=2))
     assert two.choose(snap(*ws, session=None)).worker_id == "b"
-    # a fraction of the prompt: 5% of 480 = 24 >= 24
-    frac = PrefixAware(PrefixAwareConfig(margin_frac=0.05))
+    # a fraction of the prompt: 7% of 480 = 33.6 >= 24 in cost and >= 32 in hit
+    frac = PrefixAware(PrefixAwareConfig(margin_frac=0.07))
     assert frac.choose(snap(*ws, session=None)).worker_id == "b"
+    # 5% = 24: near-best in cost, but a's hit is larger by 32 tokens, more than the margin
+    assert PrefixAware(PrefixAwareConfig(margin_frac=0.05)).choose(snap(*ws, session=None)).worker_id == "a"
     assert PrefixAware(PrefixAwareConfig(margin_frac=0.04)).choose(snap(*ws, session=None)).worker_id == "a"
 
 

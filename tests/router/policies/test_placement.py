@@ -102,3 +102,20 @@ def test_fully_cached_prompt_on_the_decode_worker_is_local():
     # u(d) = 0 <= always_local_tokens (0): nothing to compute there, nothing to hand over
     got = place(p(), d(cached_blocks=4, in_flight=3), req(64), CFG)
     assert got == Placement(True, "short", 64, 0, 0)
+
+
+def test_a_prefill_worker_computing_the_prompt_wins_a_near_tie_against_recomputing_it():
+    # p is computing a 1,696-token system prompt (routed: counted as held) for another session,
+    # d is idle without it: remote = 1768 queued + 72, local = 1768. Within the margin
+    # (max(16, 10% of 1768)) of local while it saves d 1,696 tokens of work: remote
+    got = place(p(prefill_tokens=1768, cached_blocks=106), d(), req(1768), CFG)
+    assert got == Placement(False, "remote", 1840, 1768, 0)
+    # past the margin (another 200 tokens queued at p): d computes its own copy
+    got = place(p(prefill_tokens=1968, cached_blocks=106), d(), req(1768), CFG)
+    assert got == Placement(True, "idle_decode", 2040, 1768, 0)
+    # a saving under the margin (one block) buys no slack: the one-token rule of an idle d holds
+    got = place(p(prefill_tokens=17, cached_blocks=1), d(), req(1768), CFG)
+    assert got.local and got.reason == "idle_decode"
+    # no margin configured: the plain comparison
+    assert place(p(prefill_tokens=1768, cached_blocks=106), d(), req(1768),
+                 PlacementConfig(margin_blocks=0, margin_frac=0.0)).local
