@@ -19,10 +19,16 @@ class GrammarSpec:
 
     `text` by kind: json_schema, the schema as JSON; json_object, ignored (any JSON object);
     regex, the pattern; choice, a JSON list of the allowed strings; ebnf, the grammar (xgrammar's
-    EBNF, root rule `root`); structural_tag, xgrammar's structural tag as JSON (tool calls)."""
+    EBNF, root rule `root`); structural_tag, xgrammar's structural tag as JSON (tool calls).
+
+    `trusted`: built by the server from its own parts, nothing of a request in it (the guard that
+    keeps a tool call from opening when no tools were given): compiled without the bounded trial
+    that a client's constraint gets (tandem/grammar/compiler.py). Never set from a client's body;
+    it travels between the cluster's own processes (the internal API)."""
 
     kind: str
     text: str = ""
+    trusted: bool = False
 
 
 @dataclass(frozen=True)

@@ -203,9 +203,9 @@ def _read_exactly(fd: int, n: int) -> bytes:
 
 # --- the helper and its children -----------------------------------------------------------------
 def _helper_main(inp: BinaryIO, out: BinaryIO) -> None:
+    os.nice(_NICE)   # first: importing xgrammar (and torch) takes seconds of a core
     import xgrammar as xgr
 
-    os.nice(_NICE)
     _write(out, "ready")
     try:
         info = xgr.TokenizerInfo.deserialize_json(_read_exactly(

@@ -6,7 +6,9 @@ kind and text) and compiling it again costs a dictionary lookup; a spec that fai
 and refused again without compiling. Compiling may take milliseconds to minutes (a choice of
 20,000 options), so it is bounded (GrammarConfig, each limit a 400 naming its flag): the text's
 size and the number of choices are checked first; then a trial compile runs in a child process
-(compile_process.py), killed past the time limit or once its request went; a spec that passed is
+(compile_process.py), killed past the time limit or once its request went (not for the server's
+own trusted specs, GrammarSpec.trusted: the first chat request after start-up would wait for the
+helper to import xgrammar, seconds); a spec that passed is
 compiled here, on the compile thread (`executor`, at nice 10 like the trial: the engine's steps
 keep the cores). That second compile cannot be stopped, but is known to end: it is the trial's
 work again, which ended within the limit. The async front compiles before the request is queued,
@@ -147,7 +149,7 @@ class GrammarCompiler:
     def _compile(self, spec: GrammarSpec, cancel: threading.Event | None):
         with self._setup:
             local, process = self._compilers()
-        if process is not None:
+        if process is not None and not spec.trusted:
             process.check(spec, cancel)   # compiles within the limit, or raises
         with self._setup:
             return compile_spec(local, spec)

@@ -104,3 +104,17 @@ def test_closing_stops_the_compile_in_flight_and_the_helper(llama_dir):
     while not (gone(child) and gone(helper)):
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_the_servers_own_trusted_grammar_compiles_without_the_trial(llama_dir):
+    # the tool-call guard on every chat request without tools: compiled here at once, so the
+    # first request after start-up does not wait seconds for the helper to import xgrammar
+    comp = compiler(llama_dir, timeout_s=1.0)
+    try:
+        guard = GrammarSpec("regex", "[a-z]+", trusted=True)
+        assert comp.compile(guard) is not None
+        assert comp.process is not None and comp.process.starts == 0 and comp.process.pid is None
+        # a client's constraint with the same text still gets its trial
+        assert comp.compile(GrammarSpec("regex", "[a-z]+")) is not None and comp.process.starts == 1
+    finally:
+        comp.close()

@@ -17,7 +17,7 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 HERMES = ParserSetup("hermes")
 JSON = GrammarSpec("json_object")
 GUARD = GrammarSpec("structural_tag", json.dumps(
-    {"type": "structural_tag", "format": {"type": "any_text", "excludes": ["<tool_call>"]}}))
+    {"type": "structural_tag", "format": {"type": "any_text", "excludes": ["<tool_call>"]}}), trusted=True)
 
 
 def test_no_tools_no_parser_passes_text_through_under_the_guard():

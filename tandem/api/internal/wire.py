@@ -85,9 +85,12 @@ def _str(v: Any, param: str) -> str:
 
 
 def _grammar(v: Any, param: str) -> GrammarSpec:
-    if not (isinstance(v, dict) and v.keys() <= {"kind", "text"} and "kind" in v):
-        raise _fail(param, "must be an object with 'kind' and 'text'")
-    return GrammarSpec(_str(v["kind"], param), _str(v.get("text", ""), param))
+    if not (isinstance(v, dict) and v.keys() <= {"kind", "text", "trusted"} and "kind" in v):
+        raise _fail(param, "must be an object with 'kind', 'text' and optionally 'trusted'")
+    trusted = v.get("trusted", False)
+    if not isinstance(trusted, bool):
+        raise _fail(param, f"'trusted' must be a boolean, got {type(trusted).__name__}")
+    return GrammarSpec(_str(v["kind"], param), _str(v.get("text", ""), param), trusted)
 
 
 # One decoder per SamplingParams field, keyed by its annotation (a string under
@@ -107,7 +110,7 @@ def _field_to_json(v: Any) -> Any:
     if isinstance(v, tuple):
         return list(v)
     if isinstance(v, GrammarSpec):
-        return {"kind": v.kind, "text": v.text}
+        return {"kind": v.kind, "text": v.text, "trusted": v.trusted}
     return v
 
 

@@ -38,6 +38,17 @@ def test_request_roundtrip_keeps_every_field():
                  "kv_handle", "resume_output_ids"):
         assert getattr(back, name) == getattr(req, name), name
     assert "arrival_time" not in wire.request_to_dict(req)
+    # the server's own (trusted) grammar keeps its mark between the cluster's processes
+    trusted = replace(req, sampling=replace(sp, grammar=GrammarSpec("structural_tag", "{}", trusted=True)))
+    assert roundtrip(trusted, wire.request_to_dict, wire.request_from_dict).sampling.grammar.trusted
+
+
+def test_a_grammar_whose_trusted_mark_is_not_a_boolean_is_refused():
+    d = wire.request_to_dict(EngineRequest(request_id="r1", prompt_token_ids=[1],
+                                           sampling=SamplingParams(grammar=GrammarSpec("regex", "a"))))
+    d["sampling"]["grammar"]["trusted"] = "yes"
+    with pytest.raises(InvalidRequest, match="trusted"):
+        wire.request_from_dict(d)
 
 
 def test_request_context_roundtrip_keeps_every_field():
