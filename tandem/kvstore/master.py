@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from tandem.launcher.ports import free_port
 
 
 def master_binary() -> str:
@@ -21,12 +22,6 @@ def master_binary() -> str:
         raise FileNotFoundError("mooncake_master not found: install the wheel mooncake-transfer-engine-non-cuda "
                                 "(CPU) or mooncake-transfer-engine (CUDA)")
     return found
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -67,9 +62,9 @@ def master_command(host: str = "127.0.0.1", port: int = 0,
                    extra: tuple[str, ...] = ()) -> tuple[int, tuple[str, ...]]:
     """(RPC port, command line) of a master on `host` (port 0: a free one; its metrics port is
     always a free one). The same ports on every start: a restarted master is found again."""
-    port = port or _free_port(host)
+    port = port or free_port(host)
     return port, (master_binary(), f"--rpc_address={host}", f"--rpc_port={port}",
-                  f"--metrics_host={host}", f"--metrics_port={_free_port(host)}", *extra)
+                  f"--metrics_host={host}", f"--metrics_port={free_port(host)}", *extra)
 
 
 def start_master(host: str = "127.0.0.1", port: int = 0, ready_timeout_s: float = 15.0,

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import random
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,6 +34,7 @@ import httpx
 from tandem import cluster_secret
 from tandem.kvstore.master import master_command, wait_listening
 from tandem.launcher.balancer import BalancerConfig, BalancerThread
+from tandem.launcher.ports import free_port
 from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
@@ -85,32 +84,6 @@ def plan_cores(cores: list[int], n: int) -> list[tuple[int, ...]]:
         shares.append(tuple(cores[i:i + size]))
         i += size
     return shares
-
-
-def free_port(host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> int:
-    """A port free on `host` now, for a child to bind soon. Drawn below the kernel's ephemeral
-    range where there is room (10000 up to its start): outgoing connections take their source
-    ports from that range, and one of them could take a port chosen there before the child binds
-    it (a worker then fails with "address already in use"). Else, a port the kernel picks."""
-    low = _ephemeral_start()
-    rng = random.SystemRandom()
-    for _ in range(200):
-        with socket.socket() as s:
-            try:
-                s.bind((host, rng.randrange(10000, low) if low > 11000 else 0))
-            except OSError:
-                continue     # in use
-            port = s.getsockname()[1]
-        if port not in avoid:
-            return port
-    raise RuntimeError("no free port")
-
-
-def _ephemeral_start(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
-    try:
-        return int(Path(path).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768     # Linux's default
 
 
 def worker_proc(name: str, model: str, role: str, host: str, port: int, cores: tuple[int, ...] | None,

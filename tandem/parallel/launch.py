@@ -14,7 +14,6 @@ import logging
 import multiprocessing as mp
 import os
 import signal
-import socket
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -29,14 +28,9 @@ from tandem.parallel.kv_handoff import ParallelKV
 from tandem.parallel.rank_model import load_rank_model
 from tandem.parallel.runner import ParallelRunner
 from tandem.parallel.worker import worker_main
+from tandem.launcher.ports import free_port
 
 log = logging.getLogger(__name__)
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _terminate_self(reason: str) -> None:
@@ -51,7 +45,7 @@ def parallel_engine(config: EngineConfig, pcfg: ParallelConfig,
     if config.kv_store.enabled:
         raise ValueError("a parallel worker cannot use KV store tiers yet: no --kv-host-memory/--kv-disk-dir/"
                          "--kv-store with --tensor-parallel-size/--pipeline-parallel-size > 1")
-    port = pcfg.master_port or _free_port(pcfg.master_addr)
+    port = pcfg.master_port or free_port(pcfg.master_addr)
     # --threads is the worker's: its ranks share its cores, so each takes an equal part of them
     threads = max(1, (config.num_threads or torch.get_num_threads()) // pcfg.world_size)
     config = dataclasses.replace(config, num_threads=threads)

@@ -1,6 +1,4 @@
-import socket
-
-from tandem.launcher.cluster import (ClusterSpec, _ephemeral_start, curl_line, free_port, gateway_proc, plan,
+from tandem.launcher.cluster import (ClusterSpec, curl_line, gateway_proc, plan,
                                      plan_cores, worker_proc)
 
 
@@ -63,18 +61,3 @@ def test_several_gateways_share_the_default_queue_file(monkeypatch, tmp_path):
                        ([], ())):
         args = parser.parse_args(["up", "--model", "/m", "--port", "8123", *argv])
         assert up_cli.shared_queue_args(args) == want, argv
-
-
-def test_free_ports_are_drawn_below_the_ephemeral_range_and_bindable(tmp_path):
-    start = _ephemeral_start()
-    taken = {free_port()}
-    for _ in range(20):
-        port = free_port(avoid=taken)
-        assert port not in taken and (start <= 11000 or 10000 <= port < start)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))    # free indeed
-        taken.add(port)
-    ranges = tmp_path / "range"
-    ranges.write_text("40000\t60999\n")
-    assert _ephemeral_start(str(ranges)) == 40000
-    assert _ephemeral_start(str(tmp_path / "none")) == 32768
