@@ -69,6 +69,9 @@ class ClusterSpec:
     # the credential of /internal routes, for every child; None: run_cluster generates one
     cluster_secret: str | None = field(default=None, repr=False)
 
+# printed once every worker is healthy (the gateway's /health answers 200 as soon as one is)
+READY_LINE = "tandem up: ready at"
+
 
 def plan_cores(cores: list[int], n: int) -> list[tuple[int, ...]]:
     """Split `cores` into n shares: contiguous equal chunks (the remainder to the first ones)
@@ -344,7 +347,7 @@ def run_cluster(spec: ClusterSpec) -> int:
             if balancer is not None:
                 print(f"tandem up: balancer at {gw} over {spec.gateways} gateways", flush=True)
             keyed = any(a == "--api-key" or a.startswith("--api-key=") for a in spec.gateway_args)
-            print(f"tandem up: ready at {gw} (Ctrl-C stops everything). Try:\n\n"
+            print(f"{READY_LINE} {gw} (Ctrl-C stops everything). Try:\n\n"
                   f"  {curl_line(gw, name, keyed)}\n", flush=True)
         say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
         supervisor = Supervisor(cluster, [p.name for p in cluster.procs], spec.restart, log=say)

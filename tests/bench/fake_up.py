@@ -1,7 +1,9 @@
 """Stand-in for `tandem up` in topology tests: serves the fake OpenAI server on --port until SIGINT.
 
 Usage: python fake_up.py up --model M [--colocated N | --prefill P --decode D] --port N [...]
-It writes its argv to $FAKE_UP_LOG (one JSON line per start) so tests can check the commands.
+It writes its argv to $FAKE_UP_LOG (one JSON line per start) so tests can check the commands, and
+says it is ready as `tandem up` does once its server listens (never with $FAKE_UP_NEVER_READY set,
+while the server answers /health: a gateway with one of its workers).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tandem.launcher.cluster import READY_LINE  # noqa: E402
 from tests.bench.fake_server import FakeServer  # noqa: E402
 
 
@@ -26,6 +29,8 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *a: stop.set())
     with FakeServer(port=port):
+        if not os.environ.get("FAKE_UP_NEVER_READY"):
+            print(f"{READY_LINE} http://127.0.0.1:{port}", flush=True)
         stop.wait(60)
 
 

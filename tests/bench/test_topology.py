@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tandem.cli.bench import config_from_args, register
-from tandem.bench.topology import ServingConfig, TopologyConfig, parse_configs, run_topology, runs_of, up_command
+from tandem.bench.topology import (ServingConfig, TopologyConfig, parse_configs, run_topology, runs_of, stop_group,
+                                   up_command, wait_ready)
 from tests.bench.fake_server import free_port
 
 
@@ -63,3 +66,24 @@ def test_run_topology_against_a_stand_in_up(tmp_path, monkeypatch):
     assert starts[0] == ["up", "--model", "m", "--colocated", "1", "--port", str(port),
                          "--worker-arg=--threads=1"]
     assert starts[1][-3:] == ["--policy", "round_robin", "--worker-arg=--threads=1"]
+
+
+def test_a_cluster_is_ready_when_up_says_so_not_when_its_gateway_first_answers(tmp_path, monkeypatch):
+    # a gateway answers /health (and completions) once one worker is healthy; the workload waits
+    # for `tandem up`'s own ready line, which comes once every worker is
+    monkeypatch.setenv("FAKE_UP_LOG", str(tmp_path / "up.jsonl"))
+    fake = [sys.executable, str(Path(__file__).with_name("fake_up.py"))]
+    for never_ready in (True, False):
+        port, log = free_port(), tmp_path / f"up-{never_ready}.log"
+        env = {**os.environ, **({"FAKE_UP_NEVER_READY": "1"} if never_ready else {})}
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([*fake, "up", "--model", "m", "--port", str(port)], stdout=out,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            if never_ready:
+                with pytest.raises(TimeoutError):
+                    wait_ready(f"http://127.0.0.1:{port}", proc, 4.0, log)
+            else:
+                wait_ready(f"http://127.0.0.1:{port}", proc, 30.0, log)
+        finally:
+            stop_group(proc, 10.0)
