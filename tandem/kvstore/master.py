@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
 from tandem.launcher.ports import free_port
 
 

@@ -69,6 +69,7 @@ class ClusterSpec:
     # the credential of /internal routes, for every child; None: run_cluster generates one
     cluster_secret: str | None = field(default=None, repr=False)
 
+
 # printed once every worker is healthy (the gateway's /health answers 200 as soon as one is)
 READY_LINE = "tandem up: ready at"
 
