@@ -11,12 +11,13 @@ import tandem
 ROOT = Path(tandem.__file__).parent
 
 # package -> the tandem packages it may import (besides itself)
-BASE = {"types", "errors", "config", "cluster_secret"}
+BASE = {"types", "errors", "config", "cluster_secret", "ports"}
 ALLOWED = {
     "types": {"errors"},
     "errors": set(),
     "config": set(),
     "cluster_secret": set(),
+    "ports": set(),
     "kv": BASE,
     "kernels": BASE,
     "layers": BASE | {"kv", "kernels"},
@@ -58,7 +59,8 @@ ALLOWED = {
     "launcher": BASE | {"kvstore"},
     # the multi-host harness starts the cluster roles with the commands the deployments run
     "testing": BASE | {"layers", "models", "kv", "kernels", "launcher"},
-    "bench": BASE | {"engine", "http", "kv", "models", "testing", "tokenization"},
+    # the topology runs start `tandem up` and wait for its ready line (launcher.cluster.READY_LINE)
+    "bench": BASE | {"engine", "http", "kv", "launcher", "models", "testing", "tokenization"},
 }
 
 

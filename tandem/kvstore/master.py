@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tandem.launcher.ports import free_port
+from tandem.ports import free_port
 
 
 def master_binary() -> str:

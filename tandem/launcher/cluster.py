@@ -34,10 +34,10 @@ import httpx
 from tandem import cluster_secret
 from tandem.kvstore.master import master_command, wait_listening
 from tandem.launcher.balancer import BalancerConfig, BalancerThread
-from tandem.launcher.ports import free_port
 from tandem.launcher.proc_spec import ProcSpec
 from tandem.launcher.role_switch import RoleSwitcher
 from tandem.launcher.supervisor import RestartPolicy, Supervisor
+from tandem.ports import free_port
 
 _PR_SET_PDEATHSIG = 1
 

@@ -22,13 +22,13 @@ import torch
 
 from tandem.config import CPU_KV_CACHE_BYTES, EngineConfig
 from tandem.engine.engine import Engine
-from tandem.launcher.ports import free_port
 from tandem.parallel.config import ParallelConfig
 from tandem.parallel.group import close_group, init_group
 from tandem.parallel.kv_handoff import ParallelKV
 from tandem.parallel.rank_model import load_rank_model
 from tandem.parallel.runner import ParallelRunner
 from tandem.parallel.worker import worker_main
+from tandem.ports import free_port
 
 log = logging.getLogger(__name__)
 

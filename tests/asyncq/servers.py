@@ -14,7 +14,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from tandem.launcher.ports import free_port
+from tandem.ports import free_port
 
 
 @dataclass

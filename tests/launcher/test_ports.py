@@ -4,7 +4,7 @@ every launcher of a listening child (here the Mooncake master's two)."""
 import socket
 
 from tandem.kvstore.master import master_command
-from tandem.launcher.ports import _ephemeral_start, free_port
+from tandem.ports import _ephemeral_start, free_port
 
 
 def test_free_ports_are_drawn_below_the_ephemeral_range_and_bindable(tmp_path):
