@@ -1,5 +1,4 @@
-from tandem.launcher.cluster import (ClusterSpec, curl_line, gateway_proc, plan,
-                                     plan_cores, worker_proc)
+from tandem.launcher.cluster import ClusterSpec, curl_line, gateway_proc, plan, plan_cores, worker_proc
 
 
 def test_plan_cores_splits_or_shares():

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tandem.router.policies.prefix_aware import margin
 from tandem.router.policies.prefix_value import TierWeights, prefix_value
 from tandem.router.snapshot import RequestInfo, WorkerLoad
 
@@ -110,7 +111,7 @@ def streams(w: WorkerLoad) -> int:
 def near_equal(saving: float, req: RequestInfo, cfg: PlacementConfig) -> float:
     """How much cheaper local must be to win when p computes `saving` tokens fewer than d would:
     the margin when the saving is at least the margin, else 0."""
-    m = max(cfg.margin_blocks * req.block_size, cfg.margin_frac * req.num_prompt_tokens)
+    m = margin(req, cfg.margin_blocks, cfg.margin_frac)
     return m if saving >= m else 0.0
 
 

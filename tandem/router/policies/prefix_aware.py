@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from tandem.router.policies.affinity import rendezvous_score
 from tandem.router.policies.base import candidates, rotation, token_load
 from tandem.router.policies.prefix_value import TierWeights, prefix_value
-from tandem.router.snapshot import Decision, Snapshot, WorkerLoad
+from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,9 @@ def is_hotspot(load: float, min_load: float, cfg: PrefixAwareConfig) -> bool:
     return load - min_load > cfg.balance_abs_tokens and load > cfg.balance_rel * min_load
 
 
-def margin_tokens(snap: Snapshot, cfg: PrefixAwareConfig) -> float:
-    req = snap.request
-    return max(cfg.margin_blocks * req.block_size, cfg.margin_frac * req.num_prompt_tokens)
+def margin(req: RequestInfo, blocks: int, frac: float) -> float:
+    """The near-best margin in tokens: max(`blocks` blocks, `frac` of the prompt)."""
+    return max(blocks * req.block_size, frac * req.num_prompt_tokens)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class PrefixAware:
         cost = {w.worker_id: loads[w.worker_id] + req.num_prompt_tokens - value[w.worker_id]
                 for w in cool}
         best_cost = min(cost.values())
-        near = [w for w in cool if cost[w.worker_id] <= best_cost + margin_tokens(snap, cfg) + 1e-9]
+        m = margin(req, cfg.margin_blocks, cfg.margin_frac)
+        near = [w for w in cool if cost[w.worker_id] <= best_cost + m + 1e-9]
         if req.session_id is not None:   # a session's own order: stable whatever the counter
             rank = {w.worker_id: -rendezvous_score(req.session_id, w.worker_id) for w in ws}
         else:
@@ -126,7 +127,7 @@ class PrefixAware:
         if len(near) == 1 or (cfg.margin_blocks == 0 and cfg.margin_frac == 0.0):
             key = lambda w: (cost[w.worker_id], loads[w.worker_id], w.sessions, rank[w.worker_id])  # noqa: E731
         else:   # near-best: the largest hits (within the margin), then the least loaded (within
-            m = margin_tokens(snap, cfg)   # the margin), then the one holding fewest sessions
+            # the margin), then the one holding fewest sessions
             most = max(value[w.worker_id] for w in near)
             near = [w for w in near if value[w.worker_id] >= most - m - 1e-9]
             least = min(loads[w.worker_id] for w in near)
