@@ -129,8 +129,7 @@ class Monitor:
             self.forget(w.url)   # restarted (between two polls, or while unhealthy): its cache is new
             w.kv_since = 0
             w.restarts += 1
-            if w.static:
-                self.registry.undrain(w.url)   # a drain was for the old instance (a planner's role switch)
+            self.registry.undrain(w.url)   # a drain was for the old instance (a planner's role switch)
             log.warning("worker %s is a new instance (restart %d)", w.url, w.restarts)
         self.registry.poll_ok(w.url, stats, self.clock())
         if not was_healthy and w.healthy:

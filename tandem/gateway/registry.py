@@ -12,9 +12,10 @@ Role: a heartbeat names the role the worker registers with; once a stats poll ha
 role in the worker's stats wins (a worker switched at runtime, POST /internal/role, reports its new
 role there while its heartbeats still name the one it started with).
 Draining (`draining`, what routing reads) is any of: a drain asked of the gateway (POST
-/internal/drain; a heartbeat's own `draining` replaces it), a role switch the gateway is carrying
-out (`switching_to`: no heartbeat lifts it), a switch the worker reports under way in its stats,
-or the worker's stats saying it drains before it stops (`draining`: SIGTERM, tandem/worker/drain.py).
+/internal/drain: it holds until the worker at that URL is a new instance, whatever its heartbeats
+say), the worker's heartbeat saying it drains, a role switch the gateway is carrying out
+(`switching_to`: no heartbeat lifts it), a switch the worker reports under way in its stats, or
+the worker's stats saying it drains before it stops (`draining`: SIGTERM, tandem/worker/drain.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class Worker:
     kv_since: int = 0                # next `since` for /internal/kv_events
     epoch: int = 0                   # bumped each time it turns unhealthy (index must resync)
     restarts: int = 0                # new instances seen at this URL (its stats' instance_id changed)
-    drain_asked: bool = False        # POST /internal/drain, or the worker's heartbeat said so
+    drain_asked: bool = False        # POST /internal/drain (for this instance of the worker)
+    reports_draining: bool = False   # its last heartbeat said it drains
     switching_to: str | None = None  # a role switch the gateway is carrying out (role_executor.py)
     role_seq: int = 0                # bumped when a switch begins or ends: older stats replies are stale
 
@@ -87,7 +89,7 @@ class Registry:
         if w.stats.get("role") not in ROLES:   # no stats yet: the heartbeat's role stands
             w.role = role
         w.last_heartbeat = now
-        w.drain_asked = draining
+        w.reports_draining = draining
         _settle(w)
         return w
 
@@ -103,7 +105,7 @@ class Registry:
         return True
 
     def undrain(self, url: str) -> None:
-        """Lift a drain asked of the gateway (a restarted worker's old drain)."""
+        """Lift a drain asked of the gateway (it was for the worker's previous instance)."""
         w = self._workers.get(normalize_url(url))
         if w is not None:
             w.drain_asked = False
@@ -204,7 +206,7 @@ class Registry:
 
 def _settle(w: Worker) -> None:
     """`draining` from its sources (see the module doc)."""
-    w.draining = (w.drain_asked or w.switching_to is not None
+    w.draining = (w.drain_asked or w.reports_draining or w.switching_to is not None
                   or w.stats.get("switching_to") in ROLES or w.stats.get("draining") is True)
 
 

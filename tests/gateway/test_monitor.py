@@ -113,6 +113,21 @@ def test_restart_detected_by_instance_id():
     assert index.match([4]) == {} and fake.since_seen[-1] == (a.url, 0)
 
 
+def test_a_drain_asked_of_the_gateway_holds_until_the_worker_is_a_new_instance():
+    """Registered or static alike: heartbeats and polls of the same instance keep it drained."""
+    fake, reg, index, tracker, mon = setup()
+    a = reg.heartbeat("http://127.0.0.1:9004", "decode", 0.0)
+    fake.stats[a.url] = {"role": "decode", "instance_id": "one"}
+    asyncio.run(mon.poll_once())
+    reg.drain(a.url)
+    reg.heartbeat(a.url, "decode", 1.0, draining=False)
+    asyncio.run(mon.poll_once())
+    assert a.draining and not reg.has_live("decode")
+    fake.stats[a.url] = {"role": "decode", "instance_id": "two"}
+    asyncio.run(mon.poll_once())
+    assert not a.draining and reg.has_live("decode")
+
+
 def test_a_silent_worker_does_not_slow_the_polls_of_the_others():
     """Each worker is polled on its own: while one worker's polls hang (a vanished host, until
     the probe timeout), the others are still polled every interval."""

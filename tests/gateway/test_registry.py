@@ -52,8 +52,20 @@ def test_registration_heartbeat_expiry_and_drain():
     assert r.drain("http://b:2/") and w.draining and not r.has_live("decode")
     assert not r.drain("http://nope:1")
     r.heartbeat("http://b:2", "decode", now=13.0, draining=False)
+    assert w.draining and not r.has_live("decode")   # a heartbeat does not lift the gateway's drain
+    r.undrain("http://b:2")
     assert r.has_live("decode")
     assert r.remove("http://b:2") is w and r.get("http://b:2") is None
+
+
+def test_a_heartbeat_that_says_draining_drains_until_one_says_otherwise():
+    r = reg()
+    w = r.heartbeat("http://b:2", "decode", now=0.0)
+    r.poll_ok(w.url, {}, 0.0)
+    r.heartbeat("http://b:2", "decode", now=1.0, draining=True)
+    assert w.draining and not r.has_live("decode")
+    r.heartbeat("http://b:2", "decode", now=2.0, draining=False)
+    assert not w.draining and r.has_live("decode")
 
 
 def test_bad_role_rejected():
