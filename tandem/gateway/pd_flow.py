@@ -54,6 +54,7 @@ from tandem.gateway.registry import Registry
 from tandem.gateway.upstream_trace import traced_generate
 from tandem.gateway.worker_client import WorkerFailed, WorkerHTTP, release_kv
 from tandem.kv.block_hash import cache_keys
+from tandem.kv.retention import TurnEnd, turn_end
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies.placement import Placement, PlacementConfig, place
 from tandem.router.router import HashMemo, Route, Router
@@ -157,6 +158,9 @@ class _Flow:
         self.session = session_key(req.prompt_token_ids, parts.marker, req.context)
         # the agent's hint says no turn follows: placed as its session, which then leaves the table
         self.session_ends = req.context.agent.expect_next_turn_s == 0
+        # the output text, kept only where it can say the turn ended the session's task (tools offered)
+        self.text: list[str] | None = \
+            [] if self.session is not None and req.context.agent.tool_call_markers else None
         # every output token the client has, a queued job's saved progress first (the engine
         # counts those toward max_tokens and does not emit them again); `resumed` of them came in
         self.sent: list[int] = list(req.resume_output_ids)
@@ -414,6 +418,10 @@ class _Flow:
             self.first_token = now
         self.sent.extend(d.new_token_ids)
         fin = d.finished if finished is None else finished
+        if self.text is not None:
+            self.text.append(d.new_text)
+            if fin:
+                self._end_turn(d.finish_reason)
         timings = RequestTimings(self.req.arrival_time, self.first_scheduled, self.first_token,
                                  now) if fin else None
         return RequestDelta(
@@ -423,6 +431,12 @@ class _Flow:
             num_prompt_tokens=len(self.req.prompt_token_ids),
             num_cached_tokens=self.cached or 0, num_output_tokens=len(self.sent),
             timings=timings, error=d.error if fin else None)
+
+    def _end_turn(self, reason: FinishReason | None) -> None:
+        """A turn that ends as an agent's task ends (the worker's rule for its KV) leaves its
+        session resting: it keeps its home but no longer counts against its worker."""
+        if turn_end(reason, "".join(self.text or ()), self.req.context.agent, True) is TurnEnd.ENDED:
+            self.p.router.sessions.rest(self.session)
 
     def _error(self, message: str) -> RequestDelta:
         return RequestDelta(

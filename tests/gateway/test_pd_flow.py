@@ -16,7 +16,7 @@ from tandem.router.policies.placement import PlacementConfig
 from tandem.router.policies import make_policy
 from tandem.router.prefix_index import PrefixIndex
 from tandem.router.router import Router, pools_policies
-from tandem.types import EngineRequest, FinishReason, RequestContext, SamplingParams
+from tandem.types import AgentTurn, EngineRequest, FinishReason, RequestContext, SamplingParams
 from tests.gateway.fake_workers import EOS, FakeCluster, HttpxWorkerHTTP, greedy
 
 PROMPT = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
@@ -310,3 +310,29 @@ def test_a_resumed_request_refused_before_new_tokens_is_the_clients_error():
     with pytest.raises(TandemError) as e:
         asyncio.run(go())
     assert e.value.status == 400
+
+
+# greedy(ENDS_PROMPT) stops at EOS after 11 tokens, "<883>" first
+ENDS_PROMPT = [49, 314, 73, 880, 79, 318, 306, 762, 163, 427]
+
+
+@pytest.mark.parametrize("roles,pools", [({B0: "both", B1: "both"}, ("both",)),
+                                         ({P0: "prefill", D0: "decode"}, ("prefill", "decode"))])
+@pytest.mark.parametrize("markers,max_tokens,rests", [
+    (("<tool>",), 30, True),      # stop, tools offered, no tool call: the task ended
+    (("<883>",), 30, False),      # stop after a tool call: the agent comes back
+    (("<tool>",), 5, False),      # cut at max_tokens: no end said
+    ((), 30, False),              # no tools offered: a stop says nothing of the session
+])
+def test_a_turn_that_ends_the_task_leaves_its_session_resting(roles, pools, markers, max_tokens, rests):
+    """Resting: the session keeps its home but no longer counts against its worker when new
+    sessions are spread (tandem/router/sessions.py)."""
+    assert greedy(ENDS_PROMPT, 30)[-1] == EOS and len(greedy(ENDS_PROMPT, 30)) == 12
+    cluster, backend, monitor, tracker = build(roles, policy="default")
+    ctx = RequestContext(session_id="s1", agent=AgentTurn(tool_call_markers=markers))
+    deltas, info = run(backend, monitor, max_tokens=max_tokens, prompt=ENDS_PROMPT, context=ctx)
+    assert deltas[-1].finish_reason is (FinishReason.STOP if max_tokens == 30 else FinishReason.LENGTH)
+    sessions = backend.parts.router.sessions
+    for pool in pools:
+        assert sessions.home(pool, "s1") is not None
+        assert sum(sessions.counts(pool).values()) == (0 if rests else 1), pool

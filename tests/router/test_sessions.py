@@ -53,3 +53,26 @@ def test_an_ended_session_leaves_the_table_and_its_workers_count():
     t.end("both", "never-bound")    # ignored
     t.end("prefill", "s2")          # another pool's binding: the "both" one stays
     assert t.home("both", "s2") == "a"
+
+
+def test_a_resting_session_keeps_its_home_but_stops_counting_until_its_next_request():
+    clock = Clock()
+    t = SessionTable(idle_s=10.0, clock=clock)
+    t.bind("prefill", "s1", "p")
+    t.bind("decode", "s1", "d")
+    t.bind("decode", "s2", "d")
+    t.rest("s1")                    # every pool's binding rests
+    assert t.home("prefill", "s1") == "p" and t.home("decode", "s1") == "d"
+    assert t.counts("prefill") == {} and t.counts("decode") == {"d": 1}
+    t.rest("s1")                    # twice: still uncounted once
+    t.rest("never-bound")           # ignored
+    assert t.counts("decode") == {"d": 1}
+    t.bind("decode", "s1", "e")     # its next request: counted again, where it went
+    assert t.counts("decode") == {"d": 1, "e": 1}
+    t.rest("s2")
+    clock.t = 11.0                  # a resting session's expiry does not uncount it again
+    assert t.counts("decode") == {} and t.counts("prefill") == {} and len(t) == 0
+    t.bind("both", "s3", "a")
+    t.rest("s3")
+    t.end("both", "s3")             # nor does its end
+    assert t.counts("both") == {} and len(t) == 0

@@ -24,7 +24,8 @@ tandem/router/sessions.py) and how many live sessions each worker holds (`Worker
      sessions' histories (docs/benchmarks.md 14: 0.81 of the ideal cached tokens against 0.96
      with 2). The cost that remains: a prefix shared by more sessions than a worker takes (a
      tenant's system prompt) is computed once on each worker it spreads to. A session whose
-     client said it ended (RequestInfo.session_ends) no longer counts. Not in
+     client said it ended (RequestInfo.session_ends) no longer counts, nor one resting between
+     tasks (its last turn stopped without a tool call: tandem/router/sessions.py). Not in
      a pool of prefill workers: a session's later turns follow its decode worker (placement.py,
      rule 5), so a prefill worker holds no session's future and prefix and load decide there;
    by prefix_aware's near-best rule (below), then the session's rendezvous order (affinity.py).
