@@ -300,6 +300,10 @@ class EngineStats:
     # KV tiers below the device (tandem.kvstore), cumulative except usage and availability: one
     # value per (tier, counter) of KV_TIERS x KV_TIER_COUNTERS, tier-major; () without tiers
     kv_tier_stats: tuple[float, ...] = ()
+    # per tier of KV_TIERS, loading a block against recomputing it as this worker's cost model
+    # measures it (tandem/kvstore/cost.py; >= 1: a hit there is not worth loading); the gateway
+    # routes by it (tandem/router/policies/prefix_value.py); () without tiers; not summed
+    kv_tier_weights: tuple[float, ...] = ()
     # KV pulls of the prefill -> decode handoff on this (decode) worker, cumulative: the layout of
     # KV_HANDOFF_BUCKETS; () without a handoff connector
     kv_handoff_stats: tuple[float, ...] = ()

@@ -74,6 +74,14 @@ def _kv_tier_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:
         for tier, c in per_tier.items():
             m.add_metric([*labels, tier], c[counter])
         yield m
+    if s.kv_tier_weights:   # a worker's own (a gateway reports none)
+        g = GaugeMetricFamily("tandem:kv_offload_tiering_load_cost_ratio",
+                              "Reading a KV block from this tier against computing it, as this "
+                              "worker measures both (>= 1: its hits there are recomputed).",
+                              labels=(*_LABELS, "tier"))
+        for tier, ratio in zip(KV_TIERS, s.kv_tier_weights):
+            g.add_metric([*labels, tier], ratio)
+        yield g
 
 
 def _kv_handoff_metrics(s: EngineStats, labels: list[str]) -> Iterator[Metric]:

@@ -462,6 +462,7 @@ class Engine:
             spec_num_accepted_tokens=self.spec.num_accepted_tokens,
             spec_accepted_per_pos=tuple(self.spec.accepted_per_pos),
             kv_tier_stats=self.connector.worker.tier_stats() if self.connector else (),
+            kv_tier_weights=self.connector.worker.tier_weights() if self.connector else (),
             kv_handoff_stats=self.connector.worker.handoff_stats() if self.connector else (),
             retained_blocks=pool.num_retained, retention_hits=self.retention.hits,
             retention_expired=self.retention.expired, retention_evicted_blocks=pool.num_retained_evicted,

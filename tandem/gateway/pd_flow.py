@@ -144,6 +144,7 @@ class GatewayBackend:
         for k in ("spec_accepted_per_pos", "kv_tier_stats", "kv_handoff_stats",
                   "turn_gap_counts"):   # none: (), not 0
             total[k] = total[k] or ()
+        total["kv_tier_weights"] = ()   # each worker's own: a sum means nothing
         return EngineStats(**total)
 
 

@@ -171,6 +171,12 @@ class KVConnectorWorker(abc.ABC):
         connector with none."""
         return ()
 
+    def tier_weights(self) -> tuple[float, ...]:
+        """Per tier of KV_TIERS, what loading a block costs against recomputing it, as this
+        worker's cost model measures it (EngineStats.kv_tier_weights); () for a connector with no
+        tiers or no cost model."""
+        return ()
+
     def handoff_stats(self) -> tuple[float, ...]:
         """The handoff's KV pulls (EngineStats.kv_handoff_stats); () for a connector that takes
         no KVHandle."""

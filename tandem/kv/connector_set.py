@@ -117,6 +117,9 @@ class ConnectorSetWorker(KVConnectorWorker):
     def tier_stats(self) -> tuple[float, ...]:
         return next((stats for part in self.parts if (stats := part.tier_stats())), ())
 
+    def tier_weights(self) -> tuple[float, ...]:
+        return next((w for part in self.parts if (w := part.tier_weights())), ())
+
     def handoff_stats(self) -> tuple[float, ...]:
         return next((stats for part in self.parts if (stats := part.handoff_stats())), ())
 

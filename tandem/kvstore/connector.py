@@ -43,7 +43,7 @@ from tandem.kvstore.cost import CostModel
 from tandem.kvstore.keys import KeySpace, block_hash_of
 from tandem.kvstore.stack import LoadPlan, TierStack
 from tandem.kvstore.stats import kv_tier_stats
-from tandem.types import FinishReason
+from tandem.types import KV_TIERS, FinishReason
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +350,9 @@ class TieredWorker(KVConnectorWorker):
 
     def tier_stats(self) -> tuple[float, ...]:
         return kv_tier_stats(self.stack)
+
+    def tier_weights(self) -> tuple[float, ...]:
+        return self.cost.weights(KV_TIERS)
 
 
 def tiered_connector(stack: TierStack, kv_cache: torch.Tensor, keyspace: KeySpace, cost: CostModel,

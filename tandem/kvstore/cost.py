@@ -55,6 +55,15 @@ class CostModel:
             self._block_s[tier] = old + self.alpha * (seconds / num_blocks - old)
             self._measured[tier] = self._clock()
 
+    def weights(self, tiers: Sequence[str]) -> tuple[float, ...]:
+        """Per tier, loading a block against recomputing it (the ratio `prefix_to_load` weighs; at
+        1 or more a hit there saves nothing); () when the model is off (every hit is loaded)."""
+        if not self.enabled:
+            return ()
+        recompute = self.block_size * self.prefill_s_per_token
+        with self._lock:
+            return tuple(self._block_s[t] / recompute if recompute > 0 else 0.0 for t in tiers)
+
     def prefix_to_load(self, tiers: Sequence[str]) -> int:
         """How many of the leading blocks (tiers[i] holds block i) to load."""
         if not self.enabled:

@@ -26,6 +26,7 @@ from tandem.router.prefix_index import STORE, PrefixIndex, tier_holder
 from tandem.router.routed_prefixes import RoutedPrefixes
 from tandem.router.sessions import SessionTable
 from tandem.router.snapshot import Decision, RequestInfo, Snapshot, WorkerLoad
+from tandem.types import KV_TIERS
 
 
 class WorkerState(Protocol):
@@ -197,7 +198,18 @@ class Router:
                           kv_usage=float(s.get("kv_cache_usage", 0.0)),
                           cached_blocks=matches.get(w.url, 0),
                           host_blocks=matches.get(tier_holder(w.url, "host"), 0),
-                          disk_blocks=matches.get(tier_holder(w.url, "disk"), 0), sessions=sessions)
+                          disk_blocks=matches.get(tier_holder(w.url, "disk"), 0), sessions=sessions,
+                          tier_weights=reported_weights(s.get("kv_tier_weights")))
+
+
+def reported_weights(value: object) -> tuple[float, ...] | None:
+    """A worker's reported tier weights, one non-negative number per tier of KV_TIERS; None for
+    anything else (not reported, or a report this gateway cannot read)."""
+    if not isinstance(value, (list, tuple)) or len(value) != len(KV_TIERS):
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in value):
+        return None
+    return tuple(float(x) for x in value)
 
 
 def pools_policies(default: Policy, prefill: Policy | None = None, decode: Policy | None = None

@@ -41,6 +41,9 @@ class WorkerLoad:
     host_blocks: int = 0          # ... in its host-memory tier (reported by the simulator only)
     disk_blocks: int = 0          # ... in its disk tier (likewise)
     sessions: int = 0             # live sessions bound to it in this pool (tandem/router/sessions.py)
+    # per tier of KV_TIERS (host, disk, store), loading a block there against computing it, as
+    # the worker measures it (EngineStats.kv_tier_weights); None: not reported (the policy's own)
+    tier_weights: tuple[float, ...] | None = None
 
     @property
     def available(self) -> bool:

@@ -61,6 +61,9 @@ def test_cost_model_takes_the_prefix_with_the_largest_savings():
     assert cost.prefix_to_load(["host", "store", "host"]) == 1   # 4 ms, then -2, then 2: stop at 1
     assert cost.prefix_to_load(["store"] + ["host"] * 3) == 4   # -6 + 3 * 4 = 6 ms saved
     assert CostModel(1e-3, 4, 1, enabled=False).prefix_to_load(["store"] * 3) == 3
+    # what the worker reports to the gateway: each tier's block read against its block's compute
+    assert cost.weights(("host", "disk", "store")) == pytest.approx((0.00025, 0.25, 2.5))
+    assert CostModel(1e-3, 4, 1, enabled=False).weights(("host",)) == ()
 
 
 def test_load_plan_runs():

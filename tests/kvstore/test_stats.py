@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from tandem.config import KVStoreConfig
 from tandem.kvstore.stats import by_tier
 from tandem.api.metrics import ServerMetrics
@@ -30,6 +32,12 @@ def test_tier_counters_in_metrics(llama_dir, tmp_path):
         assert tiers["host"]["read_bytes"] == full // 4 * nb
         assert tiers["disk"]["used_bytes"] > 0 and tiers["store"]["capacity_bytes"] == 0
         assert tiers["host"]["available"] == 1 and tiers["store"]["available"] == 0
+        # the cost model's ratios, per tier, for the gateway's routing: the host read was measured
+        weights = engine.stats().kv_tier_weights
+        cost = engine.connector.worker.cost
+        recompute = cost.block_size * cost.prefill_s_per_token
+        assert len(weights) == 3 and weights[0] == pytest.approx(cost.block_seconds("host") / recompute)
+        assert all(w > 0 for w in weights)
         stats = engine.stats()
         text = ServerMetrics(lambda: stats, lambda: "m").render().decode()
         assert f'tandem:kv_offload_tiering_hits_total{{model_name="m",tier="host"}} {float(full)}' in text
@@ -37,6 +45,7 @@ def test_tier_counters_in_metrics(llama_dir, tmp_path):
         assert f'tandem:kv_offload_tiering_read_bytes_total{{model_name="m",tier="host"}} {float(full // 4 * nb)}' in text
         assert 'tandem:kv_offload_tiering_available{model_name="m",tier="store"} 0.0' in text
         assert 'tandem:kv_offload_tiering_read_time_total{model_name="m",tier="host"}' in text
+        assert f'tandem:kv_offload_tiering_load_cost_ratio{{model_name="m",tier="host"}} {weights[0]}' in text
         # an engine without tiers exports none of them
         no_tiers = dataclasses.replace(engine.stats(), kv_tier_stats=())
         plain = ServerMetrics(lambda: no_tiers, lambda: "m").render().decode()

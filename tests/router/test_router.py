@@ -3,12 +3,12 @@ import pytest
 from tandem.errors import CapacityExceeded, NoHealthyWorker
 from tandem.gateway.config import RegistryConfig
 from tandem.gateway.registry import Registry
-from tandem.router.router import HashMemo, Router, pools_policies
+from tandem.router.router import HashMemo, Router, pools_policies, reported_weights
 from tandem.kv.block_hash import hash_request_blocks
 from tandem.router.admission import AdmissionLimits
 from tandem.router.load_tracker import LoadTracker
 from tandem.router.policies import make_policy
-from tandem.router.prefix_index import PrefixIndex
+from tandem.router.prefix_index import STORE, PrefixIndex
 from tandem.router.routed_prefixes import RoutedPrefixes
 
 
@@ -204,3 +204,28 @@ def test_a_routed_prompt_counts_as_cached_before_its_kv_events():
     reg, index, tracker, plain, decisions = cluster(["both", "both"])
     plain.choose("both", HashMemo(system + [1000], ()), "s0")
     assert plain.choose("both", HashMemo(system + [1001], ()), "s1").cached_blocks == 0
+
+
+@pytest.mark.parametrize("report,chosen", [(None, 1), ([0.01, 0.04, 0.1], 1), ([0.01, 0.04, 2.5], 0)])
+def test_a_store_hit_is_worth_what_the_worker_says_loading_it_costs(report, chosen):
+    """Worker 9000 holds the prompt's first 24 tokens and has a queue; the store holds all 40.
+    A worker whose cost model finds store reads slower than computing (weight 2.5) will compute
+    the whole prompt, so the holder wins; with the defaults or a cheap store the idle one does."""
+    reg, index, tracker, router, decisions = cluster(["both", "both"])
+    toks = list(range(40))
+    index.stored("http://127.0.0.1:9000", hash_request_blocks(toks[:24], 4, (), 0))
+    index.stored(STORE, hash_request_blocks(toks, 4, (), 0))
+    tracker.dispatch("queued", "http://127.0.0.1:9000", pending=12)
+    stats = {"role": "both", "kv_layout": {"block_size": 4}}
+    if report is not None:
+        stats["kv_tier_weights"] = report
+    reg.poll_ok("http://127.0.0.1:9001", stats, 1.0)
+    r = router.choose("both", HashMemo(toks, ()), None)
+    assert r.worker.url == f"http://127.0.0.1:{9000 + chosen}"
+
+
+def test_reported_weights_are_read_only_when_well_formed():
+    assert reported_weights([0, 0.5, 3]) == (0.0, 0.5, 3.0)
+    for bad in (None, "0.1", [0.1, 0.2], [0.1, 0.2, -1], [0.1, 0.2, True], [0.1, 0.2, float("nan")],
+                {"store": 0.1}):
+        assert reported_weights(bad) is None, bad

@@ -23,16 +23,19 @@ cheapest tier of w that holds the unbroken run up to it:
 capped at the prompt's length. A policy's cost of serving the request on w is then
 `num_prompt_tokens - value(w)`: the tokens computed plus the loads, in computed-token units.
 
-Weights (TierWeights): the gateway measures neither side of the ratio (each worker's CostModel
-does, for itself), so they are fixed settings. The store's 0.1 is the old store_load_weight (a
+Weights: a worker that has tiers reports its own (EngineStats.kv_tier_weights: its CostModel's
+measured seconds per block read from each tier over its measured seconds to compute a block),
+and its hits are valued by them, so a tier the worker finds slower than recomputing is worth
+nothing there, as it will not load it (without this, a prefill worker holding nothing of a
+prompt looked as good as one holding it locally whenever the store had it, and then computed
+the whole prompt: docs/benchmarks.md 19.6). Without a report (a worker without tiers, the
+simulator), fixed settings (TierWeights). The store's 0.1 is the old store_load_weight (a
 store read measured on the benchmark machine cost well under a tenth of computing its block);
 host and disk keep the proportions of cost.py's first guesses for one block read (4 GB/s, 1 GB/s
 and 0.5 GB/s plus a per-call overhead: for a 48 KiB block of the demo model to a 2 MiB block of
 an 8B model, host reads cost 0.08-0.13 and disk reads 0.4-0.5 of a store read): host 0.01,
 disk 0.04, store 0.1. An equal hit is thus worth most on the device, then host, disk, store;
-never less than nothing, so a hit anywhere still beats none, as the worker's own cost model
-would load it (a tier it finds slower than recomputing is a hit it ignores; these weights do not
-know that).
+never less than nothing.
 
 Only the device and the store are reported to the gateway today (KV events, tandem/router/
 prefix_index.py); host and disk runs are filled by the simulator, which sees its workers' tiers.
@@ -47,7 +50,8 @@ from tandem.router.snapshot import RequestInfo, WorkerLoad
 
 @dataclass(frozen=True)
 class TierWeights:
-    """Cost of loading one token's KV from a tier, against computing it (device: 0)."""
+    """Cost of loading one token's KV from a tier, against computing it (device: 0); fields in
+    the order of tandem.types.KV_TIERS (a worker's report is read by position)."""
 
     host: float = 0.01
     disk: float = 0.04
@@ -55,7 +59,10 @@ class TierWeights:
 
 
 def prefix_value(w: WorkerLoad, req: RequestInfo, weights: TierWeights) -> float:
-    """Tokens of `req`'s prompt that w need not compute, loads charged at their tier weight."""
+    """Tokens of `req`'s prompt that w need not compute, loads charged at their tier weight
+    (w's own where it reported them, else `weights`)."""
+    if w.tier_weights is not None:
+        weights = TierWeights(*w.tier_weights)
     bs = req.block_size
     runs = sorted(((0.0, w.cached_blocks), (weights.host, w.host_blocks),
                    (weights.disk, w.disk_blocks), (weights.store, req.shared_blocks)))
