@@ -11,13 +11,14 @@ import tandem
 ROOT = Path(tandem.__file__).parent
 
 # package -> the tandem packages it may import (besides itself)
-BASE = {"types", "errors", "config", "cluster_secret", "ports"}
+BASE = {"types", "errors", "config", "cluster_secret", "ports", "compute_threads"}
 ALLOWED = {
     "types": {"errors"},
     "errors": set(),
     "config": set(),
     "cluster_secret": set(),
     "ports": set(),
+    "compute_threads": set(),
     "kv": BASE,
     "kernels": BASE,
     "layers": BASE | {"kv", "kernels"},

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 
+from tandem.compute_threads import compute_alone
 from tandem.config import EngineConfig
 from tandem.engine.engine import Engine
 from tandem.engine.thread_governor import ThreadGovernor
@@ -50,10 +51,15 @@ class AsyncEngine:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if self._engine is None:
-            self._engine = await asyncio.to_thread(Engine.from_config, self.config)
+            self._engine = await asyncio.to_thread(self._load)
         self._stats = self._engine.stats()
         self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
         self._thread.start()
+
+    def _load(self) -> Engine:
+        engine = Engine.from_config(self.config)
+        compute_alone()   # the team this executor thread started to load would slow the engine's
+        return engine
 
     def warm_grammars(self) -> None:
         """Start the grammar compile process now, in the background (a worker at start-up)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tandem.compute_threads import compute_alone
 from tandem.config import EngineConfig
 from tandem.engine.assembly import assemble
 from tandem.engine.detokenizer import IncrementalDetokenizer
@@ -251,7 +252,7 @@ class Engine:
             masks = self._grammar_masks(sampled)
             return lambda: masks
         if self._mask_thread is None:
-            self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+            self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks", initializer=compute_alone)
         return self._mask_thread.submit(self._grammar_masks, sampled).result
 
     def _grammar_masks(self, sampled: list[ScheduledSeq]) -> GrammarMasks:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tandem.compute_threads import compute_alone
 from tandem.config import KVStoreConfig
 from tandem.kv.block_hash import hash_request_blocks
 from tandem.kv.connector import (NOTHING_KEPT, ConnectorEvents, ExternalMatch, FinishedKV, KVConnector,
@@ -152,9 +153,9 @@ class TieredWorker(KVConnectorWorker):
         self.config = config
         self.block_size = block_size
         self.events: KVEventLog | None = None   # the engine's, set by its assembly (tandem/engine/assembly.py)
-        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvstore-load")
-        self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvstore-save")
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="kvstore-write")
+        self._loader = ThreadPoolExecutor(1, thread_name_prefix="kvstore-load", initializer=compute_alone)
+        self._saver = ThreadPoolExecutor(1, thread_name_prefix="kvstore-save", initializer=compute_alone)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="kvstore-write", initializer=compute_alone)
         self._lock = threading.Lock()
         self._loaded: list[str] = []
         self._failed: dict[str, str] = {}

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tandem.compute_threads import compute_alone
+
 # the row count oneDNN tunes the packed layout for; any row count works with it
 _PACK_ROWS_HINT = 64
 
@@ -106,6 +108,7 @@ class PackingThread(threading.Thread):
 
     def run(self) -> None:
         _lower_this_threads_priority()   # a worker owns its cores: packing must not slow serving
+        compute_alone()                  # ... nor make the engine's OpenMP team sleep at its barriers
         with torch.no_grad():
             try:
                 pack_linears(self._model)

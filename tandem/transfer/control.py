@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from tandem import cluster_secret
+from tandem.compute_threads import compute_alone
 from tandem.errors import KVLayoutMismatch
 from tandem.kv.layout import KVLayout
 from tandem.transfer.base import (KVSink, KVSource, TransferConfig, TransferConnectionError,
@@ -286,7 +287,8 @@ class ControlSink(KVSink):
                    src_indices: list[int] | None = None) -> "Future[None]":
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._config.max_concurrent_pulls, thread_name_prefix="kv-pull")
+                self._pool = ThreadPoolExecutor(self._config.max_concurrent_pulls, thread_name_prefix="kv-pull",
+                                                initializer=compute_alone)
             pool = self._pool
         return pool.submit(self.pull, handle, list(dst_block_ids),
                            None if src_indices is None else list(src_indices))

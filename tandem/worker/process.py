@@ -14,6 +14,7 @@ import uvicorn
 from tandem.api.app import build_app
 from tandem.api.config import ServerConfig
 from tandem.api.queue.service import QueueConfig, QueueSetup, engine_headroom
+from tandem.compute_threads import compute_alone
 from tandem.engine.async_engine import AsyncEngine
 from tandem.tokenization.tokenizer import warm_chat_template
 from tandem.worker.drain import DrainConfig, WorkerDrain
@@ -70,6 +71,7 @@ def run_worker(engine: AsyncEngine, config: ServerConfig, queue: QueueConfig | N
     the app also serves the asynchronous batch API, taking work while the engine has headroom.
     The first SIGTERM drains (tandem/worker/drain.py): no new requests, the running ones finish,
     the worker leaves its gateway, then the process exits; a second one stops it at once."""
+    compute_alone()   # this thread serves HTTP; the engine thread's OpenMP team is the only one
     beats: list[Heartbeat] = []
     startup, shutdown = lifecycle(engine, config, freeze_heap=True, beats=beats, warm_grammars=True)
     setup = None if queue is None else QueueSetup(queue, engine_headroom(engine, queue))
