@@ -264,11 +264,13 @@ class ThreadGovernorConfig:
     window_s: float = 1.0           # how often the run-queue wait is read
     contended_ratio: float = 0.2    # run-queue wait per second run above which cores are taken
     probe_s: float = 10.0           # how long a reduced count holds at most before all are tried again
+    max_probe_s: float = 80.0       # ... doubled after each probe that found the cores still taken
     idle_to_restore: float = 0.5    # ... or until the cores given up sit idle this share of a window
     min_busy: float = 0.2           # a window counts when the threads ran this share of it, each
 
     def __post_init__(self) -> None:
         if not (self.window_s > 0 and self.contended_ratio > 0 and self.probe_s >= self.window_s
+                and self.max_probe_s >= self.probe_s
                 and 0 <= self.min_busy <= 1 and 0 < self.idle_to_restore <= 1):
             raise ValueError(f"thread governor: bad config {self}")
 

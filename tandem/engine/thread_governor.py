@@ -11,9 +11,12 @@ Policy (`ThreadPolicy`, pure): every `window_s` of running, the process's thread
 per second they ran (Linux schedstat) above `contended_ratio` means its cores are contended:
 one thread fewer, down to one. A reduced count comes back to all threads as soon as the cores it
 gave up sit idle (the process's cores' idle time in /proc/stat over a window, at least
-`idle_to_restore` of each core given up), and at the latest after `probe_s` (a window at most at
-full count, where idle time is not reported). An idle window (the threads ran under `min_busy` of
-it per thread) decides nothing. Mechanism (`ThreadGovernor`): reads the schedstat of
+`idle_to_restore` of each core given up), and at the latest after the probe interval (a window at
+most at full count, where idle time is not reported). The interval starts at `probe_s` and doubles,
+up to `max_probe_s`, after each probe that found the cores still taken (a probe's window runs at
+the contended speed, a third of it with spinning threads); it starts over once all threads hold a
+window, or the cores given up sat idle. An idle window (the threads ran under `min_busy` of it per
+thread) decides nothing. Mechanism (`ThreadGovernor`): reads the schedstat of
 /proc/self/task/* and /proc/stat, and applies the count with torch.set_num_threads, which the
 native kernels read per call; a host without schedstat keeps the configured count.
 """
@@ -48,6 +51,8 @@ class ThreadPolicy:
         self.threads = max_threads
         self._last: tuple[float, CpuTimes] | None = None
         self._reduced_at: float | None = None
+        self._probe_s = config.probe_s      # the current interval before all threads are tried again
+        self._probing = False               # all threads came back by the interval, not yet confirmed
 
     def observe(self, now: float, times: CpuTimes) -> int:
         """The thread count from now on, given the process's CPU times read at `now`."""
@@ -62,13 +67,19 @@ class ThreadPolicy:
         run, wait = times.run_s - before.run_s, times.wait_s - before.wait_s
         idle = None if times.idle_s is None or before.idle_s is None else times.idle_s - before.idle_s
         given_up = self.max_threads - self.threads
-        if self._reduced_at is not None and (
-                now - self._reduced_at >= cfg.probe_s
-                or (idle is not None and idle >= cfg.idle_to_restore * given_up * (now - then))):
+        freed = idle is not None and idle >= cfg.idle_to_restore * given_up * (now - then)
+        contended = run >= cfg.min_busy * (now - then) * self.threads and wait > cfg.contended_ratio * run
+        if self._reduced_at is not None and (freed or now - self._reduced_at >= self._probe_s):
+            self._probing = not freed
+            if freed:
+                self._probe_s = cfg.probe_s
             self.threads, self._reduced_at = self.max_threads, None   # try all of them again
-        elif run >= cfg.min_busy * (now - then) * self.threads and wait > cfg.contended_ratio * run \
-                and self.threads > 1:
-            self.threads, self._reduced_at = self.threads - 1, now
+        elif contended and self.threads > 1:
+            if self._probing:   # the cores are still taken: wait longer before the next probe
+                self._probe_s = min(2 * self._probe_s, cfg.max_probe_s)
+            self.threads, self._reduced_at, self._probing = self.threads - 1, now, False
+        elif self._probing and run >= cfg.min_busy * (now - then) * self.threads:
+            self._probe_s, self._probing = cfg.probe_s, False           # all threads held a window
         return self.threads
 
 

@@ -41,12 +41,35 @@ def test_contended_windows_take_threads_away_down_to_one_and_the_probe_gives_the
     assert policy.observe(*_tick(clock, 2.0, 0.0)) == 3      # the other process left: they stay
 
 
-def test_the_probe_under_lasting_contention_costs_one_window():
+def _contended_run(policy: ThreadPolicy, clock: Clock, windows: int) -> list[float]:
+    """The times at which all threads were tried again while another process kept a core."""
+    probes = []
+    for _ in range(windows):
+        before = policy.threads
+        after = policy.observe(*_tick(clock, 2.0 if before == 2 else 1.0, 1.2 if before == 2 else 0.0))
+        if after == 2 and before == 1:
+            probes.append(clock.now)
+    return probes
+
+
+def test_probes_under_lasting_contention_cost_one_window_each_and_come_ever_less_often():
     policy, clock = ThreadPolicy(2, CFG), Clock()
     policy.observe(clock.now, CpuTimes(0, 0))
-    counts = [policy.observe(*_tick(clock, 2.0 if policy.threads == 2 else 1.0,
-                                    1.2 if policy.threads == 2 else 0.0)) for _ in range(30)]
-    assert counts[0] == 1 and counts.count(2) == 2, counts   # full again at 11 s and 22 s, once each
+    probes = _contended_run(policy, clock, 250)
+    assert policy.threads == 1
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    # each probe lasts one window; the reduced count then holds 10, 20, 40, then at most 80 s
+    assert probes[0] == 11.0 and gaps == [21.0, 41.0, 81.0, 81.0], probes
+
+
+def test_a_probe_that_holds_starts_the_interval_over():
+    policy, clock = ThreadPolicy(2, CFG), Clock()
+    policy.observe(clock.now, CpuTimes(0, 0))
+    assert len(_contended_run(policy, clock, 40)) == 2          # probes at 11 s and 32 s failed
+    while policy.threads == 1:                                 # the other process leaves
+        policy.observe(*_tick(clock, 1.0, 0.0))
+    assert policy.observe(*_tick(clock, 2.0, 0.0)) == 2         # all threads hold a quiet window
+    assert _contended_run(policy, clock, 12) == [clock.now - 1.0]   # back: probed after 10 s again
 
 
 def test_the_cores_given_up_sitting_idle_bring_the_threads_back_before_the_probe():
