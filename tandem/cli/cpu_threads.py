@@ -10,7 +10,8 @@ at a barrier after every parallel region, a few hundred per decode step. How the
 So tandem spins briefly (GOMP_SPINCOUNT 10,000, tens of microseconds: enough to span the gaps
 between a step's regions, the quiet speed of spinning) and leaves contention to the served
 worker's thread governor (tandem/engine/thread_governor.py), which runs one thread fewer while
-its threads wait for a core. The runtime reads these once, when it loads, so they are set before
+its threads wait for a core. The spin count holds only while the process's OpenMP teams hold no
+more threads than it has cores: a served worker keeps one team (tandem/compute_threads.py). The runtime reads these once, when it loads, so they are set before
 anything imports torch or the kernels; a value already in the environment wins, and
 `OMP_WAIT_POLICY` set there makes libgomp ignore the spin count.
 
