@@ -1,8 +1,8 @@
 """What a second OpenMP team costs the thread that computes (tandem/compute_threads.py).
 
 A decode step's products (one 64-row step of the 6 layers of the 26M-parameter bfloat16 Llama
-of docs/benchmarks.md 13: q, k, v, o, gate, up and down, oneDNN-packed as tandem packs them) timed on a thread that is not
-the main one, three ways, each in a fresh interpreter:
+of docs/benchmarks.md 13: q, k, v, o, gate, up and down, oneDNN-packed as tandem packs them)
+timed on a thread that is not the main one, three ways, each in a fresh interpreter:
 - `alone`: the thread packs the weights itself, no other thread ever computed (one team);
 - `two-teams`: the main thread ran the same products first and kept its team, as a served
   worker's loading thread did before tandem/compute_threads.py;

@@ -11,9 +11,10 @@ So tandem spins briefly (GOMP_SPINCOUNT 10,000, tens of microseconds: enough to 
 between a step's regions, the quiet speed of spinning) and leaves contention to the served
 worker's thread governor (tandem/engine/thread_governor.py), which runs one thread fewer while
 its threads wait for a core. The spin count holds only while the process's OpenMP teams hold no
-more threads than it has cores: a served worker keeps one team (tandem/compute_threads.py). The runtime reads these once, when it loads, so they are set before
-anything imports torch or the kernels; a value already in the environment wins, and
-`OMP_WAIT_POLICY` set there makes libgomp ignore the spin count.
+more threads than it has cores: a served worker keeps one team (tandem/compute_threads.py). The
+runtime reads these once, when it loads, so they are set before anything imports torch or the
+kernels; a value already in the environment wins, and `OMP_WAIT_POLICY` set there makes libgomp
+ignore the spin count.
 
 Threads: at most the cores this process may run on (its CPU affinity, and its cgroup's CPU
 quota when one is set, as in a container); more would time-share cores with each other.

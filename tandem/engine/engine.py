@@ -252,7 +252,8 @@ class Engine:
             masks = self._grammar_masks(sampled)
             return lambda: masks
         if self._mask_thread is None:
-            self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks", initializer=compute_alone)
+            self._mask_thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks",
+                                                   initializer=compute_alone)
         return self._mask_thread.submit(self._grammar_masks, sampled).result
 
     def _grammar_masks(self, sampled: list[ScheduledSeq]) -> GrammarMasks:
