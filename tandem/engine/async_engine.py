@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import subprocess
 import threading
 import time
 import traceback
@@ -23,6 +24,8 @@ from tandem.compute_threads import compute_alone
 from tandem.config import EngineConfig
 from tandem.engine.engine import Engine
 from tandem.engine.thread_governor import ThreadGovernor
+from tandem.grammar.compile_process import spawn_helper, stop_helper
+from tandem.grammar.compiler import import_in_background
 from tandem.kv.events import EventBatch
 from tandem.types import EngineRequest, EngineStats, RequestDelta
 
@@ -44,14 +47,23 @@ class AsyncEngine:
         self._stopping = threading.Event()
         self._stats: EngineStats | None = None
         self._governor = self._thread_governor(config)
+        self._grammar_helper: subprocess.Popen | None = None   # prepare_grammars() -> start()
         # one grammar compile at a time: a waiting request waits here, not on a worker thread
         self._compile_slot = asyncio.Lock()
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        helper, self._grammar_helper = self._grammar_helper, None
         if self._engine is None:
-            self._engine = await asyncio.to_thread(self._load)
+            try:
+                self._engine = await asyncio.to_thread(self._load)
+            except BaseException:
+                if helper is not None:
+                    stop_helper(helper)
+                raise
+        if helper is not None:
+            self._engine.grammars.adopt_helper(helper)
         self._stats = self._engine.stats()
         self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
         self._thread.start()
@@ -61,8 +73,17 @@ class AsyncEngine:
         compute_alone()   # the team this executor thread started to load would slow the engine's
         return engine
 
+    def prepare_grammars(self) -> None:
+        """Before start(): the grammar compile helper starts now, importing xgrammar (seconds)
+        while the weights load, for warm_grammars() to hand it the tokenizer; this process imports
+        what reading the vocabulary needs meanwhile."""
+        import_in_background()
+        if self.config.grammar.compile_timeout_s is not None and self._grammar_helper is None:
+            self._grammar_helper = spawn_helper()
+
     def warm_grammars(self) -> None:
-        """Start the grammar compile process now, in the background (a worker at start-up)."""
+        """Read the vocabulary and start the grammar compile process (the one prepare_grammars()
+        started, if any), in the background (a worker at start-up)."""
         self._engine.grammars.warm()
 
     async def shutdown(self) -> None:

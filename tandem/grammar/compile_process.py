@@ -57,11 +57,15 @@ class CompileStopped(Exception):
 class CompileProcess:
     """The helper process trying specs for one tokenizer, one at a time. Thread-safe."""
 
-    def __init__(self, tokenizer_info_json: str, timeout_s: float) -> None:
+    def __init__(self, tokenizer_info_json: str, timeout_s: float,
+                 spawned: subprocess.Popen | None = None) -> None:
+        """`spawned`: a helper started by spawn_helper() before the tokenizer was known (a worker
+        starts it before its weights load); it becomes this one's first helper."""
         self._info = tokenizer_info_json
         self.timeout_s = timeout_s
         self._one = threading.Lock()        # one compile in flight; _proc is the holder's
         self._proc: subprocess.Popen | None = None
+        self._spawned = spawned
         self._closed = False
         self.starts = 0                     # helpers started (one unless one failed)
         self.child_pid: int | None = None   # the child trying a spec now, if any
@@ -105,6 +109,9 @@ class CompileProcess:
     def close(self) -> None:
         """Stop the helper (and a compile in flight: CompileStopped)."""
         self._closed = True
+        spawned, self._spawned = self._spawned, None
+        if spawned is not None:
+            stop_helper(spawned)
         proc = self._proc
         if proc is not None:
             proc.kill()
@@ -134,11 +141,8 @@ class CompileProcess:
 
     def _start(self) -> None:
         """Under _one."""
-        root = str(Path(__file__).resolve().parents[2])   # the directory holding tandem/
-        path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-        self._proc = subprocess.Popen([sys.executable, "-m", "tandem.grammar.compile_process"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"})
+        spawned, self._spawned = self._spawned, None
+        self._proc = spawned if spawned is not None else spawn_helper()
         self.starts += 1
         if _read(self._proc.stdout, _START_TIMEOUT_S) != "ready":
             raise EOFError("the compile process did not start")
@@ -159,15 +163,8 @@ class CompileProcess:
     def _kill(self) -> None:
         """Under _one."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        if proc is not None:
+            stop_helper(proc)
 
 
 def _readable(pipe: BinaryIO, timeout_s: float) -> bool:
@@ -199,6 +196,26 @@ def _read_exactly(fd: int, n: int) -> bytes:
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
+
+
+def spawn_helper() -> subprocess.Popen:
+    """A helper process, started: it imports xgrammar (seconds), then waits for its tokenizer."""
+    root = str(Path(__file__).resolve().parents[2])   # the directory holding tandem/
+    path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
+    return subprocess.Popen([sys.executable, "-m", "tandem.grammar.compile_process"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"})
+
+
+def stop_helper(proc: subprocess.Popen) -> None:
+    """Kill a helper (its child goes with it) and close its pipes."""
+    proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        try:
+            pipe.close()
+        except OSError:
+            pass
 
 
 # --- the helper and its children -----------------------------------------------------------------

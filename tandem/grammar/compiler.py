@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tandem.config import GrammarConfig
 from tandem.errors import InvalidRequest
-from tandem.grammar.compile_process import CompileProcess
+from tandem.grammar.compile_process import CompileProcess, stop_helper
 from tandem.grammar.request_grammar import RequestGrammar
 from tandem.grammar.spec_kinds import PARAM, choice_options, compile_spec
 from tandem.types import GrammarSpec
@@ -68,6 +69,7 @@ class GrammarCompiler:
         self._info = None                    # xgrammar's TokenizerInfo: reading the vocabulary takes a while
         self._local = None                   # xgrammar's compiler in this process
         self._process: CompileProcess | None = None   # trials (None with compile_timeout_s None)
+        self._spawned: subprocess.Popen | None = None  # a helper started early (adopt_helper)
         self._executor: ThreadPoolExecutor | None = None
 
     def cached(self, spec: GrammarSpec):
@@ -116,7 +118,19 @@ class GrammarCompiler:
 
         threading.Thread(target=run, name="grammar-warm", daemon=True).start()
 
+    def adopt_helper(self, spawned: subprocess.Popen) -> None:
+        """A trial helper started before this compiler existed (compile_process.spawn_helper(), by
+        a worker before its weights load): the trials use it instead of starting their own."""
+        with self._setup:
+            if self._process is None and self.config.compile_timeout_s is not None:
+                self._spawned = spawned
+                return
+        stop_helper(spawned)   # trials run already, or never
+
     def close(self) -> None:
+        spawned, self._spawned = self._spawned, None
+        if spawned is not None:
+            stop_helper(spawned)
         if self._process is not None:
             self._process.close()
         if self._executor is not None:
@@ -163,7 +177,8 @@ class GrammarCompiler:
         if self._local is None:
             self._local = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         if self._process is None and self.config.compile_timeout_s is not None:
-            self._process = CompileProcess(info.serialize_json(), self.config.compile_timeout_s)
+            spawned, self._spawned = self._spawned, None
+            self._process = CompileProcess(info.serialize_json(), self.config.compile_timeout_s, spawned)
         return self._local, self._process
 
     def _tokenizer_info(self):
@@ -176,6 +191,17 @@ class GrammarCompiler:
             self._info = xgr.TokenizerInfo.from_huggingface(hf, vocab_size=self.vocab_size,
                                                             stop_token_ids=self._stop_token_ids or None)
         return self._info
+
+
+def import_in_background() -> None:
+    """Import what reading the vocabulary needs (xgrammar, transformers' fast tokenizer: ~1 s),
+    on a thread of its own, so that warm() later finds them imported (a worker, while its weights
+    load)."""
+    def run() -> None:
+        import xgrammar  # noqa: F401
+        from transformers import PreTrainedTokenizerFast  # noqa: F401
+
+    threading.Thread(target=run, name="grammar-imports", daemon=True).start()
 
 
 def _lower_priority() -> None:

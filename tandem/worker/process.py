@@ -26,14 +26,17 @@ def lifecycle(engine, config: ServerConfig, freeze_heap: bool = False,
               beats: list[Heartbeat] | None = None, warm_grammars: bool = False):
     """The app's startup/shutdown hooks: the engine, and with --gateway the heartbeat, which
     starts once the engine is ready (into `beats`, for the drain) and deregisters before the
-    engine stops. `warm_grammars`: the grammar compile process starts with the engine (it takes
-    seconds, which the first request with a grammar would otherwise wait). `freeze_heap` (the
+    engine stops. `warm_grammars`: the grammar compile process starts before the engine loads and
+    reads the vocabulary once it is up (it takes seconds, which the first request with a grammar
+    would otherwise wait). `freeze_heap` (the
     worker process's own entry point): once the engine is up, everything allocated so far (torch,
     the model, the engine) lives as long as the process, so it leaves the garbage collector's
     full passes, which would otherwise walk ~10^5 objects (~80 ms, measured at start-up) between
     two decode steps."""
 
     async def start_engine() -> None:
+        if warm_grammars:
+            engine.prepare_grammars()   # its helper imports xgrammar while the weights load
         await engine.start()
         warm_chat_template(engine.tokenizer)
         if warm_grammars:

@@ -112,7 +112,7 @@ def test_lifecycle_without_gateway_starts_the_engine_then_compiles_the_chat_temp
     assert stop == e.shutdown
 
 
-def test_the_worker_process_warms_the_grammar_compiler_once_the_engine_is_up():
+def test_the_worker_process_starts_the_grammar_helper_before_the_engine_and_warms_it_after():
     import asyncio
 
     from tandem.worker.process import lifecycle
@@ -125,6 +125,9 @@ def test_the_worker_process_warms_the_grammar_compiler_once_the_engine_is_up():
         async def start(self):
             calls.append("start")
 
+        def prepare_grammars(self):
+            calls.append("prepare")
+
         def warm_grammars(self):
             calls.append("warm")
 
@@ -134,7 +137,7 @@ def test_the_worker_process_warms_the_grammar_compiler_once_the_engine_is_up():
     asyncio.run(lifecycle(Engine(), server)[0]())
     assert calls == ["start"]                    # library use starts no helper process
     asyncio.run(lifecycle(Engine(), server, warm_grammars=True)[0]())
-    assert calls == ["start", "start", "warm"]
+    assert calls == ["start", "prepare", "start", "warm"]   # the helper starts before the load
 
 
 def test_the_worker_process_freezes_its_start_up_heap_once_the_engine_is_up():

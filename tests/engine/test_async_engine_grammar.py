@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 
@@ -84,3 +85,49 @@ def test_a_compile_past_the_timeout_fails_its_request_before_any_delta(llama_dir
         assert "".join(d.new_text for d in out) in ("yes", "no")
     _run(llama_dir, 1.0, body)
 
+
+
+def _children() -> set[int]:
+    pids: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            pids.update(int(p) for p in f.read().split())
+    return pids
+
+
+def test_a_helper_started_before_the_load_is_the_one_the_trials_use(llama_dir):
+    async def main():
+        config = engine_config(llama_dir, grammar=GrammarConfig(compile_timeout_s=600.0))
+        front = AsyncEngine(config)   # start() loads the engine: the helper imports meanwhile
+        before = _children()
+        front.prepare_grammars()
+        (helper,) = _children() - before
+        await front.start()
+        try:
+            front.warm_grammars()
+            out = await asyncio.wait_for(_collect(front, request(prompts(1, seed=7)[0], grammar=QUICK)), 120)
+            assert out[-1].finished
+            process = front.engine.grammars.process
+            assert process.pid == helper and process.starts == 1
+        finally:
+            await front.shutdown()
+        assert gone(helper)
+    asyncio.run(asyncio.wait_for(main(), 300))
+
+
+def test_a_helper_started_before_a_load_that_fails_is_stopped(tmp_path):
+    async def main():
+        config = engine_config(tmp_path, grammar=GrammarConfig(compile_timeout_s=600.0))   # no model
+        front = AsyncEngine(config)
+        before = _children()
+        front.prepare_grammars()
+        (helper,) = _children() - before
+        with pytest.raises(Exception):
+            await front.start()
+        return helper
+    helper = asyncio.run(asyncio.wait_for(main(), 120))
+    for _ in range(100):
+        if gone(helper):
+            break
+        time.sleep(0.05)
+    assert gone(helper)
