@@ -1,6 +1,6 @@
 """How long the first request with tools waits once a worker answers: `tandem serve` from each
-tree in turn, one chat request with a required tool sent as soon as /v1/models answers, then a
-second one (grammar cached, helper warm). Trees alternate per round. Not a test.
+tree in turn, one chat request with a required tool sent once /v1/models answers (polled every
+0.5 s), then a second one (grammar cached, helper warm). Trees alternate per round. Not a test.
 
   .venv/bin/python benchmarks/first_grammar_request.py --model models/tandem-demo-target \\
       --tree after=. --tree before=/tmp/before --rounds 3
@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contention import _free_port, _stop  # noqa: E402
+from contention import _free_port, _stop, _wait_ready  # noqa: E402
 
 _REQUEST = {
     "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
@@ -39,16 +39,7 @@ def one_round(tree: str, model: str, threads: int, out_dir: Path, label: str) ->
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
-            try:
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        _wait_ready(url, proc, 300)   # polls /v1/models every 0.5 s
         times = []
         for _ in range(2):
             t = time.perf_counter()
