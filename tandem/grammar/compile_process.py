@@ -199,11 +199,13 @@ def _read_exactly(fd: int, n: int) -> bytes:
 
 
 def spawn_helper() -> subprocess.Popen:
-    """A helper process, started: it imports xgrammar (seconds), then waits for its tokenizer."""
+    """A helper process, started: it imports xgrammar (seconds), then waits for its tokenizer.
+    In a session of its own: a Ctrl-C to the worker's process group would kill it mid-start (the
+    worker's shutdown stops it; a worker gone closes its stdin, on which it exits)."""
     root = str(Path(__file__).resolve().parents[2])   # the directory holding tandem/
     path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.Popen([sys.executable, "-m", "tandem.grammar.compile_process"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"})
 
 
