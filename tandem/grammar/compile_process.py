@@ -103,7 +103,9 @@ class CompileProcess:
         with self._one:
             try:
                 self._helper(None)
-            except (RuntimeError, CompileStopped) as exc:
+            except CompileStopped:
+                pass   # closed meanwhile (the worker stopping)
+            except RuntimeError as exc:
                 log.error("%s; the next compile tries again", exc)
 
     def close(self) -> None:
@@ -134,6 +136,8 @@ class CompileProcess:
                 self._start()
             except (OSError, EOFError, TimeoutError, ValueError) as exc:
                 self._kill()
+                if self._closed:   # close() killed it while it started
+                    raise CompileStopped() from None
                 raise RuntimeError(f"the grammar compile process did not start: {exc!r}") from exc
         if cancel is not None and cancel.is_set():
             raise CompileStopped()

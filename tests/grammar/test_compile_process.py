@@ -13,7 +13,7 @@ import pytest
 
 from tandem.config import GrammarConfig
 from tandem.errors import InvalidRequest
-from tandem.grammar.compile_process import CompileStopped
+from tandem.grammar.compile_process import CompileProcess, CompileStopped, spawn_helper
 from tandem.grammar.compiler import GrammarCompiler
 from tandem.tokenization.tokenizer import Tokenizer
 from tandem.types import GrammarSpec
@@ -118,3 +118,16 @@ def test_the_servers_own_trusted_grammar_compiles_without_the_trial(llama_dir):
         assert comp.compile(GrammarSpec("regex", "[a-z]+")) is not None and comp.process.starts == 1
     finally:
         comp.close()
+
+
+def test_closing_while_the_helper_starts_stops_it_without_an_error(caplog):
+    process = CompileProcess("{}", 600.0, spawned=spawn_helper())   # importing xgrammar: seconds
+    starting = threading.Thread(target=process.start)
+    starting.start()
+    time.sleep(0.2)
+    helper = process.pid
+    process.close()
+    starting.join(30)
+    assert not starting.is_alive()
+    assert helper is not None and gone(helper)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
